@@ -1,0 +1,691 @@
+//! Thin safe wrappers over the CUDA driver API (cudarc's `driver::sys`) for
+//! what this plugin needs: the primary context, one shared stream per device,
+//! plain device allocations, IPC memory and event handles, copies, pinned
+//! host memory, and NVRTC-compiled modules.
+//!
+//! Every entry point checks that the driver library is present first: a
+//! machine without CUDA gets a `CudaError`, never a panic. No GStreamer here.
+
+mod module;
+pub mod nvrtc;
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{CStr, c_void};
+use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use cudarc::driver::sys;
+
+pub use module::{KernelArgs, Module, load_module};
+
+/// Size of a CUDA IPC handle (memory or event).
+pub const IPC_HANDLE_BYTES: usize = 64;
+
+#[derive(Debug, Clone)]
+pub enum CudaError {
+    /// No driver library (libcuda.so.1) could be loaded.
+    NoDriver,
+    /// The driver is there but reports no usable device.
+    NoDevice(String),
+    /// A driver call failed.
+    Call {
+        call: &'static str,
+        name: String,
+        description: String,
+    },
+    /// NVRTC is missing or compilation failed.
+    Nvrtc(String),
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CudaError::NoDriver => write!(
+                f,
+                "the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver, or use transport=host"
+            ),
+            CudaError::NoDevice(msg) => write!(f, "no usable CUDA device: {msg}"),
+            CudaError::Call {
+                call,
+                name,
+                description,
+            } => write!(f, "{call} failed: {name} ({description})"),
+            CudaError::Nvrtc(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+pub type Result<T> = std::result::Result<T, CudaError>;
+
+fn error_text(code: sys::CUresult) -> (String, String) {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: only called after the driver library was found to be present;
+    // both functions write a pointer to a static string or leave it null.
+    unsafe {
+        sys::cuGetErrorName(code, &mut name);
+        sys::cuGetErrorString(code, &mut text);
+    }
+    let to_string = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            format!("{code:?}")
+        } else {
+            // SAFETY: the driver returns NUL-terminated static strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    (to_string(name), to_string(text))
+}
+
+pub(crate) fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
+    if code == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        let (name, description) = error_text(code);
+        Err(CudaError::Call {
+            call,
+            name,
+            description,
+        })
+    }
+}
+
+static DRIVER: LazyLock<Result<()>> = LazyLock::new(|| {
+    // SAFETY: is_culib_present only tries to dlopen the library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaError::NoDriver);
+    }
+    // SAFETY: the library is present; cuInit has no other precondition.
+    let code = unsafe { sys::cuInit(0) };
+    if code != sys::CUresult::CUDA_SUCCESS {
+        let (name, description) = error_text(code);
+        return Err(CudaError::NoDevice(format!("cuInit failed: {name} ({description})")));
+    }
+    Ok(())
+});
+
+/// Loads and initialises the driver once; every wrapper calls this first.
+pub fn driver() -> Result<()> {
+    DRIVER.clone()
+}
+
+/// Number of CUDA devices; 0 without a driver.
+pub fn device_count() -> usize {
+    if driver().is_err() {
+        return 0;
+    }
+    let mut count = 0;
+    // SAFETY: the driver is initialised; `count` is a valid out pointer.
+    let code = unsafe { sys::cuDeviceGetCount(&mut count) };
+    if code == sys::CUresult::CUDA_SUCCESS { count.max(0) as usize } else { 0 }
+}
+
+/// Whether a CUDA device can be used (what `transport=auto` asks).
+pub fn is_available() -> bool {
+    device_count() > 0
+}
+
+/// One CUDA device with its retained primary context and the stream all
+/// elements of this plugin in this process share, so that their GPU work is
+/// ordered without host synchronisation.
+pub struct Device {
+    ordinal: i32,
+    device: sys::CUdevice,
+    context: sys::CUcontext,
+    stream: sys::CUstream,
+    uuid: [u8; 16],
+    name: String,
+    compute_capability: (i32, i32),
+}
+
+// SAFETY: CUDA contexts and streams may be used from any thread once made
+// current there, which `bind` does before every use.
+unsafe impl Send for Device {}
+// SAFETY: see above; the handles are immutable after creation.
+unsafe impl Sync for Device {}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+static DEVICES: LazyLock<Mutex<HashMap<i32, Arc<Device>>>> = LazyLock::new(Default::default);
+
+thread_local! {
+    static CURRENT: Cell<sys::CUcontext> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+impl Device {
+    /// The device with this ordinal, opened once per process.
+    pub fn get(ordinal: i32) -> Result<Arc<Device>> {
+        driver()?;
+        let mut devices = DEVICES.lock().unwrap();
+        if let Some(device) = devices.get(&ordinal) {
+            return Ok(device.clone());
+        }
+        let count = device_count();
+        if ordinal < 0 || ordinal as usize >= count {
+            return Err(CudaError::NoDevice(format!(
+                "device {ordinal} does not exist ({count} device(s) visible)"
+            )));
+        }
+        let device = Arc::new(Self::open(ordinal)?);
+        devices.insert(ordinal, device.clone());
+        Ok(device)
+    }
+
+    /// The device whose UUID is `uuid`, if this process sees it.
+    pub fn find_by_uuid(uuid: &[u8; 16]) -> Result<Option<i32>> {
+        driver()?;
+        for ordinal in 0..device_count() as i32 {
+            let mut dev = 0;
+            let mut id = sys::CUuuid { bytes: [0; 16] };
+            // SAFETY: valid out pointers; ordinal is in range.
+            unsafe {
+                check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal))?;
+                check("cuDeviceGetUuid", sys::cuDeviceGetUuid_v2(&mut id, dev))?;
+            }
+            if id.bytes.map(|b| b as u8) == *uuid {
+                return Ok(Some(ordinal));
+            }
+        }
+        Ok(None)
+    }
+
+    fn open(ordinal: i32) -> Result<Self> {
+        let mut device = 0;
+        let mut context = std::ptr::null_mut();
+        let mut stream = std::ptr::null_mut();
+        let mut uuid = sys::CUuuid { bytes: [0; 16] };
+        let mut name = [0 as std::ffi::c_char; 256];
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: the driver is initialised and every pointer is a valid out
+        // parameter of the right type.
+        unsafe {
+            check("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
+            check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
+            check("cuCtxSetCurrent", sys::cuCtxSetCurrent(context))?;
+            CURRENT.with(|c| c.set(context));
+            check(
+                "cuStreamCreate",
+                sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
+            )?;
+            check("cuDeviceGetUuid", sys::cuDeviceGetUuid_v2(&mut uuid, device))?;
+            check("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), 255, device))?;
+            check(
+                "cuDeviceGetAttribute",
+                sys::cuDeviceGetAttribute(
+                    &mut major,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                    device,
+                ),
+            )?;
+            check(
+                "cuDeviceGetAttribute",
+                sys::cuDeviceGetAttribute(
+                    &mut minor,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                    device,
+                ),
+            )?;
+        }
+        // SAFETY: cuDeviceGetName wrote a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+        Ok(Self {
+            ordinal,
+            device,
+            context,
+            stream,
+            uuid: uuid.bytes.map(|b| b as u8),
+            name,
+            compute_capability: (major, minor),
+        })
+    }
+
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    pub fn uuid(&self) -> [u8; 16] {
+        self.uuid
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// Makes the primary context current on this thread (cheap if it is).
+    pub fn bind(&self) -> Result<()> {
+        if CURRENT.with(|c| c.get()) == self.context {
+            // Another library may have changed it behind our back: ask.
+            let mut current = std::ptr::null_mut();
+            // SAFETY: valid out pointer.
+            unsafe { sys::cuCtxGetCurrent(&mut current) };
+            if current == self.context {
+                return Ok(());
+            }
+        }
+        // SAFETY: the context is retained for the life of the process.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context) })?;
+        CURRENT.with(|c| c.set(self.context));
+        Ok(())
+    }
+
+    /// The stream shared by this plugin's elements on this device.
+    pub fn stream(&self) -> Stream<'_> {
+        Stream {
+            device: self,
+            raw: self.stream,
+        }
+    }
+
+    pub fn raw_context(&self) -> sys::CUcontext {
+        self.context
+    }
+
+    /// Whether this device can map memory of `peer`.
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        let mut can = 0;
+        // SAFETY: valid out pointer and device handles.
+        check("cuDeviceCanAccessPeer", unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.device, peer.device)
+        })?;
+        Ok(can != 0)
+    }
+}
+
+/// A borrowed stream handle with its device.
+#[derive(Clone, Copy)]
+pub struct Stream<'a> {
+    device: &'a Device,
+    raw: sys::CUstream,
+}
+
+impl Stream<'_> {
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: valid stream of the bound context.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
+    }
+
+    /// Makes later work on this stream wait for the last record of `event`.
+    pub fn wait_event(&self, event: sys::CUevent) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: valid stream and event handles.
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.raw, event, 0) })
+    }
+
+    pub fn record(&self, event: sys::CUevent) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: valid stream and event handles.
+        check("cuEventRecord", unsafe { sys::cuEventRecord(event, self.raw) })
+    }
+
+    /// Device-to-device copy of `bytes`, ordered on this stream.
+    pub fn copy_device_to_device(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller passes device pointers valid for `bytes`.
+        check("cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw)
+        })
+    }
+
+    /// Copies host memory to the device and waits until `src` may be reused.
+    pub fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: `src` is valid for its length; `dst` is a device pointer
+        // valid for as many bytes (the caller's contract). The stream is
+        // synchronised before `src` can be dropped.
+        unsafe {
+            check(
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), self.raw),
+            )?;
+        }
+        self.synchronize()
+    }
+
+    /// Copies device memory into `dst` once the stream's earlier work is done.
+    pub fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: `dst` is valid for its length; `src` is a device pointer
+        // valid for as many bytes (the caller's contract). We synchronise
+        // before returning, so `dst` is written when the borrow ends.
+        unsafe {
+            check(
+                "cuMemcpyDtoHAsync",
+                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), self.raw),
+            )?;
+        }
+        self.synchronize()
+    }
+
+    /// 2D copy between device pitches (rows of `width` bytes).
+    pub fn copy_2d_device(&self, dst: u64, dst_pitch: usize, src: u64, src_pitch: usize, width: usize, rows: usize) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: all-zero is a valid CUDA_MEMCPY2D; then filled in.
+        let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+        copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        copy.srcDevice = src;
+        copy.srcPitch = src_pitch;
+        copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        copy.dstDevice = dst;
+        copy.dstPitch = dst_pitch;
+        copy.WidthInBytes = width;
+        copy.Height = rows;
+        // SAFETY: the caller passes device regions valid for the pitches,
+        // width and rows given.
+        check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.raw) })
+    }
+
+    pub fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller passes a device pointer valid for `bytes`.
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, self.raw) })
+    }
+}
+
+/// Device memory from plain `cuMemAlloc` (never stream-ordered memory, which
+/// `cuIpcGetMemHandle` rejects).
+pub struct DeviceBuffer {
+    device: Arc<Device>,
+    ptr: u64,
+    size: usize,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    pub fn new(device: &Arc<Device>, size: usize) -> Result<Self> {
+        device.bind()?;
+        let mut ptr = 0;
+        // SAFETY: valid out pointer; the context is bound.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, size.max(1)) })?;
+        Ok(Self {
+            device: device.clone(),
+            ptr,
+            size,
+        })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The IPC handle another process opens with `ImportedMemory::open`.
+    pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_BYTES]> {
+        self.device.bind()?;
+        let mut handle = sys::CUipcMemHandle {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
+        // SAFETY: the pointer came from cuMemAlloc; valid out pointer.
+        check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut handle, self.ptr) })?;
+        Ok(handle.reserved.map(|b| b as u8))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: the pointer came from cuMemAlloc and is freed once.
+            unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// Device memory of another process, opened from its IPC handle; closed on
+/// drop.
+pub struct ImportedMemory {
+    device: Arc<Device>,
+    ptr: u64,
+}
+
+impl fmt::Debug for ImportedMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImportedMemory")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .finish()
+    }
+}
+
+impl ImportedMemory {
+    /// Opens a memory handle in `device`'s context; with `peer_access` the
+    /// memory may live on another device reachable by peer access.
+    pub fn open(device: &Arc<Device>, handle: &[u8; IPC_HANDLE_BYTES], peer_access: bool) -> Result<Self> {
+        device.bind()?;
+        let handle = sys::CUipcMemHandle {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let flags = if peer_access {
+            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32
+        } else {
+            0
+        };
+        let mut ptr = 0;
+        // SAFETY: valid out pointer; the handle bytes are passed by value and
+        // validated by the driver.
+        check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, flags) })?;
+        Ok(Self {
+            device: device.clone(),
+            ptr,
+        })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for ImportedMemory {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: the pointer came from cuIpcOpenMemHandle, closed once.
+            unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
+        }
+    }
+}
+
+/// A CUDA event without timing; interprocess when asked.
+pub struct Event {
+    device: Arc<Device>,
+    raw: sys::CUevent,
+}
+
+// SAFETY: event handles may be used from any thread with the context bound.
+unsafe impl Send for Event {}
+// SAFETY: see above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(device: &Arc<Device>, interprocess: bool) -> Result<Self> {
+        device.bind()?;
+        let mut flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        if interprocess {
+            flags |= sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32;
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out pointer; the context is bound.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags) })?;
+        Ok(Self {
+            device: device.clone(),
+            raw,
+        })
+    }
+
+    /// Opens an event of another process from its IPC handle.
+    pub fn open_ipc(device: &Arc<Device>, handle: &[u8; IPC_HANDLE_BYTES]) -> Result<Self> {
+        device.bind()?;
+        let handle = sys::CUipcEventHandle {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out pointer; the driver validates the handle.
+        check("cuIpcOpenEventHandle", unsafe { sys::cuIpcOpenEventHandle(&mut raw, handle) })?;
+        Ok(Self {
+            device: device.clone(),
+            raw,
+        })
+    }
+
+    pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_BYTES]> {
+        self.device.bind()?;
+        let mut handle = sys::CUipcEventHandle {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
+        // SAFETY: valid out pointer; the event is interprocess (else the
+        // driver returns an error).
+        check("cuIpcGetEventHandle", unsafe { sys::cuIpcGetEventHandle(&mut handle, self.raw) })?;
+        Ok(handle.reserved.map(|b| b as u8))
+    }
+
+    pub fn raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
+    /// Whether all work captured by the last record has completed.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.device.bind()?;
+        // SAFETY: valid event handle.
+        let code = unsafe { sys::cuEventQuery(self.raw) };
+        if code == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuEventQuery", code).map(|()| true)
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: valid event handle.
+        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: the event is destroyed once.
+            unsafe { sys::cuEventDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// Page-locked host memory mapped into the device's address space: kernels
+/// write results there and the host reads them without a copy or a sync.
+pub struct MappedHostBuffer {
+    device: Arc<Device>,
+    host: *mut c_void,
+    device_ptr: u64,
+    size: usize,
+}
+
+// SAFETY: plain memory; concurrent access goes through atomics (see
+// `words`).
+unsafe impl Send for MappedHostBuffer {}
+// SAFETY: see above.
+unsafe impl Sync for MappedHostBuffer {}
+
+impl MappedHostBuffer {
+    pub fn new(device: &Arc<Device>, size: usize) -> Result<Self> {
+        device.bind()?;
+        let size = size.max(8).next_multiple_of(8);
+        let mut host = std::ptr::null_mut();
+        let mut device_ptr = 0;
+        // SAFETY: valid out pointers; the context is bound.
+        unsafe {
+            check(
+                "cuMemHostAlloc",
+                sys::cuMemHostAlloc(&mut host, size, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE),
+            )?;
+            std::ptr::write_bytes(host as *mut u8, 0, size);
+            if let Err(e) = check(
+                "cuMemHostGetDevicePointer",
+                sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, host, 0),
+            ) {
+                sys::cuMemFreeHost(host);
+                return Err(e);
+            }
+        }
+        Ok(Self {
+            device: device.clone(),
+            host,
+            device_ptr,
+            size,
+        })
+    }
+
+    pub fn device_ptr(&self) -> u64 {
+        self.device_ptr
+    }
+
+    /// The buffer as 32-bit atomic words, as kernels update it.
+    pub fn words(&self) -> &[std::sync::atomic::AtomicU32] {
+        // SAFETY: the allocation is 8-byte aligned (page aligned, in fact),
+        // lives as long as `self`, and is only accessed atomically here.
+        unsafe { std::slice::from_raw_parts(self.host as *const std::sync::atomic::AtomicU32, self.size / 4) }
+    }
+}
+
+impl Drop for MappedHostBuffer {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc, freed once.
+            unsafe { sys::cuMemFreeHost(self.host) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_cuda_is_an_error_not_a_panic() {
+        // On a machine with a GPU this opens device 0; without one, every
+        // entry point reports an error.
+        match Device::get(0) {
+            Ok(device) => {
+                assert!(is_available());
+                assert!(!device.name().is_empty());
+                let buffer = DeviceBuffer::new(&device, 1024).unwrap();
+                assert!(buffer.ptr() != 0);
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: no CUDA device ({e})");
+                assert!(!is_available());
+                assert!(!e.to_string().is_empty());
+            }
+        }
+        assert!(Device::get(-1).is_err());
+        assert!(Device::get(4096).is_err());
+    }
+}

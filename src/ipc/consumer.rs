@@ -1,0 +1,658 @@
+// The consumer side of a channel. Everything read from the control block is
+// validated: a corrupt or hostile block yields `ChannelError::Corrupt`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::layout::*;
+use super::shm::{self, SharedFile};
+use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
+use super::{ChannelError, ConsumerMode, ProducerGone, read_seqlocked, write_seqlocked};
+
+/// Largest slot a channel may announce (1 TiB): anything above is corrupt.
+const MAX_SLOT_SIZE: u64 = 1 << 40;
+/// How often `attach` looks for a channel that is not there yet.
+const ATTACH_POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub channel: String,
+    pub mode: ConsumerMode,
+    pub wait_mode: WaitMode,
+    /// How long `attach` waits for a producer; `None` waits forever.
+    pub connect_timeout: Option<Duration>,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            channel: String::new(),
+            mode: ConsumerMode::EveryFrame,
+            wait_mode: WaitMode::Hybrid,
+            connect_timeout: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// The producer's identity, from the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelInfo {
+    pub transport: u32,
+    pub gpu_sync: u32,
+    pub device_ordinal: u32,
+    pub device_uuid: [u8; 16],
+    pub producer_pid: u32,
+    pub producer_session: u64,
+}
+
+/// The slot pool, read consistently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolInfo {
+    pub generation: u64,
+    pub slot_size: u64,
+    pub pool_descriptor: Vec<u8>,
+    pub slot_descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
+}
+
+/// A frame taken from the channel; the slot stays held until released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub seq: u64,
+    pub slot: usize,
+    pub caps_generation: u64,
+    pub pool_generation: u64,
+    pub size: u64,
+    pub pts: Option<u64>,
+    pub dts: Option<u64>,
+    pub duration: Option<u64>,
+    pub offset: u64,
+    pub offset_end: u64,
+    pub flags: u32,
+    pub planes: Vec<(u64, u32)>,
+    pub publish_time_ns: u64,
+    /// Frames this consumer missed just before this one.
+    pub missed_before: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    Frame(Frame),
+    Eos,
+}
+
+/// Gives a held slot back to the producer; cheap to clone, usable from any
+/// thread, keeps the mapping alive while buffers are in flight.
+#[derive(Clone)]
+pub struct ReleaseHandle {
+    shared: Arc<SharedFile>,
+    bit: u64,
+}
+
+impl std::fmt::Debug for ReleaseHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseHandle").field("bit", &self.bit).finish()
+    }
+}
+
+impl ReleaseHandle {
+    pub fn release(&self, slot: usize) {
+        if slot >= MAX_SLOTS {
+            return;
+        }
+        let h = header_of(&self.shared);
+        h.slots[slot].holders.fetch_and(!self.bit, Ordering::SeqCst);
+        wait::notify(&h.release_futex, &h.producer_sleepers);
+    }
+}
+
+pub struct Consumer {
+    shared: Arc<SharedFile>,
+    config: ConsumerConfig,
+    index: usize,
+    bit: u64,
+    info: ChannelInfo,
+    cursor: u64,
+    last_published: u64,
+    /// Slot count and size of the pool last read, for validation.
+    slot_count: usize,
+    slot_size: u64,
+    pool_generation: u64,
+    missed: u64,
+    /// Missed since the last frame returned, reported with the next one.
+    missed_pending: u64,
+    received: u64,
+    waits: u64,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("channel", &self.config.channel)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// Attaches to a channel, waiting up to the connect timeout for a live
+    /// producer to create it.
+    pub fn attach(config: ConsumerConfig, interrupt: &AtomicBool) -> Result<Self, ChannelError> {
+        shm::validate_channel_name(&config.channel)?;
+        let path = shm::control_path(&config.channel);
+        let deadline = config.connect_timeout.map(|t| Instant::now() + t);
+        loop {
+            if interrupt.load(Ordering::Acquire) {
+                return Err(ChannelError::Interrupted);
+            }
+            match SharedFile::open(&path) {
+                Ok(shared) => {
+                    if let Some(consumer) = Self::attach_to(shared, &config)? {
+                        return Ok(consumer);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    let owner = std::fs::metadata(&path)
+                        .map(|m| {
+                            use std::os::unix::fs::MetadataExt;
+                            format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777)
+                        })
+                        .unwrap_or_default();
+                    return Err(ChannelError::PermissionDenied(format!(
+                        "no permission to open channel '{}' at {}{owner}: the producer must widen its 'permissions'",
+                        config.channel,
+                        path.display()
+                    )));
+                }
+                Err(e) => return Err(ChannelError::io(format!("cannot open {}", path.display()), e)),
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(ChannelError::NoProducer {
+                    channel: config.channel.clone(),
+                });
+            }
+            std::thread::sleep(ATTACH_POLL);
+        }
+    }
+
+    /// `Ok(None)`: the file is the remains of a dead or closed producer, or
+    /// still being created; try again later.
+    fn attach_to(shared: SharedFile, config: &ConsumerConfig) -> Result<Option<Self>, ChannelError> {
+        if shared.len() < std::mem::size_of::<u64>() * 2 {
+            return Err(ChannelError::Corrupt(format!("control block of {} bytes is too small", shared.len())));
+        }
+        let info = validate_header(&shared)?;
+        let shared = Arc::new(shared);
+        let h = header_of(&shared);
+        if h.state.load(Ordering::SeqCst) != STATE_OPEN || !producer_alive(&shared) {
+            return Ok(None);
+        }
+        let ns = h.producer_pid_namespace.load(Ordering::Relaxed);
+        if ns != shm::pid_namespace() {
+            return Err(ChannelError::Incompatible(format!(
+                "the producer (pid {} in its namespace) runs in another PID namespace; a channel works only between processes of one PID namespace (run both in the same container or share the host PID namespace)",
+                info.producer_pid
+            )));
+        }
+        for index in 0..MAX_CONSUMERS {
+            let lock_byte = CONSUMER_LOCK_BASE + index as i64;
+            if !shm::try_lock_byte(&shared.file, lock_byte).map_err(|e| ChannelError::io("cannot lock a consumer record", e))? {
+                continue;
+            }
+            let bit = 1u64 << index;
+            let record = &h.consumers[index];
+            // A dead previous owner may have left its bit on some slots.
+            for slot in &h.slots {
+                slot.holders.fetch_and(!bit, Ordering::SeqCst);
+            }
+            let mode = match config.mode {
+                ConsumerMode::EveryFrame => MODE_EVERY_FRAME,
+                ConsumerMode::Latest => MODE_LATEST,
+            };
+            record.mode.store(mode, Ordering::Relaxed);
+            record.pid.store(std::process::id(), Ordering::Relaxed);
+            record.session.store(shm::random_u64(), Ordering::Relaxed);
+            record.frames_received.store(0, Ordering::Relaxed);
+            record.frames_missed.store(0, Ordering::Relaxed);
+            write_seqlocked(&record.release_seqlock, || record.release_count.store(0, Ordering::Relaxed));
+            record.cursor.store(u64::MAX, Ordering::SeqCst);
+            record.state.store(CONSUMER_ACTIVE, Ordering::SeqCst);
+            // Join late: the next frame published after the producer can see
+            // us is the first one we get.
+            let cursor = h.published.load(Ordering::SeqCst);
+            record.cursor.store(cursor, Ordering::SeqCst);
+            return Ok(Some(Self {
+                shared: shared.clone(),
+                config: config.clone(),
+                index,
+                bit,
+                info,
+                cursor,
+                last_published: cursor,
+                slot_count: 0,
+                slot_size: 0,
+                pool_generation: 0,
+                missed: 0,
+                missed_pending: 0,
+                received: 0,
+                waits: 0,
+            }));
+        }
+        Err(ChannelError::TooManyConsumers)
+    }
+
+    pub fn info(&self) -> &ChannelInfo {
+        &self.info
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn release_handle(&self) -> ReleaseHandle {
+        ReleaseHandle {
+            shared: self.shared.clone(),
+            bit: self.bit,
+        }
+    }
+
+    fn header(&self) -> &ControlHeader {
+        header_of(&self.shared)
+    }
+
+    /// Why the producer is gone, if it is.
+    pub fn producer_gone(&self) -> Option<ProducerGone> {
+        if self.header().state.load(Ordering::SeqCst) == STATE_CLOSED {
+            Some(ProducerGone::Closed)
+        } else if !producer_alive(&self.shared) {
+            Some(ProducerGone::Died)
+        } else {
+            None
+        }
+    }
+
+    fn check_producer(&self) -> Result<(), ChannelError> {
+        match self.producer_gone() {
+            Some(gone) => Err(ChannelError::ProducerGone(gone)),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads the slot pool; validates it and remembers its bounds.
+    pub fn pool(&mut self) -> Result<PoolInfo, ChannelError> {
+        let h = self.header();
+        let read = read_seqlocked(&h.pool_seqlock, || {
+            let count = h.slot_count.load(Ordering::Relaxed) as usize;
+            PoolInfo {
+                generation: h.pool_generation.load(Ordering::Relaxed),
+                slot_size: h.slot_size.load(Ordering::Relaxed),
+                pool_descriptor: load_bytes(&h.pool_descriptor, POOL_DESCRIPTOR_BYTES),
+                slot_descriptors: h.slots[..count.min(MAX_SLOTS)]
+                    .iter()
+                    .map(|s| {
+                        let mut d = [0u8; SLOT_DESCRIPTOR_BYTES];
+                        d.copy_from_slice(&load_bytes(&s.descriptor, SLOT_DESCRIPTOR_BYTES));
+                        d
+                    })
+                    .collect(),
+            }
+        });
+        let pool = match read {
+            Some(pool) => pool,
+            None => {
+                self.check_producer()?;
+                return Err(ChannelError::Corrupt("the pool seqlock never settles".into()));
+            }
+        };
+        let count = h.slot_count.load(Ordering::Relaxed) as usize;
+        if pool.generation == 0 {
+            return Err(ChannelError::Corrupt("a frame was published before any slot pool".into()));
+        }
+        if !(1..=MAX_SLOTS).contains(&count) || pool.slot_descriptors.len() != count {
+            return Err(ChannelError::Corrupt(format!("slot count {count} is outside 1..={MAX_SLOTS}")));
+        }
+        if pool.slot_size == 0 || pool.slot_size > MAX_SLOT_SIZE {
+            return Err(ChannelError::Corrupt(format!("slot size {} is absurd", pool.slot_size)));
+        }
+        self.slot_count = count;
+        self.slot_size = pool.slot_size;
+        self.pool_generation = pool.generation;
+        Ok(pool)
+    }
+
+    /// Reads the caps: (generation, caps string).
+    pub fn caps(&self) -> Result<(u64, String), ChannelError> {
+        let h = self.header();
+        let read = read_seqlocked(&h.caps_seqlock, || {
+            let len = h.caps_len.load(Ordering::Relaxed) as usize;
+            (h.caps_generation.load(Ordering::Relaxed), len, load_bytes(&h.caps, len.min(CAPS_CAPACITY)))
+        });
+        let Some((generation, len, bytes)) = read else {
+            self.check_producer()?;
+            return Err(ChannelError::Corrupt("the caps seqlock never settles".into()));
+        };
+        if len == 0 || len > CAPS_CAPACITY {
+            return Err(ChannelError::Corrupt(format!("caps length {len} is outside 1..={CAPS_CAPACITY}")));
+        }
+        let caps = String::from_utf8(bytes).map_err(|_| ChannelError::Corrupt("caps are not UTF-8".into()))?;
+        if caps.contains('\0') {
+            return Err(ChannelError::Corrupt("caps hold a NUL byte".into()));
+        }
+        Ok((generation, caps))
+    }
+
+    /// Publishes this consumer's per-slot release descriptors (GPU events
+    /// the producer waits on before it overwrites a slot).
+    pub fn set_release_descriptors(&self, descriptors: &[[u8; RELEASE_DESCRIPTOR_BYTES]]) {
+        let record = &self.header().consumers[self.index];
+        let count = descriptors.len().min(MAX_SLOTS);
+        write_seqlocked(&record.release_seqlock, || {
+            for (words, d) in record.release.iter().zip(&descriptors[..count]) {
+                store_bytes(words, d);
+            }
+            record.release_count.store(count as u32, Ordering::Relaxed);
+        });
+    }
+
+    /// Waits for the next item. Frames already published are delivered even
+    /// if the producer is gone since; after them the wait reports
+    /// `ProducerGone`.
+    pub fn next(&mut self, interrupt: &AtomicBool, timeout: Option<Duration>) -> Result<Item, ChannelError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let published = self.wait_published(interrupt, deadline)?;
+            if let Some(item) = self.take(published)? {
+                return Ok(item);
+            }
+        }
+    }
+
+    /// Returns the next item if one is ready, without waiting.
+    pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
+        loop {
+            let published = self.header().published.load(Ordering::Acquire);
+            if published <= self.cursor {
+                self.validate_published(published)?;
+                return Ok(None);
+            }
+            self.validate_published(published)?;
+            if let Some(item) = self.take(published)? {
+                return Ok(Some(item));
+            }
+        }
+    }
+
+    fn validate_published(&mut self, published: u64) -> Result<(), ChannelError> {
+        if published < self.last_published {
+            return Err(ChannelError::Corrupt(format!(
+                "the sequence number went backwards ({} after {})",
+                published, self.last_published
+            )));
+        }
+        self.last_published = published;
+        Ok(())
+    }
+
+    fn wait_published(&mut self, interrupt: &AtomicBool, deadline: Option<Instant>) -> Result<u64, ChannelError> {
+        let h = header_of(&self.shared);
+        let cursor = self.cursor;
+        let last_published = self.last_published;
+        let wake = WakeSource {
+            futex: &h.publish_futex,
+            sleepers: &h.consumer_sleepers,
+        };
+        let mut outcome = WaitOutcome::default();
+        let shared = &self.shared;
+        let published = wait::wait_for(
+            self.config.wait_mode,
+            &wake,
+            interrupt,
+            deadline,
+            &mut outcome,
+            || {
+                let p = h.published.load(Ordering::Acquire);
+                // Going backwards is returned too, to be reported as corruption.
+                Ok((p > cursor || p < last_published).then_some(p))
+            },
+            || {
+                if h.state.load(Ordering::SeqCst) == STATE_CLOSED {
+                    Err(ChannelError::ProducerGone(ProducerGone::Closed))
+                } else if !producer_alive(shared) {
+                    Err(ChannelError::ProducerGone(ProducerGone::Died))
+                } else {
+                    Ok(())
+                }
+            },
+        )?;
+        if outcome.waited {
+            self.waits += 1;
+        }
+        self.validate_published(published)?;
+        Ok(published)
+    }
+
+    /// Tries to take the item at the cursor (or the newest one in latest
+    /// mode). `Ok(None)`: it was overwritten; the cursor moved on.
+    fn take(&mut self, published: u64) -> Result<Option<Item>, ChannelError> {
+        let shared = self.shared.clone();
+        let h = header_of(&shared);
+        let record = &h.consumers[self.index];
+        let mut target = self.cursor;
+        if self.config.mode == ConsumerMode::Latest || published - target > QUEUE_LEN as u64 {
+            target = published - 1;
+        }
+        let skipped = target - self.cursor;
+        let entry = h.queue[target as usize % QUEUE_LEN].load(Ordering::Acquire);
+        let entry_seq = queue_entry_seq(entry);
+        if entry_seq != target {
+            if entry_seq < target {
+                return Err(ChannelError::Corrupt(format!(
+                    "queue entry for item {target} holds item {entry_seq}, which was published earlier"
+                )));
+            }
+            // Overwritten by a producer that does not wait for us.
+            self.advance(target + 1, skipped + 1);
+            return Ok(None);
+        }
+        let kind = queue_entry_kind(entry);
+        if kind == QUEUE_EOS {
+            self.advance(target + 1, skipped);
+            return Ok(Some(Item::Eos));
+        }
+        let slot = kind as usize;
+        if self.slot_count == 0 {
+            self.pool()?;
+        }
+        if slot >= self.slot_count {
+            return Err(ChannelError::Corrupt(format!(
+                "slot index {slot} is out of range (the pool has {} slots)",
+                self.slot_count
+            )));
+        }
+        let slot_record = &h.slots[slot];
+        slot_record.holders.fetch_or(self.bit, Ordering::SeqCst);
+        if slot_record.seq.load(Ordering::SeqCst) != target {
+            slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
+            wait::notify(&h.release_futex, &h.producer_sleepers);
+            self.advance(target + 1, skipped + 1);
+            return Ok(None);
+        }
+        let frame = match self.read_frame(slot, target) {
+            Ok(frame) => frame,
+            Err(e) => {
+                slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        self.received += 1;
+        record.frames_received.fetch_add(1, Ordering::Relaxed);
+        self.advance(target + 1, skipped);
+        let missed_before = std::mem::take(&mut self.missed_pending);
+        Ok(Some(Item::Frame(Frame { missed_before, ..frame })))
+    }
+
+    fn advance(&mut self, cursor: u64, missed: u64) {
+        let shared = self.shared.clone();
+        let h = header_of(&shared);
+        let record = &h.consumers[self.index];
+        self.cursor = cursor;
+        if missed > 0 && self.config.mode == ConsumerMode::EveryFrame {
+            self.missed += missed;
+            self.missed_pending += missed;
+            record.frames_missed.fetch_add(missed, Ordering::Relaxed);
+        }
+        record.cursor.store(cursor, Ordering::SeqCst);
+        wait::notify(&h.release_futex, &h.producer_sleepers);
+    }
+
+    fn read_frame(&mut self, slot: usize, seq: u64) -> Result<Frame, ChannelError> {
+        let r = &self.header().slots[slot];
+        let time = |v: u64| (v != TIME_NONE).then_some(v);
+        let pool_generation = r.pool_generation.load(Ordering::Relaxed);
+        if pool_generation != self.pool_generation {
+            self.pool()?;
+            if pool_generation != self.pool_generation {
+                return Err(ChannelError::Corrupt(format!(
+                    "frame of pool generation {pool_generation}, but the pool is at {}",
+                    self.pool_generation
+                )));
+            }
+        }
+        let r = &self.header().slots[slot];
+        let size = r.size.load(Ordering::Relaxed);
+        if size == 0 || size > self.slot_size {
+            return Err(ChannelError::Corrupt(format!(
+                "frame size {size} does not fit the slot size {}",
+                self.slot_size
+            )));
+        }
+        let n_planes = r.n_planes.load(Ordering::Relaxed) as usize;
+        if n_planes > MAX_PLANES {
+            return Err(ChannelError::Corrupt(format!("{n_planes} planes (at most {MAX_PLANES})")));
+        }
+        let planes: Vec<(u64, u32)> = (0..n_planes)
+            .map(|p| (r.plane_offset[p].load(Ordering::Relaxed), r.plane_stride[p].load(Ordering::Relaxed)))
+            .collect();
+        if let Some((offset, _)) = planes.iter().find(|(offset, _)| *offset >= size) {
+            return Err(ChannelError::Corrupt(format!("plane offset {offset} is outside the frame of {size} bytes")));
+        }
+        Ok(Frame {
+            seq,
+            slot,
+            caps_generation: r.caps_generation.load(Ordering::Relaxed),
+            pool_generation,
+            size,
+            pts: time(r.pts.load(Ordering::Relaxed)),
+            dts: time(r.dts.load(Ordering::Relaxed)),
+            duration: time(r.duration.load(Ordering::Relaxed)),
+            offset: r.offset.load(Ordering::Relaxed),
+            offset_end: r.offset_end.load(Ordering::Relaxed),
+            flags: r.flags.load(Ordering::Relaxed),
+            planes,
+            publish_time_ns: r.publish_time_ns.load(Ordering::Relaxed),
+            missed_before: 0,
+        })
+    }
+
+    /// Gives back a held slot (same as through a `ReleaseHandle`).
+    pub fn release(&self, slot: usize) {
+        self.release_handle().release(slot);
+    }
+
+    pub fn frames_received(&self) -> u64 {
+        self.received
+    }
+
+    pub fn frames_missed(&self) -> u64 {
+        self.missed
+    }
+
+    pub fn waits(&self) -> u64 {
+        self.waits
+    }
+
+    /// Wakes waits on this channel so they notice an interrupt flag.
+    pub fn wake(&self) {
+        let h = self.header();
+        h.publish_futex.fetch_add(1, Ordering::SeqCst);
+        wait::futex_wake_all(&h.publish_futex);
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Buffers still in flight keep their bits (and the lock, through the
+        // shared file) until they are released.
+        let record = &self.header().consumers[self.index];
+        record.state.store(CONSUMER_FREE, Ordering::SeqCst);
+        let h = self.header();
+        wait::notify(&h.release_futex, &h.producer_sleepers);
+    }
+}
+
+fn producer_alive(shared: &SharedFile) -> bool {
+    shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
+}
+
+fn header_of(shared: &SharedFile) -> &ControlHeader {
+    assert!(shared.len() >= control_size());
+    // SAFETY: the mapping is page aligned and at least as large as the header
+    // (checked by validate_header before any Consumer exists, asserted here),
+    // lives as long as `shared`, and ControlHeader consists of atomics only:
+    // every bit pattern is a valid value, and shared access is sound.
+    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
+}
+
+fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
+    let words = shared.map.as_ptr() as *const AtomicU64;
+    // SAFETY: the mapping holds at least two aligned u64 words (checked by
+    // the caller); atomics make a concurrent writer harmless.
+    let (magic, version_word) = unsafe { ((*words).load(Ordering::Relaxed), (*words.add(1)).load(Ordering::Relaxed)) };
+    if magic != MAGIC {
+        return Err(ChannelError::Corrupt(format!("bad magic {magic:#018x}: not a cudaipc control block")));
+    }
+    let version = version_word as u32;
+    if version != PROTOCOL_VERSION {
+        return Err(ChannelError::Incompatible(format!(
+            "protocol version {version}, this build speaks {PROTOCOL_VERSION}"
+        )));
+    }
+    if shared.len() < control_size() {
+        return Err(ChannelError::Corrupt(format!(
+            "control block of {} bytes, expected {}",
+            shared.len(),
+            control_size()
+        )));
+    }
+    let h = header_of(shared);
+    let r = Ordering::Relaxed;
+    let layout_ok = h.header_size.load(r) as usize == std::mem::size_of::<ControlHeader>()
+        && h.total_size.load(r) as usize == control_size()
+        && h.max_slots.load(r) as usize == MAX_SLOTS
+        && h.max_consumers.load(r) as usize == MAX_CONSUMERS
+        && h.slot_record_size.load(r) as usize == std::mem::size_of::<SlotRecord>()
+        && h.consumer_record_size.load(r) as usize == std::mem::size_of::<ConsumerRecord>();
+    if !layout_ok {
+        return Err(ChannelError::Corrupt("header sizes disagree with the protocol version".into()));
+    }
+    let transport = h.transport.load(r);
+    if transport != TRANSPORT_HOST && transport != TRANSPORT_CUDA {
+        return Err(ChannelError::Corrupt(format!("unknown transport {transport}")));
+    }
+    let gpu_sync = h.gpu_sync.load(r);
+    if gpu_sync != GPU_SYNC_EVENT && gpu_sync != GPU_SYNC_HOST {
+        return Err(ChannelError::Corrupt(format!("unknown gpu-sync mode {gpu_sync}")));
+    }
+    let mut device_uuid = [0u8; 16];
+    device_uuid[..8].copy_from_slice(&h.device_uuid[0].load(r).to_le_bytes());
+    device_uuid[8..].copy_from_slice(&h.device_uuid[1].load(r).to_le_bytes());
+    Ok(ChannelInfo {
+        transport,
+        gpu_sync,
+        device_ordinal: h.device_ordinal.load(r),
+        device_uuid,
+        producer_pid: h.producer_pid.load(r),
+        producer_session: h.producer_session.load(r),
+    })
+}

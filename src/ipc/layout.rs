@@ -1,0 +1,256 @@
+// The control block: one shared mapping per channel, written by one producer
+// and read (and partly written) by up to MAX_CONSUMERS consumers.
+//
+// Every field is an atomic, so that concurrent access from several processes
+// is defined behaviour. Plain data is read with Relaxed loads under the
+// protocol's own ordering (seqlocks, slot ownership); the rules are described
+// in docs/protocol.md, which must change together with this file.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// "CUDAIPC\0" in little endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAIPC\0");
+/// Bump on any change of the layout or of the rules.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Most slots a channel can have.
+pub const MAX_SLOTS: usize = 64;
+/// Most consumers attached at once (one bit each in `SlotRecord::holders`).
+pub const MAX_CONSUMERS: usize = 32;
+/// Room for the caps string, in bytes.
+pub const CAPS_CAPACITY: usize = 4096;
+/// Room for one slot's transport descriptor (memory + event IPC handles).
+pub const SLOT_DESCRIPTOR_BYTES: usize = 128;
+/// Room for one consumer's per-slot release descriptor (an event IPC handle).
+pub const RELEASE_DESCRIPTOR_BYTES: usize = 64;
+/// Room for the pool-wide transport descriptor (e.g. a host data file name).
+pub const POOL_DESCRIPTOR_BYTES: usize = 128;
+/// Length of the publication queue; a consumer that lags by more misses items.
+pub const QUEUE_LEN: usize = 2 * MAX_SLOTS;
+/// Most planes a frame can describe (GstVideoMeta has four).
+pub const MAX_PLANES: usize = 4;
+
+/// `ControlHeader::state`
+pub const STATE_OPEN: u32 = 1;
+pub const STATE_CLOSED: u32 = 2;
+
+/// `ControlHeader::transport`
+pub const TRANSPORT_HOST: u32 = 1;
+pub const TRANSPORT_CUDA: u32 = 2;
+
+/// `ControlHeader::gpu_sync`
+pub const GPU_SYNC_EVENT: u32 = 0;
+pub const GPU_SYNC_HOST: u32 = 1;
+
+/// `ConsumerRecord::state`
+pub const CONSUMER_FREE: u32 = 0;
+pub const CONSUMER_ACTIVE: u32 = 1;
+
+/// `ConsumerRecord::mode`
+pub const MODE_EVERY_FRAME: u32 = 0;
+pub const MODE_LATEST: u32 = 1;
+
+/// Set in `SlotRecord::seq` while the producer owns the slot (empty, being
+/// written, or reserved). A consumer never takes a slot in that state.
+pub const SEQ_WRITING: u64 = 1 << 63;
+
+/// Queue entries pack `seq << 8 | kind`, kind being a slot index or a marker.
+pub const QUEUE_KIND_BITS: u32 = 8;
+pub const QUEUE_EOS: u64 = 0xFF;
+
+/// `u64::MAX` stands for "no timestamp" (GST_CLOCK_TIME_NONE).
+pub const TIME_NONE: u64 = u64::MAX;
+
+/// Byte offset of the producer's liveness lock in the control file; consumer
+/// `i` locks byte `CONSUMER_LOCK_BASE + i`. The kernel drops these locks when
+/// the holder dies, which makes liveness immune to pid reuse.
+pub const PRODUCER_LOCK_BYTE: i64 = 0;
+pub const CONSUMER_LOCK_BASE: i64 = 1;
+
+#[repr(C)]
+pub struct ControlHeader {
+    // Identity: written before the file gets its public name, never after.
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub header_size: AtomicU32,
+    pub total_size: AtomicU64,
+    pub max_slots: AtomicU32,
+    pub max_consumers: AtomicU32,
+    pub slot_record_size: AtomicU32,
+    pub consumer_record_size: AtomicU32,
+    pub transport: AtomicU32,
+    pub gpu_sync: AtomicU32,
+    pub device_ordinal: AtomicU32,
+    pub producer_pid: AtomicU32,
+    pub device_uuid: [AtomicU64; 2],
+    pub producer_start_time: AtomicU64,
+    pub producer_pid_namespace: AtomicU64,
+    pub producer_session: AtomicU64,
+
+    /// STATE_OPEN while the producer lives, STATE_CLOSED after a clean stop.
+    pub state: AtomicU32,
+    pub _pad0: AtomicU32,
+
+    // Slot pool: guarded by `pool_seqlock` (odd while being written).
+    pub pool_seqlock: AtomicU64,
+    pub pool_generation: AtomicU64,
+    pub slot_size: AtomicU64,
+    pub slot_count: AtomicU32,
+    pub _pad1: AtomicU32,
+    pub pool_descriptor: [AtomicU64; POOL_DESCRIPTOR_BYTES / 8],
+
+    // Caps: guarded by `caps_seqlock`.
+    pub caps_seqlock: AtomicU64,
+    pub caps_generation: AtomicU64,
+    pub caps_len: AtomicU32,
+    pub _pad2: AtomicU32,
+    pub caps: [AtomicU64; CAPS_CAPACITY / 8],
+
+    // Publication: the producer writes `queue[seq % QUEUE_LEN]`, then
+    // `published = seq + 1` with Release; consumers load it with Acquire.
+    pub published: AtomicU64,
+    pub queue: [AtomicU64; QUEUE_LEN],
+    /// Bumped after every publication; consumers sleep on it (futex).
+    pub publish_futex: AtomicU32,
+    /// Number of consumers asleep on `publish_futex`.
+    pub consumer_sleepers: AtomicU32,
+    /// Bumped after every release; the producer sleeps on it.
+    pub release_futex: AtomicU32,
+    /// Non-zero while the producer sleeps on `release_futex`.
+    pub producer_sleepers: AtomicU32,
+
+    /// Producer statistics, for consumers and tools.
+    pub frames_published: AtomicU64,
+    pub frames_dropped: AtomicU64,
+
+    pub slots: [SlotRecord; MAX_SLOTS],
+    pub consumers: [ConsumerRecord; MAX_CONSUMERS],
+}
+
+#[repr(C)]
+pub struct SlotRecord {
+    /// Sequence number of the frame in the slot, or SEQ_WRITING.
+    pub seq: AtomicU64,
+    /// One bit per consumer that holds the slot.
+    pub holders: AtomicU64,
+    // Frame metadata, written while SEQ_WRITING is set.
+    pub caps_generation: AtomicU64,
+    pub pool_generation: AtomicU64,
+    pub size: AtomicU64,
+    pub pts: AtomicU64,
+    pub dts: AtomicU64,
+    pub duration: AtomicU64,
+    pub offset: AtomicU64,
+    pub offset_end: AtomicU64,
+    pub publish_time_ns: AtomicU64,
+    pub flags: AtomicU32,
+    pub n_planes: AtomicU32,
+    pub plane_offset: [AtomicU64; MAX_PLANES],
+    pub plane_stride: [AtomicU32; MAX_PLANES],
+    /// Transport handles of this slot; part of the pool (pool_seqlock).
+    pub descriptor: [AtomicU64; SLOT_DESCRIPTOR_BYTES / 8],
+}
+
+#[repr(C)]
+pub struct ConsumerRecord {
+    pub state: AtomicU32,
+    pub mode: AtomicU32,
+    pub pid: AtomicU32,
+    /// Number of valid entries in `release` (slots 0..release_count).
+    pub release_count: AtomicU32,
+    /// Random per attachment; tells the producer a record has a new owner.
+    pub session: AtomicU64,
+    /// Next sequence number this consumer wants (every-frame mode).
+    pub cursor: AtomicU64,
+    pub frames_received: AtomicU64,
+    pub frames_missed: AtomicU64,
+    /// Guards `release_generation` and `release`.
+    pub release_seqlock: AtomicU64,
+    pub release: [[AtomicU64; RELEASE_DESCRIPTOR_BYTES / 8]; MAX_SLOTS],
+}
+
+impl ControlHeader {
+    pub fn slot(&self, index: usize) -> &SlotRecord {
+        &self.slots[index]
+    }
+}
+
+/// Writes `bytes` into a run of atomic words, zero-padding the rest.
+pub fn store_bytes(words: &[AtomicU64], bytes: &[u8]) {
+    debug_assert!(bytes.len() <= words.len() * 8);
+    for (i, word) in words.iter().enumerate() {
+        let mut chunk = [0u8; 8];
+        let start = i * 8;
+        if start < bytes.len() {
+            let end = (start + 8).min(bytes.len());
+            chunk[..end - start].copy_from_slice(&bytes[start..end]);
+        }
+        word.store(u64::from_le_bytes(chunk), Ordering::Relaxed);
+    }
+}
+
+/// Reads `len` bytes from a run of atomic words.
+pub fn load_bytes(words: &[AtomicU64], len: usize) -> Vec<u8> {
+    let len = len.min(words.len() * 8);
+    let mut out = Vec::with_capacity(len);
+    for word in words {
+        if out.len() >= len {
+            break;
+        }
+        let chunk = word.load(Ordering::Relaxed).to_le_bytes();
+        let take = (len - out.len()).min(8);
+        out.extend_from_slice(&chunk[..take]);
+    }
+    out
+}
+
+pub const fn queue_entry(seq: u64, kind: u64) -> u64 {
+    (seq << QUEUE_KIND_BITS) | kind
+}
+
+pub const fn queue_entry_seq(entry: u64) -> u64 {
+    entry >> QUEUE_KIND_BITS
+}
+
+pub const fn queue_entry_kind(entry: u64) -> u64 {
+    entry & ((1 << QUEUE_KIND_BITS) - 1)
+}
+
+/// Size of the control file.
+pub const fn control_size() -> usize {
+    std::mem::size_of::<ControlHeader>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_through_words() {
+        let words: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(u64::MAX)).collect();
+        let text = b"video/x-raw, width=(int)3";
+        store_bytes(&words, text);
+        assert_eq!(load_bytes(&words, text.len()), text);
+        // The padding is zeroed, so stale bytes never leak past `len`.
+        assert_eq!(load_bytes(&words, 32)[text.len()..], [0u8; 7]);
+    }
+
+    #[test]
+    fn queue_entries_pack_seq_and_kind() {
+        let entry = queue_entry(123_456_789, 7);
+        assert_eq!(queue_entry_seq(entry), 123_456_789);
+        assert_eq!(queue_entry_kind(entry), 7);
+        assert_eq!(queue_entry_kind(queue_entry(5, QUEUE_EOS)), QUEUE_EOS);
+    }
+
+    #[test]
+    fn layout_is_stable_and_aligned() {
+        assert_eq!(std::mem::align_of::<ControlHeader>(), 8);
+        assert_eq!(std::mem::size_of::<SlotRecord>() % 8, 0);
+        assert_eq!(std::mem::size_of::<ConsumerRecord>() % 8, 0);
+        // The whole block stays well under a megabyte.
+        assert!(control_size() < 1 << 20, "{}", control_size());
+        assert!(MAX_SLOTS < QUEUE_EOS as usize);
+        assert!(MAX_CONSUMERS <= 64);
+    }
+}

@@ -1,0 +1,613 @@
+// The producer side of a channel.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use super::layout::*;
+use super::shm::{self, SharedFile};
+use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
+use super::{ChannelError, write_seqlocked};
+
+/// What the producer does when no slot is free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenFull {
+    /// Wait for a consumer to release a slot: lossless.
+    #[default]
+    Block,
+    /// Drop the new frame (counted), never wait. Consumers that lag lose the
+    /// frames they have not taken yet.
+    Drop,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    pub channel: String,
+    /// File mode of the control block (and host data files).
+    pub permissions: u32,
+    pub transport: u32,
+    pub gpu_sync: u32,
+    pub device_ordinal: u32,
+    pub device_uuid: [u8; 16],
+    pub when_full: WhenFull,
+    pub wait_mode: WaitMode,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        Self {
+            channel: String::new(),
+            permissions: 0o600,
+            transport: TRANSPORT_HOST,
+            gpu_sync: GPU_SYNC_EVENT,
+            device_ordinal: 0,
+            device_uuid: [0; 16],
+            when_full: WhenFull::Block,
+            wait_mode: WaitMode::Hybrid,
+        }
+    }
+}
+
+/// Per-frame metadata that travels with a slot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrameMeta {
+    pub size: u64,
+    pub pts: Option<u64>,
+    pub dts: Option<u64>,
+    pub duration: Option<u64>,
+    pub offset: u64,
+    pub offset_end: u64,
+    pub flags: u32,
+    /// (offset, stride) of each plane.
+    pub planes: Vec<(u64, u32)>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProducerStats {
+    pub frames: u64,
+    pub dropped: u64,
+    /// Frames for which the producer had to wait for a free slot.
+    pub waits: u64,
+    pub consumers: u32,
+    pub reclaimed_consumers: u64,
+}
+
+/// A consumer's release descriptors, as the transport needs them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerReleaseInfo {
+    pub index: usize,
+    pub session: u64,
+    pub descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]>,
+}
+
+pub struct Producer {
+    shared: SharedFile,
+    config: ProducerConfig,
+    session: u64,
+    /// Slots reserved by this producer and not yet published or cancelled.
+    reserved: AtomicU64,
+    slot_count: AtomicU32,
+    next_slot_hint: AtomicUsize,
+    /// Next sequence number; the lock also serialises publication.
+    publish: Mutex<u64>,
+    waits: AtomicU64,
+    reclaimed: AtomicU64,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("channel", &self.config.channel)
+            .field("session", &self.session)
+            .finish()
+    }
+}
+
+impl Producer {
+    /// Creates the channel. Fails with `InUse` if a live producer owns the
+    /// name; replaces the channel of a dead one.
+    pub fn create(config: ProducerConfig) -> Result<Self, ChannelError> {
+        shm::validate_channel_name(&config.channel)?;
+        let path = shm::control_path(&config.channel);
+        let session = shm::random_u64();
+        // Built under a private name, then linked to the public one, so no
+        // one ever sees a half-initialised or unlocked control block.
+        let temp = shm::shm_dir().join(format!(".cudaipc-new-{}-{session:016x}", std::process::id()));
+        let mut shared = SharedFile::create_exclusive(&temp, control_size(), config.permissions)
+            .map_err(|e| ChannelError::io(format!("cannot create {}", temp.display()), e))?;
+        let locked = shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE);
+        if !matches!(locked, Ok(true)) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(match locked {
+                Err(e) => ChannelError::io("cannot lock the control block", e),
+                Ok(_) => ChannelError::Corrupt("a fresh control block was already locked".into()),
+            });
+        }
+        init_header(header_of(&shared), &config, session);
+        let claimed = Self::claim_name(&temp, &path, &config.channel);
+        let _ = std::fs::remove_file(&temp);
+        claimed?;
+        shared.path = path;
+        Ok(Self {
+            shared,
+            config,
+            session,
+            reserved: AtomicU64::new(0),
+            slot_count: AtomicU32::new(0),
+            next_slot_hint: AtomicUsize::new(0),
+            publish: Mutex::new(0),
+            waits: AtomicU64::new(0),
+            reclaimed: AtomicU64::new(0),
+        })
+    }
+
+    fn claim_name(temp: &std::path::Path, path: &std::path::Path, channel: &str) -> Result<(), ChannelError> {
+        for _ in 0..16 {
+            match shm::link_exclusive(temp, path) {
+                Ok(()) => {
+                    // Data files of earlier producers of this name are orphans now.
+                    shm::remove_data_files(channel);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(ChannelError::io(format!("cannot create {}", path.display()), e)),
+            }
+            // Someone has the name: a live producer, or the remains of a dead one.
+            let existing = match SharedFile::open(path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(ChannelError::PermissionDenied(format!(
+                        "channel '{channel}' exists and belongs to another user ({}): {e}",
+                        path.display()
+                    )));
+                }
+                Err(e) => return Err(ChannelError::io(format!("cannot open {}", path.display()), e)),
+            };
+            let got_lock = shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)
+                .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
+            if !got_lock {
+                let pid = if existing.len() >= control_size() {
+                    header_of(&existing).producer_pid.load(Ordering::Relaxed)
+                } else {
+                    0
+                };
+                return Err(ChannelError::InUse {
+                    channel: channel.to_owned(),
+                    pid,
+                });
+            }
+            // Stale: its producer is dead. We hold its lock now, so no other
+            // contender can decide the same; remove it only if it is still
+            // the file at that name.
+            if existing.is_linked_at_path() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        Err(ChannelError::Io {
+            context: format!("cannot claim channel '{channel}'"),
+            source: std::io::Error::other("the name kept changing hands"),
+        })
+    }
+
+    pub fn channel(&self) -> &str {
+        &self.config.channel
+    }
+
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    pub fn config(&self) -> &ProducerConfig {
+        &self.config
+    }
+
+    pub fn path(&self) -> &PathBuf {
+        &self.shared.path
+    }
+
+    fn header(&self) -> &ControlHeader {
+        header_of(&self.shared)
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.slot_count.load(Ordering::Acquire) as usize
+    }
+
+    pub fn pool_generation(&self) -> u64 {
+        self.header().pool_generation.load(Ordering::Relaxed)
+    }
+
+    pub fn caps_generation(&self) -> u64 {
+        self.header().caps_generation.load(Ordering::Relaxed)
+    }
+
+    /// Publishes a new slot pool. With a pool in place it first waits until
+    /// no consumer holds a slot or still needs a published frame.
+    pub fn configure_pool(
+        &self,
+        slot_size: u64,
+        slot_descriptors: &[[u8; SLOT_DESCRIPTOR_BYTES]],
+        pool_descriptor: &[u8],
+        interrupt: &AtomicBool,
+    ) -> Result<u64, ChannelError> {
+        let count = slot_descriptors.len();
+        assert!((1..=MAX_SLOTS).contains(&count) && pool_descriptor.len() <= POOL_DESCRIPTOR_BYTES);
+        if self.slot_count() > 0 {
+            self.drain(interrupt)?;
+        }
+        let h = self.header();
+        let generation = h.pool_generation.load(Ordering::Relaxed) + 1;
+        write_seqlocked(&h.pool_seqlock, || {
+            h.pool_generation.store(generation, Ordering::Relaxed);
+            h.slot_size.store(slot_size, Ordering::Relaxed);
+            h.slot_count.store(count as u32, Ordering::Relaxed);
+            store_bytes(&h.pool_descriptor, pool_descriptor);
+            for (i, slot) in h.slots.iter().enumerate() {
+                slot.seq.store(SEQ_WRITING, Ordering::Relaxed);
+                match slot_descriptors.get(i) {
+                    Some(d) => store_bytes(&slot.descriptor, d),
+                    None => store_bytes(&slot.descriptor, &[]),
+                }
+            }
+        });
+        self.slot_count.store(count as u32, Ordering::Release);
+        Ok(generation)
+    }
+
+    /// Publishes caps that the following frames carry. In block mode it
+    /// first waits until every-frame consumers took all frames of the old
+    /// caps, so none of them reads a frame with caps it cannot look up.
+    pub fn set_caps(&self, caps: &str, interrupt: &AtomicBool) -> Result<u64, ChannelError> {
+        if caps.len() > CAPS_CAPACITY {
+            return Err(ChannelError::Incompatible(format!(
+                "caps of {} bytes exceed the channel's {CAPS_CAPACITY}",
+                caps.len()
+            )));
+        }
+        if self.config.when_full == WhenFull::Block {
+            let published = self.header().published.load(Ordering::Acquire);
+            self.wait_producer_side(interrupt, || {
+                Ok(self
+                    .every_frame_cursors()
+                    .all(|cursor| cursor >= published)
+                    .then_some(()))
+            })?;
+        }
+        let h = self.header();
+        let generation = h.caps_generation.load(Ordering::Relaxed) + 1;
+        write_seqlocked(&h.caps_seqlock, || {
+            h.caps_generation.store(generation, Ordering::Relaxed);
+            h.caps_len.store(caps.len() as u32, Ordering::Relaxed);
+            store_bytes(&h.caps, caps.as_bytes());
+        });
+        Ok(generation)
+    }
+
+    fn every_frame_cursors(&self) -> impl Iterator<Item = u64> + '_ {
+        self.header().consumers.iter().filter_map(|c| {
+            (c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE && c.mode.load(Ordering::Relaxed) == MODE_EVERY_FRAME)
+                .then(|| c.cursor.load(Ordering::SeqCst))
+        })
+    }
+
+    fn wait_producer_side<T>(
+        &self,
+        interrupt: &AtomicBool,
+        poll: impl FnMut() -> Result<Option<T>, ChannelError>,
+    ) -> Result<T, ChannelError> {
+        let h = self.header();
+        let wake = WakeSource {
+            futex: &h.release_futex,
+            sleepers: &h.producer_sleepers,
+        };
+        let mut outcome = WaitOutcome::default();
+        wait::wait_for(self.config.wait_mode, &wake, interrupt, None, &mut outcome, poll, || {
+            self.reclaim_dead_consumers();
+            Ok(())
+        })
+    }
+
+    /// Waits until no slot is held and no every-frame consumer lags.
+    fn drain(&self, interrupt: &AtomicBool) -> Result<(), ChannelError> {
+        let published = self.header().published.load(Ordering::Acquire);
+        self.wait_producer_side(interrupt, || {
+            let idle = self.header().slots.iter().all(|s| s.holders.load(Ordering::SeqCst) == 0)
+                && self.every_frame_cursors().all(|c| c >= published)
+                && self.reserved.load(Ordering::SeqCst) == 0;
+            Ok(idle.then_some(()))
+        })
+    }
+
+    /// Reserves a slot to write the next frame into. `Ok(None)`: no slot is
+    /// free and the policy is `Drop` (the frame is counted as dropped).
+    pub fn reserve(&self, interrupt: &AtomicBool) -> Result<Option<usize>, ChannelError> {
+        if self.slot_count() == 0 {
+            return Err(ChannelError::Incompatible("no slot pool configured".into()));
+        }
+        if let Some(slot) = self.try_reserve() {
+            return Ok(Some(slot));
+        }
+        if self.config.when_full == WhenFull::Drop {
+            self.header().frames_dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.wait_producer_side(interrupt, || Ok(self.try_reserve())).map(Some)
+    }
+
+    fn try_reserve(&self) -> Option<usize> {
+        let h = self.header();
+        let count = self.slot_count();
+        let min_cursor = self.every_frame_cursors().min().unwrap_or(u64::MAX);
+        let hint = self.next_slot_hint.load(Ordering::Relaxed);
+        let reserved = self.reserved.load(Ordering::SeqCst);
+        // In drop mode a slot that a lagging consumer has not taken yet may be
+        // overwritten; the oldest such slot goes first.
+        let mut overwrite: Option<(usize, u64)> = None;
+        for k in 0..count {
+            let i = (hint + k) % count;
+            if reserved & (1 << i) != 0 {
+                continue;
+            }
+            let slot = &h.slots[i];
+            if slot.holders.load(Ordering::SeqCst) != 0 {
+                continue;
+            }
+            let seq = slot.seq.load(Ordering::SeqCst);
+            let pending = seq & SEQ_WRITING == 0 && seq >= min_cursor;
+            if pending {
+                if self.config.when_full == WhenFull::Drop && overwrite.is_none_or(|(_, s)| seq < s) {
+                    overwrite = Some((i, seq));
+                }
+                continue;
+            }
+            if self.claim(i, seq) {
+                return Some(i);
+            }
+        }
+        match overwrite {
+            Some((i, seq)) if self.claim(i, seq) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Takes slot `i` unless a consumer grabbed it meanwhile.
+    fn claim(&self, i: usize, old_seq: u64) -> bool {
+        let bit = 1u64 << i;
+        if self.reserved.fetch_or(bit, Ordering::SeqCst) & bit != 0 {
+            return false;
+        }
+        let slot = &self.header().slots[i];
+        // Mark first, then look at holders; consumers set their bit first,
+        // then look at the mark. One of the two sides sees the other.
+        slot.seq.store(SEQ_WRITING, Ordering::SeqCst);
+        if slot.holders.load(Ordering::SeqCst) != 0 {
+            slot.seq.store(old_seq, Ordering::SeqCst);
+            self.reserved.fetch_and(!bit, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back a reserved slot without publishing it.
+    pub fn cancel(&self, slot: usize) {
+        if slot < MAX_SLOTS {
+            self.reserved.fetch_and(!(1u64 << slot), Ordering::SeqCst);
+            let h = self.header();
+            wait::notify(&h.release_futex, &h.producer_sleepers);
+        }
+    }
+
+    /// Whether `slot` is reserved by this producer and not yet published.
+    pub fn is_reserved(&self, slot: usize) -> bool {
+        slot < MAX_SLOTS && self.reserved.load(Ordering::SeqCst) & (1 << slot) != 0
+    }
+
+    /// Publishes the frame written into reserved `slot`; returns its sequence
+    /// number.
+    pub fn publish(&self, slot: usize, meta: &FrameMeta) -> Result<u64, ChannelError> {
+        if !self.is_reserved(slot) {
+            return Err(ChannelError::Incompatible(format!("slot {slot} is not reserved")));
+        }
+        let h = self.header();
+        let record = &h.slots[slot];
+        let mut next_seq = self.publish.lock().unwrap();
+        let seq = *next_seq;
+        *next_seq += 1;
+        self.next_slot_hint.store((slot + 1) % self.slot_count().max(1), Ordering::Relaxed);
+        record.caps_generation.store(h.caps_generation.load(Ordering::Relaxed), Ordering::Relaxed);
+        record.pool_generation.store(h.pool_generation.load(Ordering::Relaxed), Ordering::Relaxed);
+        record.size.store(meta.size, Ordering::Relaxed);
+        record.pts.store(meta.pts.unwrap_or(TIME_NONE), Ordering::Relaxed);
+        record.dts.store(meta.dts.unwrap_or(TIME_NONE), Ordering::Relaxed);
+        record.duration.store(meta.duration.unwrap_or(TIME_NONE), Ordering::Relaxed);
+        record.offset.store(meta.offset, Ordering::Relaxed);
+        record.offset_end.store(meta.offset_end, Ordering::Relaxed);
+        record.flags.store(meta.flags, Ordering::Relaxed);
+        let planes = meta.planes.len().min(MAX_PLANES);
+        record.n_planes.store(planes as u32, Ordering::Relaxed);
+        for p in 0..MAX_PLANES {
+            let (offset, stride) = meta.planes.get(p).copied().unwrap_or((0, 0));
+            record.plane_offset[p].store(offset, Ordering::Relaxed);
+            record.plane_stride[p].store(stride, Ordering::Relaxed);
+        }
+        record.publish_time_ns.store(shm::monotonic_ns(), Ordering::Relaxed);
+        record.seq.store(seq, Ordering::SeqCst);
+        h.queue[seq as usize % QUEUE_LEN].store(queue_entry(seq, slot as u64), Ordering::Release);
+        h.published.store(seq + 1, Ordering::SeqCst);
+        h.frames_published.fetch_add(1, Ordering::Relaxed);
+        self.reserved.fetch_and(!(1u64 << slot), Ordering::SeqCst);
+        drop(next_seq);
+        wait::notify(&h.publish_futex, &h.consumer_sleepers);
+        Ok(seq)
+    }
+
+    /// Publishes end-of-stream after all frames so far.
+    pub fn publish_eos(&self) {
+        let h = self.header();
+        let mut next_seq = self.publish.lock().unwrap();
+        let seq = *next_seq;
+        *next_seq += 1;
+        h.queue[seq as usize % QUEUE_LEN].store(queue_entry(seq, QUEUE_EOS), Ordering::Release);
+        h.published.store(seq + 1, Ordering::SeqCst);
+        wait::notify(&h.publish_futex, &h.consumer_sleepers);
+    }
+
+    /// Releases the slots held by consumers that died. Returns how many
+    /// consumers were reclaimed.
+    pub fn reclaim_dead_consumers(&self) -> usize {
+        let h = self.header();
+        let mut reclaimed = 0;
+        for (i, record) in h.consumers.iter().enumerate() {
+            let bit = 1u64 << i;
+            let holds = h.slots.iter().any(|s| s.holders.load(Ordering::Relaxed) & bit != 0);
+            if record.state.load(Ordering::SeqCst) != CONSUMER_ACTIVE && !holds {
+                continue;
+            }
+            let lock_byte = CONSUMER_LOCK_BASE + i as i64;
+            if shm::byte_is_locked(&self.shared.file, lock_byte).unwrap_or(true) {
+                continue;
+            }
+            // Take its lock while cleaning, so a new consumer cannot claim the
+            // record half-way.
+            if !shm::try_lock_byte(&self.shared.file, lock_byte).unwrap_or(false) {
+                continue;
+            }
+            for slot in &h.slots {
+                slot.holders.fetch_and(!bit, Ordering::SeqCst);
+            }
+            if record.state.swap(CONSUMER_FREE, Ordering::SeqCst) == CONSUMER_ACTIVE {
+                reclaimed += 1;
+            }
+            shm::unlock_byte(&self.shared.file, lock_byte);
+        }
+        if reclaimed > 0 {
+            self.reclaimed.fetch_add(reclaimed as u64, Ordering::Relaxed);
+        }
+        reclaimed
+    }
+
+    /// The release descriptors of every attached consumer that has any.
+    pub fn consumer_release_info(&self) -> Vec<ConsumerReleaseInfo> {
+        let h = self.header();
+        let mut out = Vec::new();
+        for (index, record) in h.consumers.iter().enumerate() {
+            if record.state.load(Ordering::SeqCst) != CONSUMER_ACTIVE {
+                continue;
+            }
+            let read = super::read_seqlocked(&record.release_seqlock, || {
+                let count = (record.release_count.load(Ordering::Relaxed) as usize).min(MAX_SLOTS);
+                let session = record.session.load(Ordering::Relaxed);
+                let descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]> = record.release[..count]
+                    .iter()
+                    .map(|words| {
+                        let mut d = [0u8; RELEASE_DESCRIPTOR_BYTES];
+                        d.copy_from_slice(&load_bytes(words, RELEASE_DESCRIPTOR_BYTES));
+                        d
+                    })
+                    .collect();
+                (session, descriptors)
+            });
+            if let Some((session, descriptors)) = read
+                && !descriptors.is_empty()
+            {
+                out.push(ConsumerReleaseInfo {
+                    index,
+                    session,
+                    descriptors,
+                });
+            }
+        }
+        out
+    }
+
+    /// Cheap fingerprint of the set of attached consumers: changes when one
+    /// attaches, leaves or publishes new release descriptors.
+    pub fn consumer_fingerprint(&self) -> u64 {
+        let h = self.header();
+        let mut x = 0u64;
+        for (i, record) in h.consumers.iter().enumerate() {
+            if record.state.load(Ordering::Relaxed) == CONSUMER_ACTIVE {
+                x ^= record
+                    .session
+                    .load(Ordering::Relaxed)
+                    .rotate_left(i as u32)
+                    .wrapping_add(record.release_seqlock.load(Ordering::Relaxed));
+            }
+        }
+        x
+    }
+
+    pub fn stats(&self) -> ProducerStats {
+        let h = self.header();
+        ProducerStats {
+            frames: h.frames_published.load(Ordering::Relaxed),
+            dropped: h.frames_dropped.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            consumers: h
+                .consumers
+                .iter()
+                .filter(|c| c.state.load(Ordering::Relaxed) == CONSUMER_ACTIVE)
+                .count() as u32,
+            reclaimed_consumers: self.reclaimed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a frame dropped outside `reserve` (e.g. by the element).
+    pub fn count_drop(&self) {
+        self.header().frames_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Wakes this producer's own waits so they notice an interrupt flag.
+    pub fn wake(&self) {
+        let h = self.header();
+        h.release_futex.fetch_add(1, Ordering::SeqCst);
+        wait::futex_wake_all(&h.release_futex);
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let h = self.header();
+        h.state.store(STATE_CLOSED, Ordering::SeqCst);
+        h.publish_futex.fetch_add(1, Ordering::SeqCst);
+        wait::futex_wake_all(&h.publish_futex);
+        if self.shared.is_linked_at_path() {
+            let _ = std::fs::remove_file(&self.shared.path);
+        }
+    }
+}
+
+fn header_of(shared: &SharedFile) -> &ControlHeader {
+    assert!(shared.len() >= control_size());
+    // SAFETY: the mapping is page aligned, at least as large as the header,
+    // lives as long as `shared`, and ControlHeader consists of atomics only,
+    // so any bit pattern is a valid value and shared access is sound.
+    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
+}
+
+fn init_header(h: &ControlHeader, config: &ProducerConfig, session: u64) {
+    let r = Ordering::Relaxed;
+    h.magic.store(MAGIC, r);
+    h.version.store(PROTOCOL_VERSION, r);
+    h.header_size.store(std::mem::size_of::<ControlHeader>() as u32, r);
+    h.total_size.store(control_size() as u64, r);
+    h.max_slots.store(MAX_SLOTS as u32, r);
+    h.max_consumers.store(MAX_CONSUMERS as u32, r);
+    h.slot_record_size.store(std::mem::size_of::<SlotRecord>() as u32, r);
+    h.consumer_record_size.store(std::mem::size_of::<ConsumerRecord>() as u32, r);
+    h.transport.store(config.transport, r);
+    h.gpu_sync.store(config.gpu_sync, r);
+    h.device_ordinal.store(config.device_ordinal, r);
+    h.producer_pid.store(std::process::id(), r);
+    h.device_uuid[0].store(u64::from_le_bytes(config.device_uuid[..8].try_into().unwrap()), r);
+    h.device_uuid[1].store(u64::from_le_bytes(config.device_uuid[8..].try_into().unwrap()), r);
+    h.producer_start_time.store(shm::process_start_time(std::process::id()).unwrap_or(0), r);
+    h.producer_pid_namespace.store(shm::pid_namespace(), r);
+    h.producer_session.store(session, r);
+    for slot in &h.slots {
+        slot.seq.store(SEQ_WRITING, r);
+    }
+    h.state.store(STATE_OPEN, Ordering::SeqCst);
+}

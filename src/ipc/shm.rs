@@ -1,0 +1,282 @@
+// Shared files: naming, exclusive creation, mapping, liveness locks and the
+// identity of processes.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapMut;
+
+use super::ChannelError;
+
+/// Longest accepted channel name.
+pub const MAX_CHANNEL_NAME: usize = 64;
+const FILE_PREFIX: &str = "cudaipc-";
+
+/// Folder of the shared files: `$CUDAIPC_SHM_DIR`, else /dev/shm.
+pub fn shm_dir() -> PathBuf {
+    std::env::var_os("CUDAIPC_SHM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+}
+
+/// Channel names become file names, so they are restricted to a safe set.
+pub fn validate_channel_name(name: &str) -> Result<(), ChannelError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_CHANNEL_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ChannelError::InvalidName(format!(
+            "channel name {name:?} is invalid: use 1 to {MAX_CHANNEL_NAME} characters from A-Z, a-z, 0-9, '_' and '-'"
+        )))
+    }
+}
+
+pub fn control_path(channel: &str) -> PathBuf {
+    shm_dir().join(format!("{FILE_PREFIX}{channel}"))
+}
+
+/// File name of a host-transport data file; kept short enough to fit the
+/// pool descriptor.
+pub fn data_file_name(channel: &str, session: u64, generation: u64) -> String {
+    format!("{FILE_PREFIX}{channel}.{session:016x}.{generation}")
+}
+
+/// Removes the data files of earlier producers of `channel`.
+pub fn remove_data_files(channel: &str) {
+    let prefix = format!("{FILE_PREFIX}{channel}.");
+    if let Ok(entries) = std::fs::read_dir(shm_dir()) {
+        for entry in entries.flatten() {
+            if entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// A file in the shm folder, mapped shared and read-write.
+pub struct SharedFile {
+    pub file: File,
+    pub map: MmapMut,
+    pub path: PathBuf,
+}
+
+impl SharedFile {
+    /// Creates `path` exclusively with exactly `mode`, sized `size`, zeroed.
+    pub fn create_exclusive(path: &Path, size: usize, mode: u32) -> io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        // The umask may have cleared bits the caller asked for.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.set_len(size as u64)?;
+        // SAFETY: the file was just created by us with O_EXCL and is only
+        // accessed through atomics or by the protocol's ownership rules.
+        let map = unsafe { MmapMut::map_mut(&file)? };
+        Ok(Self {
+            file,
+            map,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens an existing file read-write and maps it whole.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        // SAFETY: shared memory of another process; every access goes through
+        // atomics and every value read is validated before use.
+        let map = unsafe { MmapMut::map_mut(&file)? };
+        Ok(Self {
+            file,
+            map,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn inode(&self) -> io::Result<(u64, u64)> {
+        let meta = self.file.metadata()?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
+    /// Whether `self.path` still names this very file.
+    pub fn is_linked_at_path(&self) -> bool {
+        match (self.inode(), std::fs::metadata(&self.path)) {
+            (Ok(ours), Ok(meta)) => ours == (meta.dev(), meta.ino()),
+            _ => false,
+        }
+    }
+}
+
+/// Gives a file its public name atomically; fails with AlreadyExists.
+pub fn link_exclusive(from: &Path, to: &Path) -> io::Result<()> {
+    let from = CString::new(from.as_os_str().as_bytes())?;
+    let to = CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths.
+    let rc = unsafe { libc::link(from.as_ptr(), to.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn ofd_lock_struct(kind: libc::c_int, byte: i64) -> libc::flock {
+    // SAFETY: flock is a plain C struct; all-zero is a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = byte as libc::off_t;
+    lock.l_len = 1;
+    lock
+}
+
+/// Takes an exclusive open-file-description lock on one byte, without
+/// waiting. `Ok(false)` means someone else holds it.
+pub fn try_lock_byte(file: &File, byte: i64) -> io::Result<bool> {
+    let lock = ofd_lock_struct(libc::F_WRLCK, byte);
+    // SAFETY: valid fd and a properly initialised flock struct.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+pub fn unlock_byte(file: &File, byte: i64) {
+    let lock = ofd_lock_struct(libc::F_UNLCK, byte);
+    // SAFETY: valid fd and a properly initialised flock struct.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+}
+
+/// Whether some open file description other than ours holds a lock on `byte`.
+pub fn byte_is_locked(file: &File, byte: i64) -> io::Result<bool> {
+    let mut lock = ofd_lock_struct(libc::F_WRLCK, byte);
+    // SAFETY: valid fd and a properly initialised flock struct, which the
+    // kernel overwrites with the conflicting lock, if any.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of
+/// /proc/PID/stat): with the pid, it names a process even after pid reuse.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: skip past the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Inode of this process's PID namespace.
+pub fn pid_namespace() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| m.ino())
+        .unwrap_or(0)
+}
+
+/// A random 64-bit value for session identifiers.
+pub fn random_u64() -> u64 {
+    let mut value = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `value`.
+    let n = unsafe { libc::getrandom((&raw mut value).cast(), 8, libc::GRND_NONBLOCK) };
+    if n != 8 {
+        // No entropy yet: fall back to time and pid, still unique enough.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        value = nanos ^ ((std::process::id() as u64) << 32);
+    }
+    value | 1
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable between processes of one host.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_names_are_restricted() {
+        assert!(validate_channel_name("cam0").is_ok());
+        assert!(validate_channel_name("a-b_C9").is_ok());
+        for bad in ["", "a/b", "../x", "a.b", "spa ce", &"x".repeat(65)] {
+            assert!(validate_channel_name(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn own_start_time_is_known() {
+        let me = std::process::id();
+        let t = process_start_time(me).expect("own start time");
+        assert_eq!(process_start_time(me), Some(t));
+        assert!(pid_namespace() != 0);
+    }
+
+    #[test]
+    fn ofd_locks_conflict_between_descriptions() {
+        let dir = std::env::temp_dir().join(format!("cudaipc-lock-{}", random_u64()));
+        let a = SharedFile::create_exclusive(&dir, 4096, 0o600).unwrap();
+        let b = SharedFile::open(&dir).unwrap();
+        assert!(!byte_is_locked(&b.file, 3).unwrap());
+        assert!(try_lock_byte(&a.file, 3).unwrap());
+        assert!(byte_is_locked(&b.file, 3).unwrap());
+        assert!(!try_lock_byte(&b.file, 3).unwrap());
+        // Other bytes are independent.
+        assert!(try_lock_byte(&b.file, 4).unwrap());
+        drop(a);
+        // Closing the description drops its locks, as death does.
+        assert!(try_lock_byte(&b.file, 3).unwrap());
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    #[test]
+    fn exclusive_creation_sets_the_exact_mode() {
+        let path = std::env::temp_dir().join(format!("cudaipc-mode-{}", random_u64()));
+        let f = SharedFile::create_exclusive(&path, 64, 0o640).unwrap();
+        assert_eq!(f.file.metadata().unwrap().mode() & 0o777, 0o640);
+        assert!(SharedFile::create_exclusive(&path, 64, 0o600).is_err());
+        assert!(f.is_linked_at_path());
+        std::fs::remove_file(&path).unwrap();
+        assert!(!f.is_linked_at_path());
+    }
+}

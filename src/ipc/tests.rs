@@ -1,0 +1,320 @@
+// Channel tests with real threads; tests/channel_processes.rs covers
+// processes.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::layout::*;
+use super::*;
+
+pub(crate) fn unique_channel(tag: &str) -> String {
+    format!("t-{tag}-{:x}", shm::random_u64())
+}
+
+fn producer(channel: &str, when_full: WhenFull) -> Producer {
+    let p = Producer::create(ProducerConfig {
+        channel: channel.into(),
+        when_full,
+        ..Default::default()
+    })
+    .unwrap();
+    let no = AtomicBool::new(false);
+    p.configure_pool(64, &[[0u8; SLOT_DESCRIPTOR_BYTES]; 4], b"pool", &no).unwrap();
+    p.set_caps("video/x-raw, format=(string)RGB", &no).unwrap();
+    p
+}
+
+fn consumer(channel: &str, mode: ConsumerMode) -> Consumer {
+    consumer_waiting(channel, mode, WaitMode::Hybrid)
+}
+
+fn consumer_waiting(channel: &str, mode: ConsumerMode, wait_mode: WaitMode) -> Consumer {
+    Consumer::attach(
+        ConsumerConfig {
+            channel: channel.into(),
+            mode,
+            wait_mode,
+            connect_timeout: Some(Duration::from_secs(5)),
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    )
+    .unwrap()
+}
+
+fn meta(size: u64, pts: u64) -> FrameMeta {
+    FrameMeta {
+        size,
+        pts: Some(pts),
+        planes: vec![(0, 8)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_second_producer_is_refused_and_a_closed_channel_is_removed() {
+    let channel = unique_channel("dup");
+    let p = producer(&channel, WhenFull::Block);
+    let err = Producer::create(ProducerConfig {
+        channel: channel.clone(),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, ChannelError::InUse { pid, .. } if pid == std::process::id()), "{err}");
+    assert!(err.to_string().contains("in use"), "{err}");
+    let path = p.path().clone();
+    assert!(path.exists());
+    drop(p);
+    assert!(!path.exists());
+}
+
+#[test]
+fn frames_and_metadata_arrive_in_order() {
+    let channel = unique_channel("order");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    let pool = c.pool().unwrap();
+    assert_eq!(pool.slot_descriptors.len(), 4);
+    assert_eq!(&pool.pool_descriptor[..4], b"pool");
+    assert_eq!(c.caps().unwrap().1, "video/x-raw, format=(string)RGB");
+    for i in 0..10u64 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(10 + i, i * 1000)).unwrap();
+        let Item::Frame(f) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+            panic!("expected a frame");
+        };
+        assert_eq!((f.seq, f.size, f.pts, f.slot), (i, 10 + i, Some(i * 1000), slot));
+        assert_eq!(f.planes, vec![(0, 8)]);
+        c.release(f.slot);
+    }
+    p.publish_eos();
+    assert_eq!(c.next(&no, Some(Duration::from_secs(5))).unwrap(), Item::Eos);
+    assert_eq!(c.frames_missed(), 0);
+}
+
+#[test]
+fn block_mode_waits_for_the_slowest_consumer() {
+    let channel = unique_channel("block");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    for i in 0..4 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(1, i)).unwrap();
+    }
+    // All four slots are pending for the consumer: the fifth reservation
+    // waits until the consumer takes and releases one.
+    let p = Arc::new(p);
+    let p2 = p.clone();
+    let blocked = std::thread::spawn(move || {
+        let no = AtomicBool::new(false);
+        p2.reserve(&no).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!blocked.is_finished());
+    let Item::Frame(first) = c.next(&no, None).unwrap() else { panic!() };
+    assert!(!blocked.is_finished(), "a taken but unreleased slot must stay busy");
+    c.release(first.slot);
+    let slot = blocked.join().unwrap().unwrap();
+    assert_eq!(slot, first.slot);
+    assert!(p.stats().waits >= 1);
+}
+
+#[test]
+fn drop_mode_never_waits_and_counts() {
+    let channel = unique_channel("drop");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Drop);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    // The consumer holds two frames; the producer keeps going in the others.
+    let mut held = vec![];
+    for i in 0..2 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(1, i)).unwrap();
+        let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+        held.push(f);
+    }
+    for i in 2..40 {
+        let slot = p.reserve(&no).unwrap().expect("two slots are free");
+        assert!(held.iter().all(|f| f.slot != slot), "a held slot was reused");
+        p.publish(slot, &meta(1, i)).unwrap();
+    }
+    assert_eq!(p.stats().dropped, 0);
+    // The consumer lagged: it misses what was overwritten and gets the rest.
+    let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+    assert!(f.seq > 2 && f.missed_before > 0, "{f:?}");
+    // Hold everything: now frames are dropped, not waited for.
+    let mut slots: Vec<usize> = held.iter().map(|f| f.slot).collect();
+    slots.push(f.slot);
+    while let Ok(Some(Item::Frame(f))) = c.try_next() {
+        slots.push(f.slot);
+    }
+    slots.sort();
+    slots.dedup();
+    if slots.len() == 4 {
+        assert_eq!(p.reserve(&no).unwrap(), None);
+        assert_eq!(p.stats().dropped, 1);
+    }
+}
+
+#[test]
+fn latest_mode_skips_to_the_newest_frame() {
+    let channel = unique_channel("latest");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::Latest);
+    for i in 0..3 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(1, i)).unwrap();
+    }
+    let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+    assert_eq!(f.seq, 2);
+    c.release(f.slot);
+    // A latest-mode consumer never holds the producer back.
+    for i in 3..20 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(1, i)).unwrap();
+    }
+    let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+    assert_eq!(f.seq, 19);
+    assert_eq!(c.frames_missed(), 0);
+}
+
+#[test]
+fn a_consumer_started_first_waits_for_the_producer() {
+    let channel = unique_channel("early");
+    let ch = channel.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut c = consumer(&ch, ConsumerMode::EveryFrame);
+        let no = AtomicBool::new(false);
+        c.next(&no, Some(Duration::from_secs(5))).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    // Publish until the consumer, which attaches within ATTACH_POLL, has one;
+    // it holds at most one slot, so block mode leaves three for this loop.
+    let mut seq = 0;
+    while !waiter.is_finished() && seq < 200 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(1, seq)).unwrap();
+        seq += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let item = waiter.join().unwrap();
+    assert!(matches!(item, Item::Frame(_)), "{item:?}");
+}
+
+#[test]
+fn connect_timeout_and_interrupt_end_attach() {
+    let channel = unique_channel("none");
+    let start = std::time::Instant::now();
+    let err = Consumer::attach(
+        ConsumerConfig {
+            channel: channel.clone(),
+            connect_timeout: Some(Duration::from_millis(100)),
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ChannelError::NoProducer { .. }), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(100));
+    let err = Consumer::attach(
+        ConsumerConfig {
+            channel,
+            connect_timeout: None,
+            ..Default::default()
+        },
+        &AtomicBool::new(true),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ChannelError::Interrupted), "{err}");
+}
+
+#[test]
+fn producer_close_is_reported_after_the_last_frame() {
+    let channel = unique_channel("close");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    let slot = p.reserve(&no).unwrap().unwrap();
+    p.publish(slot, &meta(1, 0)).unwrap();
+    drop(p);
+    assert!(matches!(c.next(&no, None).unwrap(), Item::Frame(_)));
+    let err = c.next(&no, Some(Duration::from_secs(2))).unwrap_err();
+    assert!(matches!(err, ChannelError::ProducerGone(ProducerGone::Closed)), "{err}");
+}
+
+#[test]
+fn many_threads_publish_and_release_without_loss() {
+    let channel = unique_channel("threads");
+    let p = Arc::new(producer(&channel, WhenFull::Block));
+    const FRAMES: u64 = 20_000;
+    let consumers: Vec<_> = (0..3)
+        .map(|k| {
+            let mode = [WaitMode::Spin, WaitMode::Hybrid, WaitMode::Sleep][k];
+            let mut c = consumer_waiting(&channel, ConsumerMode::EveryFrame, mode);
+            std::thread::spawn(move || {
+                let no = AtomicBool::new(false);
+                let mut expected = 0;
+                // Release on another thread, as buffers die anywhere.
+                let (tx, rx) = std::sync::mpsc::channel::<usize>();
+                let handle = c.release_handle();
+                let releaser = std::thread::spawn(move || {
+                    for slot in rx {
+                        handle.release(slot);
+                    }
+                });
+                loop {
+                    match c.next(&no, Some(Duration::from_secs(20))).unwrap() {
+                        Item::Frame(f) => {
+                            assert_eq!(f.seq, expected);
+                            assert_eq!(f.pts, Some(expected));
+                            expected += 1;
+                            tx.send(f.slot).unwrap();
+                        }
+                        Item::Eos => break,
+                    }
+                }
+                drop(tx);
+                releaser.join().unwrap();
+                (expected, c.frames_missed())
+            })
+        })
+        .collect();
+    let no = AtomicBool::new(false);
+    for i in 0..FRAMES {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        p.publish(slot, &meta(8, i)).unwrap();
+    }
+    p.publish_eos();
+    for c in consumers {
+        assert_eq!(c.join().unwrap(), (FRAMES, 0));
+    }
+    assert_eq!(p.stats().frames, FRAMES);
+}
+
+#[test]
+fn corrupt_fields_are_reported_not_trusted() {
+    let channel = unique_channel("corrupt");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    let slot = p.reserve(&no).unwrap().unwrap();
+    p.publish(slot, &meta(1, 0)).unwrap();
+    // Tamper with the queue entry: a slot index far out of range.
+    let shared = shm::SharedFile::open(p.path()).unwrap();
+    // SAFETY: same layout, atomics only.
+    let h = unsafe { &*(shared.map.as_ptr() as *const ControlHeader) };
+    h.queue[0].store(queue_entry(0, 200), std::sync::atomic::Ordering::SeqCst);
+    let err = c.next(&no, Some(Duration::from_secs(1))).unwrap_err();
+    assert!(matches!(err, ChannelError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("out of range"), "{err}");
+    // Sequence numbers going backwards.
+    h.published.store(0, std::sync::atomic::Ordering::SeqCst);
+    let err = c.next(&no, Some(Duration::from_secs(1))).unwrap_err();
+    assert!(err.to_string().contains("backwards"), "{err}");
+}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! gst-cudaipc: GStreamer elements that share video frames between processes
+//! on one host without the frames leaving GPU memory.
+//!
+//! Layers, lowest first: [`ipc`] (the channel in shared memory; no GStreamer,
+//! no CUDA), [`cuda`] (driver wrappers), [`transport`] (where slots live:
+//! CUDA device memory or shared host memory), [`memory`] (CUDA memory in
+//! GStreamer buffers), then one module per element.
+
+use gst::glib;
+
+pub mod cuda;
+pub mod ipc;
+pub mod memory;
+pub mod transport;
+mod video;
+
+#[doc(hidden)]
+pub mod test_support;
+
+fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    memory::meta::register();
+    let _ = plugin;
+    Ok(())
+}
+
+gst::plugin_define!(
+    cudaipc,
+    env!("CARGO_PKG_DESCRIPTION"),
+    plugin_init,
+    concat!(env!("CARGO_PKG_VERSION"), "-", env!("COMMIT_ID")),
+    "MPL",
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_REPOSITORY"),
+    env!("BUILD_REL_DATE")
+);

@@ -1,0 +1,25 @@
+//! Helpers shared by the crate's unit and integration tests (not API).
+
+use std::sync::Arc;
+
+use crate::cuda::Device;
+
+/// The first CUDA device, or `None` after a loud SKIPPED line. With
+/// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
+pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {
+    match Device::get(0) {
+        Ok(device) => Some(device),
+        Err(e) => {
+            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
+            }
+            eprintln!("SKIPPED: no CUDA device ({test}: {e})");
+            None
+        }
+    }
+}
+
+/// A channel name no other test uses.
+pub fn unique_channel(tag: &str) -> String {
+    format!("t-{tag}-{:x}", crate::ipc::shm::random_u64())
+}

@@ -1,0 +1,241 @@
+// CUDA transport: slots are plain device allocations exported with CUDA IPC.
+// With `GpuSync::Event` the producer records an interprocess "ready" event per
+// slot after the writes, consumers make their stream wait on it, and each
+// consumer records a "released" event per slot that the producer's stream
+// waits on before the slot is written again: the GPU orders everything and
+// the host never waits. With `GpuSync::Host` both sides synchronise their
+// stream instead.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind};
+use crate::cuda::{Device, DeviceBuffer, Event, IPC_HANDLE_BYTES, ImportedMemory};
+use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use crate::ipc::{ChannelInfo, PoolInfo, Producer};
+
+fn split_descriptor(d: &[u8; SLOT_DESCRIPTOR_BYTES]) -> ([u8; IPC_HANDLE_BYTES], [u8; IPC_HANDLE_BYTES]) {
+    let mut memory = [0u8; IPC_HANDLE_BYTES];
+    let mut event = [0u8; IPC_HANDLE_BYTES];
+    memory.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
+    event.copy_from_slice(&d[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]);
+    (memory, event)
+}
+
+/// A consumer's release events, opened once per attachment.
+struct ConsumerEvents {
+    session: u64,
+    events: Vec<Option<Event>>,
+}
+
+pub struct CudaProducerSlots {
+    device: Arc<Device>,
+    buffers: Vec<DeviceBuffer>,
+    ready: Vec<Event>,
+    descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
+    size: usize,
+    sync: GpuSync,
+    /// Fingerprint of the consumer set last seen, and their opened events.
+    consumers: Mutex<(Option<u64>, HashMap<usize, ConsumerEvents>)>,
+}
+
+impl CudaProducerSlots {
+    pub fn create(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
+        let mut buffers = Vec::with_capacity(request.count);
+        let mut ready = Vec::with_capacity(request.count);
+        let mut descriptors = Vec::with_capacity(request.count);
+        for _ in 0..request.count {
+            let buffer = DeviceBuffer::new(device, request.size)?;
+            let event = Event::new(device, true)?;
+            let mut descriptor = [0u8; SLOT_DESCRIPTOR_BYTES];
+            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&buffer.ipc_handle()?);
+            descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES].copy_from_slice(&event.ipc_handle()?);
+            buffers.push(buffer);
+            ready.push(event);
+            descriptors.push(descriptor);
+        }
+        Ok(Self {
+            device: device.clone(),
+            buffers,
+            ready,
+            descriptors,
+            size: request.size,
+            sync: request.gpu_sync,
+            consumers: Mutex::new((None, HashMap::new())),
+        })
+    }
+
+    /// Opens the release events of consumers that attached since last time.
+    fn refresh_consumers(&self, producer: &Producer, cache: &mut (Option<u64>, HashMap<usize, ConsumerEvents>)) {
+        let fingerprint = producer.consumer_fingerprint();
+        if cache.0 == Some(fingerprint) {
+            return;
+        }
+        let infos = producer.consumer_release_info();
+        cache.1.retain(|index, c| infos.iter().any(|i| i.index == *index && i.session == c.session));
+        for info in infos {
+            let entry = cache.1.entry(info.index).or_insert_with(|| ConsumerEvents {
+                session: info.session,
+                events: Vec::new(),
+            });
+            while entry.events.len() < info.descriptors.len() {
+                let d = &info.descriptors[entry.events.len()];
+                let mut handle = [0u8; IPC_HANDLE_BYTES];
+                handle.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
+                // A consumer that publishes garbage only loses its own
+                // ordering guarantee; it cannot stop the producer.
+                entry.events.push(Event::open_ipc(&self.device, &handle).ok());
+            }
+        }
+        cache.0 = Some(fingerprint);
+    }
+}
+
+impl ProducerSlots for CudaProducerSlots {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Cuda
+    }
+
+    fn slot_count(&self) -> usize {
+        self.buffers.len()
+    }
+
+    fn slot_size(&self) -> usize {
+        self.size
+    }
+
+    fn slot_descriptors(&self) -> Vec<[u8; SLOT_DESCRIPTOR_BYTES]> {
+        self.descriptors.clone()
+    }
+
+    fn pool_descriptor(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn slot_memory(&self, slot: usize) -> SlotMemory {
+        SlotMemory::Device {
+            ptr: self.buffers[slot].ptr(),
+            len: self.size,
+            device: self.device.clone(),
+        }
+    }
+
+    fn before_write(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
+        if self.sync == GpuSync::Host {
+            // Consumers synchronised before releasing: nothing is in flight.
+            return Ok(());
+        }
+        let mut cache = self.consumers.lock().unwrap();
+        self.refresh_consumers(producer, &mut cache);
+        let stream = self.device.stream();
+        for consumer in cache.1.values() {
+            if let Some(Some(event)) = consumer.events.get(slot) {
+                stream.wait_event(event.raw())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn after_write(&self, slot: usize) -> Result<(), TransportError> {
+        let stream = self.device.stream();
+        match self.sync {
+            GpuSync::Event => stream.record(self.ready[slot].raw())?,
+            GpuSync::Host => stream.synchronize()?,
+        }
+        Ok(())
+    }
+}
+
+pub struct CudaConsumerSlots {
+    device: Arc<Device>,
+    memory: Vec<ImportedMemory>,
+    ready: Vec<Event>,
+    released: Vec<Event>,
+    release_descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]>,
+    size: usize,
+    sync: GpuSync,
+}
+
+impl CudaConsumerSlots {
+    pub fn open(device: &Arc<Device>, info: &ChannelInfo, pool: &PoolInfo, sync: GpuSync) -> Result<Self, TransportError> {
+        let size = usize::try_from(pool.slot_size).map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+        let peer = device.uuid() != info.device_uuid;
+        let mut memory = Vec::new();
+        let mut ready = Vec::new();
+        let mut released = Vec::new();
+        let mut release_descriptors = Vec::new();
+        for (i, d) in pool.slot_descriptors.iter().enumerate() {
+            let (mem_handle, event_handle) = split_descriptor(d);
+            let imported = ImportedMemory::open(device, &mem_handle, peer).map_err(|e| {
+                let hint = if peer {
+                    " (the producer runs on another GPU: peer access between the two is needed)"
+                } else {
+                    ""
+                };
+                TransportError::Invalid(format!("cannot open slot {i} of the producer's device memory: {e}{hint}"))
+            })?;
+            memory.push(imported);
+            ready.push(Event::open_ipc(device, &event_handle)?);
+            let release = Event::new(device, true)?;
+            let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
+            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&release.ipc_handle()?);
+            released.push(release);
+            release_descriptors.push(descriptor);
+        }
+        Ok(Self {
+            device: device.clone(),
+            memory,
+            ready,
+            released,
+            release_descriptors,
+            size,
+            sync,
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+}
+
+impl ConsumerSlots for CudaConsumerSlots {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Cuda
+    }
+
+    fn slot_count(&self) -> usize {
+        self.memory.len()
+    }
+
+    fn slot_size(&self) -> usize {
+        self.size
+    }
+
+    fn slot_memory(&self, slot: usize) -> SlotMemory {
+        SlotMemory::Device {
+            ptr: self.memory[slot].ptr(),
+            len: self.size,
+            device: self.device.clone(),
+        }
+    }
+
+    fn before_read(&self, slot: usize) -> Result<(), TransportError> {
+        if self.sync == GpuSync::Event {
+            self.device.stream().wait_event(self.ready[slot].raw())?;
+        }
+        Ok(())
+    }
+
+    fn finish_read(&self, slot: usize) -> Result<(), TransportError> {
+        let stream = self.device.stream();
+        match self.sync {
+            GpuSync::Event => stream.record(self.released[slot].raw())?,
+            GpuSync::Host => stream.synchronize()?,
+        }
+        Ok(())
+    }
+
+    fn release_descriptors(&self) -> Vec<[u8; RELEASE_DESCRIPTOR_BYTES]> {
+        self.release_descriptors.clone()
+    }
+}

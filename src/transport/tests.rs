@@ -1,0 +1,174 @@
+// The contract both transports must meet, run against each.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::*;
+use crate::ipc::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
+use crate::test_support::{gpu_or_skip, unique_channel};
+
+fn write_slot(memory: &SlotMemory, data: &[u8]) {
+    match memory {
+        SlotMemory::Host { ptr, len } => {
+            assert!(data.len() <= *len);
+            // SAFETY: the producer owns the reserved slot; `len` bounds it.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), *ptr, data.len()) };
+        }
+        SlotMemory::Device { ptr, device, .. } => {
+            // Ordered on the shared stream, like an upstream element's kernel.
+            let staging = data.to_vec();
+            device.stream().upload(*ptr, &staging).unwrap();
+        }
+    }
+}
+
+fn read_slot(memory: &SlotMemory, len: usize) -> Vec<u8> {
+    match memory {
+        SlotMemory::Host { ptr, .. } => {
+            // SAFETY: the consumer holds the slot; `len` is within it.
+            unsafe { std::slice::from_raw_parts(*ptr, len) }.to_vec()
+        }
+        SlotMemory::Device { ptr, device, .. } => {
+            let mut out = vec![0u8; len];
+            device.stream().download(&mut out, *ptr).unwrap();
+            out
+        }
+    }
+}
+
+fn frame_bytes(frame: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(frame * 7) as u8).collect()
+}
+
+fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
+    const SIZE: usize = 10_000;
+    const FRAMES: u64 = 40;
+    let channel = unique_channel("transport");
+    let no = AtomicBool::new(false);
+    let producer = crate::ipc::Producer::create(ProducerConfig {
+        channel: channel.clone(),
+        transport: kind.wire_value(),
+        gpu_sync: if gpu_sync == GpuSync::Host { crate::ipc::layout::GPU_SYNC_HOST } else { 0 },
+        device_uuid: device.as_ref().map(|d| d.uuid()).unwrap_or_default(),
+        ..Default::default()
+    })
+    .unwrap();
+    let request = SlotRequest {
+        channel: channel.clone(),
+        session: producer.session(),
+        generation: 1,
+        count: 3,
+        size: SIZE,
+        permissions: 0o600,
+        gpu_sync,
+    };
+    let slots = create_producer_slots(kind, &request, device.as_ref()).unwrap();
+    assert_eq!((slots.slot_count(), slots.slot_size(), slots.kind()), (3, SIZE, kind));
+    producer
+        .configure_pool(SIZE as u64, &slots.slot_descriptors(), &slots.pool_descriptor(), &no)
+        .unwrap();
+    producer.set_caps("application/x-test", &no).unwrap();
+
+    let consumers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut consumer = Consumer::attach(
+                ConsumerConfig {
+                    channel: channel.clone(),
+                    connect_timeout: Some(Duration::from_secs(5)),
+                    ..Default::default()
+                },
+                &no,
+            )
+            .unwrap();
+            let pool = consumer.pool().unwrap();
+            let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref()).unwrap();
+            assert_eq!((view.slot_count(), view.slot_size(), view.kind()), (3, SIZE, kind));
+            consumer.set_release_descriptors(&view.release_descriptors());
+            (consumer, view)
+        })
+        .collect();
+
+    let readers: Vec<_> = consumers
+        .into_iter()
+        .map(|(mut consumer, view)| {
+            std::thread::spawn(move || {
+                let no = AtomicBool::new(false);
+                let mut seen = 0u64;
+                loop {
+                    match consumer.next(&no, Some(Duration::from_secs(10))).unwrap() {
+                        Item::Frame(f) => {
+                            assert_eq!(f.seq, seen);
+                            view.before_read(f.slot).unwrap();
+                            let got = read_slot(&view.slot_memory(f.slot), f.size as usize);
+                            assert!(got == frame_bytes(f.seq, SIZE), "frame {} arrived changed", f.seq);
+                            view.finish_read(f.slot).unwrap();
+                            consumer.release(f.slot);
+                            seen += 1;
+                        }
+                        Item::Eos => return seen,
+                    }
+                }
+            })
+        })
+        .collect();
+
+    for frame in 0..FRAMES {
+        let slot = producer.reserve(&no).unwrap().unwrap();
+        slots.before_write(slot, &producer).unwrap();
+        write_slot(&slots.slot_memory(slot), &frame_bytes(frame, SIZE));
+        slots.after_write(slot).unwrap();
+        producer
+            .publish(
+                slot,
+                &FrameMeta {
+                    size: SIZE as u64,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+    }
+    producer.publish_eos();
+    for reader in readers {
+        assert_eq!(reader.join().unwrap(), FRAMES);
+    }
+}
+
+#[test]
+fn host_transport_meets_the_contract() {
+    contract(TransportKind::Host, None, GpuSync::Event);
+}
+
+#[test]
+fn cuda_transport_meets_the_contract_with_events() {
+    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_events") {
+        contract(TransportKind::Cuda, Some(device), GpuSync::Event);
+    }
+}
+
+#[test]
+fn cuda_transport_meets_the_contract_with_host_sync() {
+    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_host_sync") {
+        contract(TransportKind::Cuda, Some(device), GpuSync::Host);
+    }
+}
+
+#[test]
+fn host_data_file_names_are_confined_to_the_channel() {
+    let pool = crate::ipc::PoolInfo {
+        generation: 1,
+        slot_size: 16,
+        pool_descriptor: b"../../etc/passwd".to_vec(),
+        slot_descriptors: vec![[0; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]],
+    };
+    let err = HostConsumerSlots::open("cam0", &pool).err().expect("must refuse");
+    assert!(err.to_string().contains("does not belong"), "{err}");
+}
+
+#[test]
+fn auto_picks_host_without_cuda() {
+    let kind = TransportKind::resolve(TransportChoice::Auto);
+    assert_eq!(kind == TransportKind::Cuda, crate::cuda::is_available());
+    assert_eq!("cuda".parse::<TransportChoice>(), Ok(TransportChoice::Cuda));
+    assert!("nvlink".parse::<TransportChoice>().is_err());
+}

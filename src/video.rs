@@ -1,0 +1,110 @@
+// Video formats and frame layouts shared by the elements.
+
+use gst_video::VideoFormat;
+
+use crate::memory::CAPS_FEATURE_CUDA_MEMORY;
+
+/// Formats every element of the plugin handles: 8-bit packed RGB variants,
+/// GRAY8, and the two common 8-bit YUV 4:2:0 layouts.
+pub const FORMATS: [VideoFormat; 8] = [
+    VideoFormat::Rgb,
+    VideoFormat::Rgba,
+    VideoFormat::Bgra,
+    VideoFormat::Rgbx,
+    VideoFormat::Bgrx,
+    VideoFormat::Gray8,
+    VideoFormat::Nv12,
+    VideoFormat::I420,
+];
+
+/// `video/x-raw` caps of the supported formats, any size and rate; with
+/// the CUDA memory feature when `cuda`.
+pub fn raw_caps(cuda: bool) -> gst::Caps {
+    let builder = gst_video::VideoCapsBuilder::new().format_list(FORMATS);
+    if cuda {
+        builder.features([CAPS_FEATURE_CUDA_MEMORY]).build()
+    } else {
+        builder.build()
+    }
+}
+
+/// CUDA memory caps first (preferred), then system memory.
+pub fn any_memory_caps() -> gst::Caps {
+    let mut caps = raw_caps(true);
+    caps.merge(raw_caps(false));
+    caps
+}
+
+/// (offset, stride) of each plane.
+pub fn planes(info: &gst_video::VideoInfo) -> Vec<(u64, u32)> {
+    (0..info.n_planes() as usize)
+        .map(|p| (info.offset()[p] as u64, info.stride()[p] as u32))
+        .collect()
+}
+
+/// Bytes of pixel data in one row of `plane` (without padding).
+pub fn row_bytes(info: &gst_video::VideoInfo, plane: usize) -> usize {
+    let finfo = info.format_info();
+    // Planes hold one component each, except packed RGB (plane 0 holds all)
+    // and NV12's interleaved chroma (plane 1 holds two).
+    let components: Vec<usize> = (0..finfo.n_components() as usize)
+        .filter(|&c| finfo.plane()[c] as usize == plane)
+        .collect();
+    let Some(&first) = components.first() else { return 0 };
+    let width = finfo.scale_width(first as u8, info.width()) as usize;
+    width * finfo.pixel_stride()[first] as usize
+}
+
+/// Rows in `plane`.
+pub fn rows(info: &gst_video::VideoInfo, plane: usize) -> usize {
+    let finfo = info.format_info();
+    (0..finfo.n_components() as usize)
+        .find(|&c| finfo.plane()[c] as usize == plane)
+        .map(|c| finfo.scale_height(c as u8, info.height()) as usize)
+        .unwrap_or(0)
+}
+
+/// Checks that a frame's layout fits in `size` bytes: every row of every
+/// plane inside the buffer, strides at least the row width.
+pub fn layout_fits(info: &gst_video::VideoInfo, planes: &[(u64, u32)], size: u64) -> Result<(), String> {
+    if planes.len() != info.n_planes() as usize {
+        return Err(format!("{} planes, the caps say {}", planes.len(), info.n_planes()));
+    }
+    for (p, &(offset, stride)) in planes.iter().enumerate() {
+        let row = row_bytes(info, p) as u64;
+        let rows = rows(info, p) as u64;
+        if (stride as u64) < row {
+            return Err(format!("plane {p}: stride {stride} is below the row width {row}"));
+        }
+        let end = offset
+            .checked_add((rows.saturating_sub(1)).checked_mul(stride as u64).ok_or("layout overflows")?)
+            .and_then(|e| e.checked_add(row))
+            .ok_or("layout overflows")?;
+        if end > size {
+            return Err(format!("plane {p} ends at byte {end}, beyond the frame of {size} bytes"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_of_supported_formats() {
+        gst::init().unwrap();
+        let info = gst_video::VideoInfo::builder(VideoFormat::Rgb, 3840, 2160).build().unwrap();
+        assert_eq!(info.size(), 24_883_200);
+        assert_eq!((row_bytes(&info, 0), rows(&info, 0)), (11520, 2160));
+        let nv12 = gst_video::VideoInfo::builder(VideoFormat::Nv12, 64, 48).build().unwrap();
+        assert_eq!((row_bytes(&nv12, 1), rows(&nv12, 1)), (64, 24));
+        let i420 = gst_video::VideoInfo::builder(VideoFormat::I420, 64, 48).build().unwrap();
+        assert_eq!((row_bytes(&i420, 2), rows(&i420, 2)), (32, 24));
+        for format in FORMATS {
+            let info = gst_video::VideoInfo::builder(format, 320, 240).build().unwrap();
+            assert!(layout_fits(&info, &planes(&info), info.size() as u64).is_ok(), "{format:?}");
+            assert!(layout_fits(&info, &planes(&info), info.size() as u64 - 1).is_err(), "{format:?}");
+        }
+    }
+}

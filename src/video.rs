@@ -1,3 +1,4 @@
+#![allow(dead_code)] // Used by the elements, which land next.
 // Video formats and frame layouts shared by the elements.
 
 use gst_video::VideoFormat;
@@ -50,7 +51,9 @@ pub fn row_bytes(info: &gst_video::VideoInfo, plane: usize) -> usize {
     let components: Vec<usize> = (0..finfo.n_components() as usize)
         .filter(|&c| finfo.plane()[c] as usize == plane)
         .collect();
-    let Some(&first) = components.first() else { return 0 };
+    let Some(&first) = components.first() else {
+        return 0;
+    };
     let width = finfo.scale_width(first as u8, info.width()) as usize;
     width * finfo.pixel_stride()[first] as usize
 }
@@ -66,22 +69,38 @@ pub fn rows(info: &gst_video::VideoInfo, plane: usize) -> usize {
 
 /// Checks that a frame's layout fits in `size` bytes: every row of every
 /// plane inside the buffer, strides at least the row width.
-pub fn layout_fits(info: &gst_video::VideoInfo, planes: &[(u64, u32)], size: u64) -> Result<(), String> {
+pub fn layout_fits(
+    info: &gst_video::VideoInfo,
+    planes: &[(u64, u32)],
+    size: u64,
+) -> Result<(), String> {
     if planes.len() != info.n_planes() as usize {
-        return Err(format!("{} planes, the caps say {}", planes.len(), info.n_planes()));
+        return Err(format!(
+            "{} planes, the caps say {}",
+            planes.len(),
+            info.n_planes()
+        ));
     }
     for (p, &(offset, stride)) in planes.iter().enumerate() {
         let row = row_bytes(info, p) as u64;
         let rows = rows(info, p) as u64;
         if (stride as u64) < row {
-            return Err(format!("plane {p}: stride {stride} is below the row width {row}"));
+            return Err(format!(
+                "plane {p}: stride {stride} is below the row width {row}"
+            ));
         }
         let end = offset
-            .checked_add((rows.saturating_sub(1)).checked_mul(stride as u64).ok_or("layout overflows")?)
+            .checked_add(
+                (rows.saturating_sub(1))
+                    .checked_mul(stride as u64)
+                    .ok_or("layout overflows")?,
+            )
             .and_then(|e| e.checked_add(row))
             .ok_or("layout overflows")?;
         if end > size {
-            return Err(format!("plane {p} ends at byte {end}, beyond the frame of {size} bytes"));
+            return Err(format!(
+                "plane {p} ends at byte {end}, beyond the frame of {size} bytes"
+            ));
         }
     }
     Ok(())
@@ -94,17 +113,31 @@ mod tests {
     #[test]
     fn layouts_of_supported_formats() {
         gst::init().unwrap();
-        let info = gst_video::VideoInfo::builder(VideoFormat::Rgb, 3840, 2160).build().unwrap();
+        let info = gst_video::VideoInfo::builder(VideoFormat::Rgb, 3840, 2160)
+            .build()
+            .unwrap();
         assert_eq!(info.size(), 24_883_200);
         assert_eq!((row_bytes(&info, 0), rows(&info, 0)), (11520, 2160));
-        let nv12 = gst_video::VideoInfo::builder(VideoFormat::Nv12, 64, 48).build().unwrap();
+        let nv12 = gst_video::VideoInfo::builder(VideoFormat::Nv12, 64, 48)
+            .build()
+            .unwrap();
         assert_eq!((row_bytes(&nv12, 1), rows(&nv12, 1)), (64, 24));
-        let i420 = gst_video::VideoInfo::builder(VideoFormat::I420, 64, 48).build().unwrap();
+        let i420 = gst_video::VideoInfo::builder(VideoFormat::I420, 64, 48)
+            .build()
+            .unwrap();
         assert_eq!((row_bytes(&i420, 2), rows(&i420, 2)), (32, 24));
         for format in FORMATS {
-            let info = gst_video::VideoInfo::builder(format, 320, 240).build().unwrap();
-            assert!(layout_fits(&info, &planes(&info), info.size() as u64).is_ok(), "{format:?}");
-            assert!(layout_fits(&info, &planes(&info), info.size() as u64 - 1).is_err(), "{format:?}");
+            let info = gst_video::VideoInfo::builder(format, 320, 240)
+                .build()
+                .unwrap();
+            assert!(
+                layout_fits(&info, &planes(&info), info.size() as u64).is_ok(),
+                "{format:?}"
+            );
+            assert!(
+                layout_fits(&info, &planes(&info), info.size() as u64 - 1).is_err(),
+                "{format:?}"
+            );
         }
     }
 }

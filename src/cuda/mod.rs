@@ -102,7 +102,9 @@ static DRIVER: LazyLock<Result<()>> = LazyLock::new(|| {
     let code = unsafe { sys::cuInit(0) };
     if code != sys::CUresult::CUDA_SUCCESS {
         let (name, description) = error_text(code);
-        return Err(CudaError::NoDevice(format!("cuInit failed: {name} ({description})")));
+        return Err(CudaError::NoDevice(format!(
+            "cuInit failed: {name} ({description})"
+        )));
     }
     Ok(())
 });
@@ -120,7 +122,11 @@ pub fn device_count() -> usize {
     let mut count = 0;
     // SAFETY: the driver is initialised; `count` is a valid out pointer.
     let code = unsafe { sys::cuDeviceGetCount(&mut count) };
-    if code == sys::CUresult::CUDA_SUCCESS { count.max(0) as usize } else { 0 }
+    if code == sys::CUresult::CUDA_SUCCESS {
+        count.max(0) as usize
+    } else {
+        0
+    }
 }
 
 /// Whether a CUDA device can be used (what `transport=auto` asks).
@@ -210,15 +216,27 @@ impl Device {
         // parameter of the right type.
         unsafe {
             check("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
-            check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
+            check(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut context, device),
+            )?;
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(context))?;
             CURRENT.with(|c| c.set(context));
             check(
                 "cuStreamCreate",
-                sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
+                sys::cuStreamCreate(
+                    &mut stream,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                ),
             )?;
-            check("cuDeviceGetUuid", sys::cuDeviceGetUuid_v2(&mut uuid, device))?;
-            check("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), 255, device))?;
+            check(
+                "cuDeviceGetUuid",
+                sys::cuDeviceGetUuid_v2(&mut uuid, device),
+            )?;
+            check(
+                "cuDeviceGetName",
+                sys::cuDeviceGetName(name.as_mut_ptr(), 255, device),
+            )?;
             check(
                 "cuDeviceGetAttribute",
                 sys::cuDeviceGetAttribute(
@@ -237,7 +255,9 @@ impl Device {
             )?;
         }
         // SAFETY: cuDeviceGetName wrote a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         Ok(Self {
             ordinal,
             device,
@@ -277,7 +297,9 @@ impl Device {
             }
         }
         // SAFETY: the context is retained for the life of the process.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context) })?;
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.context)
+        })?;
         CURRENT.with(|c| c.set(self.context));
         Ok(())
     }
@@ -320,20 +342,26 @@ impl Stream<'_> {
     pub fn synchronize(&self) -> Result<()> {
         self.device.bind()?;
         // SAFETY: valid stream of the bound context.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.raw)
+        })
     }
 
     /// Makes later work on this stream wait for the last record of `event`.
-    pub fn wait_event(&self, event: sys::CUevent) -> Result<()> {
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.device.bind()?;
         // SAFETY: valid stream and event handles.
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.raw, event, 0) })
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(self.raw, event.raw, 0)
+        })
     }
 
-    pub fn record(&self, event: sys::CUevent) -> Result<()> {
+    pub fn record(&self, event: &Event) -> Result<()> {
         self.device.bind()?;
         // SAFETY: valid stream and event handles.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(event, self.raw) })
+        check("cuEventRecord", unsafe {
+            sys::cuEventRecord(event.raw, self.raw)
+        })
     }
 
     /// Device-to-device copy of `bytes`, ordered on this stream.
@@ -369,14 +397,27 @@ impl Stream<'_> {
         unsafe {
             check(
                 "cuMemcpyDtoHAsync",
-                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), self.raw),
+                sys::cuMemcpyDtoHAsync_v2(
+                    dst.as_mut_ptr() as *mut c_void,
+                    src,
+                    dst.len(),
+                    self.raw,
+                ),
             )?;
         }
         self.synchronize()
     }
 
     /// 2D copy between device pitches (rows of `width` bytes).
-    pub fn copy_2d_device(&self, dst: u64, dst_pitch: usize, src: u64, src_pitch: usize, width: usize, rows: usize) -> Result<()> {
+    pub fn copy_2d_device(
+        &self,
+        dst: u64,
+        dst_pitch: usize,
+        src: u64,
+        src_pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
         self.device.bind()?;
         // SAFETY: all-zero is a valid CUDA_MEMCPY2D; then filled in.
         let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
@@ -390,13 +431,17 @@ impl Stream<'_> {
         copy.Height = rows;
         // SAFETY: the caller passes device regions valid for the pitches,
         // width and rows given.
-        check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.raw) })
+        check("cuMemcpy2DAsync", unsafe {
+            sys::cuMemcpy2DAsync_v2(&copy, self.raw)
+        })
     }
 
     pub fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
         self.device.bind()?;
         // SAFETY: the caller passes a device pointer valid for `bytes`.
-        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, self.raw) })
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(dst, value, bytes, self.raw)
+        })
     }
 }
 
@@ -422,7 +467,9 @@ impl DeviceBuffer {
         device.bind()?;
         let mut ptr = 0;
         // SAFETY: valid out pointer; the context is bound.
-        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, size.max(1)) })?;
+        check("cuMemAlloc", unsafe {
+            sys::cuMemAlloc_v2(&mut ptr, size.max(1))
+        })?;
         Ok(Self {
             device: device.clone(),
             ptr,
@@ -449,7 +496,9 @@ impl DeviceBuffer {
             reserved: [0; IPC_HANDLE_BYTES],
         };
         // SAFETY: the pointer came from cuMemAlloc; valid out pointer.
-        check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut handle, self.ptr) })?;
+        check("cuIpcGetMemHandle", unsafe {
+            sys::cuIpcGetMemHandle(&mut handle, self.ptr)
+        })?;
         Ok(handle.reserved.map(|b| b as u8))
     }
 }
@@ -481,7 +530,11 @@ impl fmt::Debug for ImportedMemory {
 impl ImportedMemory {
     /// Opens a memory handle in `device`'s context; with `peer_access` the
     /// memory may live on another device reachable by peer access.
-    pub fn open(device: &Arc<Device>, handle: &[u8; IPC_HANDLE_BYTES], peer_access: bool) -> Result<Self> {
+    pub fn open(
+        device: &Arc<Device>,
+        handle: &[u8; IPC_HANDLE_BYTES],
+        peer_access: bool,
+    ) -> Result<Self> {
         device.bind()?;
         let handle = sys::CUipcMemHandle {
             reserved: handle.map(|b| b as std::ffi::c_char),
@@ -494,7 +547,9 @@ impl ImportedMemory {
         let mut ptr = 0;
         // SAFETY: valid out pointer; the handle bytes are passed by value and
         // validated by the driver.
-        check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, flags) })?;
+        check("cuIpcOpenMemHandle", unsafe {
+            sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, flags)
+        })?;
         Ok(Self {
             device: device.clone(),
             ptr,
@@ -535,7 +590,9 @@ impl Event {
         }
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out pointer; the context is bound.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags) })?;
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut raw, flags)
+        })?;
         Ok(Self {
             device: device.clone(),
             raw,
@@ -550,7 +607,9 @@ impl Event {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out pointer; the driver validates the handle.
-        check("cuIpcOpenEventHandle", unsafe { sys::cuIpcOpenEventHandle(&mut raw, handle) })?;
+        check("cuIpcOpenEventHandle", unsafe {
+            sys::cuIpcOpenEventHandle(&mut raw, handle)
+        })?;
         Ok(Self {
             device: device.clone(),
             raw,
@@ -564,7 +623,9 @@ impl Event {
         };
         // SAFETY: valid out pointer; the event is interprocess (else the
         // driver returns an error).
-        check("cuIpcGetEventHandle", unsafe { sys::cuIpcGetEventHandle(&mut handle, self.raw) })?;
+        check("cuIpcGetEventHandle", unsafe {
+            sys::cuIpcGetEventHandle(&mut handle, self.raw)
+        })?;
         Ok(handle.reserved.map(|b| b as u8))
     }
 
@@ -586,7 +647,9 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         self.device.bind()?;
         // SAFETY: valid event handle.
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })
+        check("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(self.raw)
+        })
     }
 }
 
@@ -624,7 +687,11 @@ impl MappedHostBuffer {
         unsafe {
             check(
                 "cuMemHostAlloc",
-                sys::cuMemHostAlloc(&mut host, size, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE),
+                sys::cuMemHostAlloc(
+                    &mut host,
+                    size,
+                    sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+                ),
             )?;
             std::ptr::write_bytes(host as *mut u8, 0, size);
             if let Err(e) = check(
@@ -651,7 +718,12 @@ impl MappedHostBuffer {
     pub fn words(&self) -> &[std::sync::atomic::AtomicU32] {
         // SAFETY: the allocation is 8-byte aligned (page aligned, in fact),
         // lives as long as `self`, and is only accessed atomically here.
-        unsafe { std::slice::from_raw_parts(self.host as *const std::sync::atomic::AtomicU32, self.size / 4) }
+        unsafe {
+            std::slice::from_raw_parts(
+                self.host as *const std::sync::atomic::AtomicU32,
+                self.size / 4,
+            )
+        }
     }
 }
 

@@ -23,7 +23,10 @@ unsafe impl Send for Module {}
 // SAFETY: see above; the function cache is behind a mutex.
 unsafe impl Sync for Module {}
 
-static MODULES: LazyLock<Mutex<HashMap<(i32, &'static str), Arc<Module>>>> = LazyLock::new(Default::default);
+/// Loaded modules by (device ordinal, module name).
+type ModuleCache = HashMap<(i32, &'static str), Arc<Module>>;
+
+static MODULES: LazyLock<Mutex<ModuleCache>> = LazyLock::new(Default::default);
 
 /// Compiles `source` for `device`'s own architecture (falling back to PTX
 /// when NVRTC cannot target it) and loads it, once per process and device.
@@ -81,10 +84,21 @@ impl Module {
     /// `args` must match the kernel's parameter list in number, order and
     /// size, and every pointer argument must be valid for what the kernel
     /// does with it.
-    pub unsafe fn launch(&self, name: &str, grid: (u32, u32, u32), block: (u32, u32, u32), stream: &Stream<'_>, args: &KernelArgs) -> Result<()> {
+    pub unsafe fn launch(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        stream: &Stream<'_>,
+        args: &KernelArgs,
+    ) -> Result<()> {
         let function = self.function(name)?;
         self.device.bind()?;
-        let mut pointers: Vec<*mut c_void> = args.values.iter().map(|v| v as *const u64 as *mut c_void).collect();
+        let mut pointers: Vec<*mut c_void> = args
+            .values
+            .iter()
+            .map(|v| v as *const u64 as *mut c_void)
+            .collect();
         // SAFETY: per this function's contract; `pointers` point into
         // `args`, which outlives the call (the driver copies the values).
         check("cuLaunchKernel", unsafe {

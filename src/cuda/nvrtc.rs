@@ -9,8 +9,14 @@ use std::sync::LazyLock;
 use super::{CudaError, Result};
 
 type Program = *mut c_void;
-type CreateProgram =
-    unsafe extern "C" fn(*mut Program, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int;
+type CreateProgram = unsafe extern "C" fn(
+    *mut Program,
+    *const c_char,
+    *const c_char,
+    c_int,
+    *const *const c_char,
+    *const *const c_char,
+) -> c_int;
 type CompileProgram = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int;
 type GetSize = unsafe extern "C" fn(Program, *mut usize) -> c_int;
 type GetBytes = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
@@ -40,7 +46,12 @@ fn candidates() -> Vec<PathBuf> {
     if let Some(path) = std::env::var_os("CUDAIPC_NVRTC_LIB") {
         out.push(PathBuf::from(path));
     }
-    let names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "libnvrtc.so.11.2"];
+    let names = [
+        "libnvrtc.so.13",
+        "libnvrtc.so.12",
+        "libnvrtc.so",
+        "libnvrtc.so.11.2",
+    ];
     out.extend(names.iter().map(PathBuf::from));
     let mut dirs = vec![
         PathBuf::from("/usr/local/cuda/lib64"),
@@ -52,7 +63,11 @@ fn candidates() -> Vec<PathBuf> {
             for entry in entries.flatten() {
                 let py = entry.path();
                 for site in ["site-packages", "dist-packages"] {
-                    for sub in ["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib", "nvidia/cu12/lib"] {
+                    for sub in [
+                        "nvidia/cuda_nvrtc/lib",
+                        "nvidia/cu13/lib",
+                        "nvidia/cu12/lib",
+                    ] {
                         dirs.push(py.join(site).join(sub));
                     }
                 }
@@ -91,16 +106,28 @@ fn load() -> std::result::Result<Nvrtc, String> {
             version(&mut major, &mut minor);
             Nvrtc {
                 path: path.display().to_string(),
-                create: std::mem::transmute::<*mut c_void, CreateProgram>(sym(b"nvrtcCreateProgram\0")?),
-                compile: std::mem::transmute::<*mut c_void, CompileProgram>(sym(b"nvrtcCompileProgram\0")?),
+                create: std::mem::transmute::<*mut c_void, CreateProgram>(sym(
+                    b"nvrtcCreateProgram\0",
+                )?),
+                compile: std::mem::transmute::<*mut c_void, CompileProgram>(sym(
+                    b"nvrtcCompileProgram\0",
+                )?),
                 ptx_size: std::mem::transmute::<*mut c_void, GetSize>(sym(b"nvrtcGetPTXSize\0")?),
                 ptx: std::mem::transmute::<*mut c_void, GetBytes>(sym(b"nvrtcGetPTX\0")?),
-                cubin_size: std::mem::transmute::<*mut c_void, GetSize>(sym(b"nvrtcGetCUBINSize\0")?),
+                cubin_size: std::mem::transmute::<*mut c_void, GetSize>(sym(
+                    b"nvrtcGetCUBINSize\0",
+                )?),
                 cubin: std::mem::transmute::<*mut c_void, GetBytes>(sym(b"nvrtcGetCUBIN\0")?),
-                log_size: std::mem::transmute::<*mut c_void, GetSize>(sym(b"nvrtcGetProgramLogSize\0")?),
+                log_size: std::mem::transmute::<*mut c_void, GetSize>(sym(
+                    b"nvrtcGetProgramLogSize\0",
+                )?),
                 log: std::mem::transmute::<*mut c_void, GetBytes>(sym(b"nvrtcGetProgramLog\0")?),
-                destroy: std::mem::transmute::<*mut c_void, DestroyProgram>(sym(b"nvrtcDestroyProgram\0")?),
-                error_string: std::mem::transmute::<*mut c_void, ErrorString>(sym(b"nvrtcGetErrorString\0")?),
+                destroy: std::mem::transmute::<*mut c_void, DestroyProgram>(sym(
+                    b"nvrtcDestroyProgram\0",
+                )?),
+                error_string: std::mem::transmute::<*mut c_void, ErrorString>(sym(
+                    b"nvrtcGetErrorString\0",
+                )?),
                 version: (major, minor),
                 _library: library,
             }
@@ -159,21 +186,32 @@ pub enum Target {
 /// holds the compiler log.
 pub fn compile(source: &str, name: &str, target: Target) -> Result<Image> {
     let n = nvrtc()?;
-    let c_source = CString::new(source).map_err(|_| CudaError::Nvrtc("kernel source holds a NUL byte".into()))?;
-    let c_name = CString::new(name).map_err(|_| CudaError::Nvrtc("kernel name holds a NUL byte".into()))?;
+    let c_source = CString::new(source)
+        .map_err(|_| CudaError::Nvrtc("kernel source holds a NUL byte".into()))?;
+    let c_name =
+        CString::new(name).map_err(|_| CudaError::Nvrtc("kernel name holds a NUL byte".into()))?;
     let arch = match target {
         Target::Sass(major, minor) => format!("--gpu-architecture=sm_{major}{minor}"),
         Target::Ptx(major, minor) => format!("--gpu-architecture=compute_{major}{minor}"),
     };
-    let options: Vec<CString> = [arch.as_str(), "--std=c++17", "-default-device", "--use_fast_math", "-lineinfo"]
-        .iter()
-        .map(|o| CString::new(*o).unwrap())
-        .collect();
+    let options: Vec<CString> = [
+        arch.as_str(),
+        "--std=c++17",
+        "-default-device",
+        "--use_fast_math",
+        "-lineinfo",
+    ]
+    .iter()
+    .map(|o| CString::new(*o).unwrap())
+    .collect();
     let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
     let error = |what: &str, code: c_int| {
         // SAFETY: nvrtcGetErrorString returns a static string for any code.
         let text = unsafe { CStr::from_ptr((n.error_string)(code)) }.to_string_lossy();
-        CudaError::Nvrtc(format!("NVRTC ({}) {what} failed for {name}: {text}", n.path))
+        CudaError::Nvrtc(format!(
+            "NVRTC ({}) {what} failed for {name}: {text}",
+            n.path
+        ))
     };
     let mut program: Program = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings and an out pointer; no headers.
@@ -202,7 +240,11 @@ pub fn compile(source: &str, name: &str, target: Target) -> Result<Image> {
     let code = unsafe { (n.compile)(guard.1, option_ptrs.len() as c_int, option_ptrs.as_ptr()) };
     if code != 0 {
         let log = read_bytes(guard.1, n.log_size, n.log)
-            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\0').to_string())
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .trim_end_matches('\0')
+                    .to_string()
+            })
             .unwrap_or_default();
         // SAFETY: static string for any code.
         let text = unsafe { CStr::from_ptr((n.error_string)(code)) }.to_string_lossy();
@@ -221,7 +263,11 @@ pub fn compile(source: &str, name: &str, target: Target) -> Result<Image> {
     }
 }
 
-fn read_bytes(program: Program, size: GetSize, get: GetBytes) -> std::result::Result<Vec<u8>, c_int> {
+fn read_bytes(
+    program: Program,
+    size: GetSize,
+    get: GetBytes,
+) -> std::result::Result<Vec<u8>, c_int> {
     let mut len = 0usize;
     // SAFETY: valid program and out pointer.
     let code = unsafe { size(program, &mut len) };

@@ -91,7 +91,9 @@ pub struct ReleaseHandle {
 
 impl std::fmt::Debug for ReleaseHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReleaseHandle").field("bit", &self.bit).finish()
+        f.debug_struct("ReleaseHandle")
+            .field("bit", &self.bit)
+            .finish()
     }
 }
 
@@ -165,7 +167,12 @@ impl Consumer {
                         path.display()
                     )));
                 }
-                Err(e) => return Err(ChannelError::io(format!("cannot open {}", path.display()), e)),
+                Err(e) => {
+                    return Err(ChannelError::io(
+                        format!("cannot open {}", path.display()),
+                        e,
+                    ));
+                }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ChannelError::NoProducer {
@@ -178,9 +185,15 @@ impl Consumer {
 
     /// `Ok(None)`: the file is the remains of a dead or closed producer, or
     /// still being created; try again later.
-    fn attach_to(shared: SharedFile, config: &ConsumerConfig) -> Result<Option<Self>, ChannelError> {
+    fn attach_to(
+        shared: SharedFile,
+        config: &ConsumerConfig,
+    ) -> Result<Option<Self>, ChannelError> {
         if shared.len() < std::mem::size_of::<u64>() * 2 {
-            return Err(ChannelError::Corrupt(format!("control block of {} bytes is too small", shared.len())));
+            return Err(ChannelError::Corrupt(format!(
+                "control block of {} bytes is too small",
+                shared.len()
+            )));
         }
         let info = validate_header(&shared)?;
         let shared = Arc::new(shared);
@@ -197,7 +210,9 @@ impl Consumer {
         }
         for index in 0..MAX_CONSUMERS {
             let lock_byte = CONSUMER_LOCK_BASE + index as i64;
-            if !shm::try_lock_byte(&shared.file, lock_byte).map_err(|e| ChannelError::io("cannot lock a consumer record", e))? {
+            if !shm::try_lock_byte(&shared.file, lock_byte)
+                .map_err(|e| ChannelError::io("cannot lock a consumer record", e))?
+            {
                 continue;
             }
             let bit = 1u64 << index;
@@ -215,7 +230,9 @@ impl Consumer {
             record.session.store(shm::random_u64(), Ordering::Relaxed);
             record.frames_received.store(0, Ordering::Relaxed);
             record.frames_missed.store(0, Ordering::Relaxed);
-            write_seqlocked(&record.release_seqlock, || record.release_count.store(0, Ordering::Relaxed));
+            write_seqlocked(&record.release_seqlock, || {
+                record.release_count.store(0, Ordering::Relaxed)
+            });
             record.cursor.store(u64::MAX, Ordering::SeqCst);
             record.state.store(CONSUMER_ACTIVE, Ordering::SeqCst);
             // Join late: the next frame published after the producer can see
@@ -302,18 +319,27 @@ impl Consumer {
             Some(pool) => pool,
             None => {
                 self.check_producer()?;
-                return Err(ChannelError::Corrupt("the pool seqlock never settles".into()));
+                return Err(ChannelError::Corrupt(
+                    "the pool seqlock never settles".into(),
+                ));
             }
         };
         let count = h.slot_count.load(Ordering::Relaxed) as usize;
         if pool.generation == 0 {
-            return Err(ChannelError::Corrupt("a frame was published before any slot pool".into()));
+            return Err(ChannelError::Corrupt(
+                "a frame was published before any slot pool".into(),
+            ));
         }
         if !(1..=MAX_SLOTS).contains(&count) || pool.slot_descriptors.len() != count {
-            return Err(ChannelError::Corrupt(format!("slot count {count} is outside 1..={MAX_SLOTS}")));
+            return Err(ChannelError::Corrupt(format!(
+                "slot count {count} is outside 1..={MAX_SLOTS}"
+            )));
         }
         if pool.slot_size == 0 || pool.slot_size > MAX_SLOT_SIZE {
-            return Err(ChannelError::Corrupt(format!("slot size {} is absurd", pool.slot_size)));
+            return Err(ChannelError::Corrupt(format!(
+                "slot size {} is absurd",
+                pool.slot_size
+            )));
         }
         self.slot_count = count;
         self.slot_size = pool.slot_size;
@@ -326,16 +352,25 @@ impl Consumer {
         let h = self.header();
         let read = read_seqlocked(&h.caps_seqlock, || {
             let len = h.caps_len.load(Ordering::Relaxed) as usize;
-            (h.caps_generation.load(Ordering::Relaxed), len, load_bytes(&h.caps, len.min(CAPS_CAPACITY)))
+            (
+                h.caps_generation.load(Ordering::Relaxed),
+                len,
+                load_bytes(&h.caps, len.min(CAPS_CAPACITY)),
+            )
         });
         let Some((generation, len, bytes)) = read else {
             self.check_producer()?;
-            return Err(ChannelError::Corrupt("the caps seqlock never settles".into()));
+            return Err(ChannelError::Corrupt(
+                "the caps seqlock never settles".into(),
+            ));
         };
         if len == 0 || len > CAPS_CAPACITY {
-            return Err(ChannelError::Corrupt(format!("caps length {len} is outside 1..={CAPS_CAPACITY}")));
+            return Err(ChannelError::Corrupt(format!(
+                "caps length {len} is outside 1..={CAPS_CAPACITY}"
+            )));
         }
-        let caps = String::from_utf8(bytes).map_err(|_| ChannelError::Corrupt("caps are not UTF-8".into()))?;
+        let caps = String::from_utf8(bytes)
+            .map_err(|_| ChannelError::Corrupt("caps are not UTF-8".into()))?;
         if caps.contains('\0') {
             return Err(ChannelError::Corrupt("caps hold a NUL byte".into()));
         }
@@ -358,7 +393,11 @@ impl Consumer {
     /// Waits for the next item. Frames already published are delivered even
     /// if the producer is gone since; after them the wait reports
     /// `ProducerGone`.
-    pub fn next(&mut self, interrupt: &AtomicBool, timeout: Option<Duration>) -> Result<Item, ChannelError> {
+    pub fn next(
+        &mut self,
+        interrupt: &AtomicBool,
+        timeout: Option<Duration>,
+    ) -> Result<Item, ChannelError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let published = self.wait_published(interrupt, deadline)?;
@@ -394,7 +433,11 @@ impl Consumer {
         Ok(())
     }
 
-    fn wait_published(&mut self, interrupt: &AtomicBool, deadline: Option<Instant>) -> Result<u64, ChannelError> {
+    fn wait_published(
+        &mut self,
+        interrupt: &AtomicBool,
+        deadline: Option<Instant>,
+    ) -> Result<u64, ChannelError> {
         let h = header_of(&self.shared);
         let cursor = self.cursor;
         let last_published = self.last_published;
@@ -489,7 +532,10 @@ impl Consumer {
         record.frames_received.fetch_add(1, Ordering::Relaxed);
         self.advance(target + 1, skipped);
         let missed_before = std::mem::take(&mut self.missed_pending);
-        Ok(Some(Item::Frame(Frame { missed_before, ..frame })))
+        Ok(Some(Item::Frame(Frame {
+            missed_before,
+            ..frame
+        })))
     }
 
     fn advance(&mut self, cursor: u64, missed: u64) {
@@ -529,13 +575,22 @@ impl Consumer {
         }
         let n_planes = r.n_planes.load(Ordering::Relaxed) as usize;
         if n_planes > MAX_PLANES {
-            return Err(ChannelError::Corrupt(format!("{n_planes} planes (at most {MAX_PLANES})")));
+            return Err(ChannelError::Corrupt(format!(
+                "{n_planes} planes (at most {MAX_PLANES})"
+            )));
         }
         let planes: Vec<(u64, u32)> = (0..n_planes)
-            .map(|p| (r.plane_offset[p].load(Ordering::Relaxed), r.plane_stride[p].load(Ordering::Relaxed)))
+            .map(|p| {
+                (
+                    r.plane_offset[p].load(Ordering::Relaxed),
+                    r.plane_stride[p].load(Ordering::Relaxed),
+                )
+            })
             .collect();
         if let Some((offset, _)) = planes.iter().find(|(offset, _)| *offset >= size) {
-            return Err(ChannelError::Corrupt(format!("plane offset {offset} is outside the frame of {size} bytes")));
+            return Err(ChannelError::Corrupt(format!(
+                "plane offset {offset} is outside the frame of {size} bytes"
+            )));
         }
         Ok(Frame {
             seq,
@@ -608,9 +663,16 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
     let words = shared.map.as_ptr() as *const AtomicU64;
     // SAFETY: the mapping holds at least two aligned u64 words (checked by
     // the caller); atomics make a concurrent writer harmless.
-    let (magic, version_word) = unsafe { ((*words).load(Ordering::Relaxed), (*words.add(1)).load(Ordering::Relaxed)) };
+    let (magic, version_word) = unsafe {
+        (
+            (*words).load(Ordering::Relaxed),
+            (*words.add(1)).load(Ordering::Relaxed),
+        )
+    };
     if magic != MAGIC {
-        return Err(ChannelError::Corrupt(format!("bad magic {magic:#018x}: not a cudaipc control block")));
+        return Err(ChannelError::Corrupt(format!(
+            "bad magic {magic:#018x}: not a cudaipc control block"
+        )));
     }
     let version = version_word as u32;
     if version != PROTOCOL_VERSION {
@@ -634,15 +696,21 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         && h.slot_record_size.load(r) as usize == std::mem::size_of::<SlotRecord>()
         && h.consumer_record_size.load(r) as usize == std::mem::size_of::<ConsumerRecord>();
     if !layout_ok {
-        return Err(ChannelError::Corrupt("header sizes disagree with the protocol version".into()));
+        return Err(ChannelError::Corrupt(
+            "header sizes disagree with the protocol version".into(),
+        ));
     }
     let transport = h.transport.load(r);
     if transport != TRANSPORT_HOST && transport != TRANSPORT_CUDA {
-        return Err(ChannelError::Corrupt(format!("unknown transport {transport}")));
+        return Err(ChannelError::Corrupt(format!(
+            "unknown transport {transport}"
+        )));
     }
     let gpu_sync = h.gpu_sync.load(r);
     if gpu_sync != GPU_SYNC_EVENT && gpu_sync != GPU_SYNC_HOST {
-        return Err(ChannelError::Corrupt(format!("unknown gpu-sync mode {gpu_sync}")));
+        return Err(ChannelError::Corrupt(format!(
+            "unknown gpu-sync mode {gpu_sync}"
+        )));
     }
     let mut device_uuid = [0u8; 16];
     device_uuid[..8].copy_from_slice(&h.device_uuid[0].load(r).to_le_bytes());

@@ -30,6 +30,11 @@ pub const QUEUE_LEN: usize = 2 * MAX_SLOTS;
 /// Most planes a frame can describe (GstVideoMeta has four).
 pub const MAX_PLANES: usize = 4;
 
+// Slot indices must never collide with queue markers, and every consumer
+// needs a bit in `SlotRecord::holders`.
+const _: () = assert!(MAX_SLOTS < QUEUE_EOS as usize);
+const _: () = assert!(MAX_CONSUMERS <= 64);
+
 /// `ControlHeader::state`
 pub const STATE_OPEN: u32 = 1;
 pub const STATE_CLOSED: u32 = 2;
@@ -250,7 +255,5 @@ mod tests {
         assert_eq!(std::mem::size_of::<ConsumerRecord>() % 8, 0);
         // The whole block stays well under a megabyte.
         assert!(control_size() < 1 << 20, "{}", control_size());
-        assert!(MAX_SLOTS < QUEUE_EOS as usize);
-        assert!(MAX_CONSUMERS <= 64);
     }
 }

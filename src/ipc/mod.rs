@@ -84,7 +84,10 @@ impl fmt::Display for ChannelError {
                 "channel '{channel}' is in use by a live producer (pid {pid}); choose another channel name or stop that producer"
             ),
             ChannelError::NoProducer { channel } => {
-                write!(f, "no producer appeared on channel '{channel}' before the connect timeout")
+                write!(
+                    f,
+                    "no producer appeared on channel '{channel}' before the connect timeout"
+                )
             }
             ChannelError::PermissionDenied(msg) => f.write_str(msg),
             ChannelError::Io { context, source } => write!(f, "{context}: {source}"),
@@ -95,7 +98,9 @@ impl fmt::Display for ChannelError {
                 "the channel already has {} consumers, the most it supports",
                 layout::MAX_CONSUMERS
             ),
-            ChannelError::ProducerGone(ProducerGone::Closed) => write!(f, "the producer closed the channel"),
+            ChannelError::ProducerGone(ProducerGone::Closed) => {
+                write!(f, "the producer closed the channel")
+            }
             ChannelError::ProducerGone(ProducerGone::Died) => write!(f, "the producer died"),
             ChannelError::Timeout => write!(f, "timed out"),
             ChannelError::Interrupted => write!(f, "interrupted"),
@@ -106,7 +111,10 @@ impl fmt::Display for ChannelError {
 impl std::error::Error for ChannelError {}
 
 /// Reads fields guarded by a seqlock; `read` must only do loads.
-fn read_seqlocked<T>(lock: &std::sync::atomic::AtomicU64, mut read: impl FnMut() -> T) -> Option<T> {
+fn read_seqlocked<T>(
+    lock: &std::sync::atomic::AtomicU64,
+    mut read: impl FnMut() -> T,
+) -> Option<T> {
     use std::sync::atomic::{Ordering, fence};
     for attempt in 0..10_000u32 {
         let before = lock.load(Ordering::Acquire);

@@ -112,7 +112,10 @@ impl Producer {
         let session = shm::random_u64();
         // Built under a private name, then linked to the public one, so no
         // one ever sees a half-initialised or unlocked control block.
-        let temp = shm::shm_dir().join(format!(".cudaipc-new-{}-{session:016x}", std::process::id()));
+        let temp = shm::shm_dir().join(format!(
+            ".cudaipc-new-{}-{session:016x}",
+            std::process::id()
+        ));
         let mut shared = SharedFile::create_exclusive(&temp, control_size(), config.permissions)
             .map_err(|e| ChannelError::io(format!("cannot create {}", temp.display()), e))?;
         let locked = shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE);
@@ -141,7 +144,11 @@ impl Producer {
         })
     }
 
-    fn claim_name(temp: &std::path::Path, path: &std::path::Path, channel: &str) -> Result<(), ChannelError> {
+    fn claim_name(
+        temp: &std::path::Path,
+        path: &std::path::Path,
+        channel: &str,
+    ) -> Result<(), ChannelError> {
         for _ in 0..16 {
             match shm::link_exclusive(temp, path) {
                 Ok(()) => {
@@ -150,7 +157,12 @@ impl Producer {
                     return Ok(());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(ChannelError::io(format!("cannot create {}", path.display()), e)),
+                Err(e) => {
+                    return Err(ChannelError::io(
+                        format!("cannot create {}", path.display()),
+                        e,
+                    ));
+                }
             }
             // Someone has the name: a live producer, or the remains of a dead one.
             let existing = match SharedFile::open(path) {
@@ -162,7 +174,12 @@ impl Producer {
                         path.display()
                     )));
                 }
-                Err(e) => return Err(ChannelError::io(format!("cannot open {}", path.display()), e)),
+                Err(e) => {
+                    return Err(ChannelError::io(
+                        format!("cannot open {}", path.display()),
+                        e,
+                    ));
+                }
             };
             let got_lock = shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)
                 .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
@@ -285,10 +302,14 @@ impl Producer {
     }
 
     fn every_frame_cursors(&self) -> impl Iterator<Item = u64> + '_ {
-        self.header().consumers.iter().filter_map(|c| {
-            (c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE && c.mode.load(Ordering::Relaxed) == MODE_EVERY_FRAME)
-                .then(|| c.cursor.load(Ordering::SeqCst))
-        })
+        self.header()
+            .consumers
+            .iter()
+            .filter(|c| {
+                c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE
+                    && c.mode.load(Ordering::Relaxed) == MODE_EVERY_FRAME
+            })
+            .map(|c| c.cursor.load(Ordering::SeqCst))
     }
 
     fn wait_producer_side<T>(
@@ -302,17 +323,29 @@ impl Producer {
             sleepers: &h.producer_sleepers,
         };
         let mut outcome = WaitOutcome::default();
-        wait::wait_for(self.config.wait_mode, &wake, interrupt, None, &mut outcome, poll, || {
-            self.reclaim_dead_consumers();
-            Ok(())
-        })
+        wait::wait_for(
+            self.config.wait_mode,
+            &wake,
+            interrupt,
+            None,
+            &mut outcome,
+            poll,
+            || {
+                self.reclaim_dead_consumers();
+                Ok(())
+            },
+        )
     }
 
     /// Waits until no slot is held and no every-frame consumer lags.
     fn drain(&self, interrupt: &AtomicBool) -> Result<(), ChannelError> {
         let published = self.header().published.load(Ordering::Acquire);
         self.wait_producer_side(interrupt, || {
-            let idle = self.header().slots.iter().all(|s| s.holders.load(Ordering::SeqCst) == 0)
+            let idle = self
+                .header()
+                .slots
+                .iter()
+                .all(|s| s.holders.load(Ordering::SeqCst) == 0)
                 && self.every_frame_cursors().all(|c| c >= published)
                 && self.reserved.load(Ordering::SeqCst) == 0;
             Ok(idle.then_some(()))
@@ -333,7 +366,8 @@ impl Producer {
             return Ok(None);
         }
         self.waits.fetch_add(1, Ordering::Relaxed);
-        self.wait_producer_side(interrupt, || Ok(self.try_reserve())).map(Some)
+        self.wait_producer_side(interrupt, || Ok(self.try_reserve()))
+            .map(Some)
     }
 
     fn try_reserve(&self) -> Option<usize> {
@@ -357,7 +391,8 @@ impl Producer {
             let seq = slot.seq.load(Ordering::SeqCst);
             let pending = seq & SEQ_WRITING == 0 && seq >= min_cursor;
             if pending {
-                if self.config.when_full == WhenFull::Drop && overwrite.is_none_or(|(_, s)| seq < s) {
+                if self.config.when_full == WhenFull::Drop && overwrite.is_none_or(|(_, s)| seq < s)
+                {
                     overwrite = Some((i, seq));
                 }
                 continue;
@@ -408,20 +443,33 @@ impl Producer {
     /// number.
     pub fn publish(&self, slot: usize, meta: &FrameMeta) -> Result<u64, ChannelError> {
         if !self.is_reserved(slot) {
-            return Err(ChannelError::Incompatible(format!("slot {slot} is not reserved")));
+            return Err(ChannelError::Incompatible(format!(
+                "slot {slot} is not reserved"
+            )));
         }
         let h = self.header();
         let record = &h.slots[slot];
         let mut next_seq = self.publish.lock().unwrap();
         let seq = *next_seq;
         *next_seq += 1;
-        self.next_slot_hint.store((slot + 1) % self.slot_count().max(1), Ordering::Relaxed);
-        record.caps_generation.store(h.caps_generation.load(Ordering::Relaxed), Ordering::Relaxed);
-        record.pool_generation.store(h.pool_generation.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.next_slot_hint
+            .store((slot + 1) % self.slot_count().max(1), Ordering::Relaxed);
+        record
+            .caps_generation
+            .store(h.caps_generation.load(Ordering::Relaxed), Ordering::Relaxed);
+        record
+            .pool_generation
+            .store(h.pool_generation.load(Ordering::Relaxed), Ordering::Relaxed);
         record.size.store(meta.size, Ordering::Relaxed);
-        record.pts.store(meta.pts.unwrap_or(TIME_NONE), Ordering::Relaxed);
-        record.dts.store(meta.dts.unwrap_or(TIME_NONE), Ordering::Relaxed);
-        record.duration.store(meta.duration.unwrap_or(TIME_NONE), Ordering::Relaxed);
+        record
+            .pts
+            .store(meta.pts.unwrap_or(TIME_NONE), Ordering::Relaxed);
+        record
+            .dts
+            .store(meta.dts.unwrap_or(TIME_NONE), Ordering::Relaxed);
+        record
+            .duration
+            .store(meta.duration.unwrap_or(TIME_NONE), Ordering::Relaxed);
         record.offset.store(meta.offset, Ordering::Relaxed);
         record.offset_end.store(meta.offset_end, Ordering::Relaxed);
         record.flags.store(meta.flags, Ordering::Relaxed);
@@ -432,7 +480,9 @@ impl Producer {
             record.plane_offset[p].store(offset, Ordering::Relaxed);
             record.plane_stride[p].store(stride, Ordering::Relaxed);
         }
-        record.publish_time_ns.store(shm::monotonic_ns(), Ordering::Relaxed);
+        record
+            .publish_time_ns
+            .store(shm::monotonic_ns(), Ordering::Relaxed);
         record.seq.store(seq, Ordering::SeqCst);
         h.queue[seq as usize % QUEUE_LEN].store(queue_entry(seq, slot as u64), Ordering::Release);
         h.published.store(seq + 1, Ordering::SeqCst);
@@ -461,7 +511,10 @@ impl Producer {
         let mut reclaimed = 0;
         for (i, record) in h.consumers.iter().enumerate() {
             let bit = 1u64 << i;
-            let holds = h.slots.iter().any(|s| s.holders.load(Ordering::Relaxed) & bit != 0);
+            let holds = h
+                .slots
+                .iter()
+                .any(|s| s.holders.load(Ordering::Relaxed) & bit != 0);
             if record.state.load(Ordering::SeqCst) != CONSUMER_ACTIVE && !holds {
                 continue;
             }
@@ -483,7 +536,8 @@ impl Producer {
             shm::unlock_byte(&self.shared.file, lock_byte);
         }
         if reclaimed > 0 {
-            self.reclaimed.fetch_add(reclaimed as u64, Ordering::Relaxed);
+            self.reclaimed
+                .fetch_add(reclaimed as u64, Ordering::Relaxed);
         }
         reclaimed
     }
@@ -591,19 +645,29 @@ fn init_header(h: &ControlHeader, config: &ProducerConfig, session: u64) {
     let r = Ordering::Relaxed;
     h.magic.store(MAGIC, r);
     h.version.store(PROTOCOL_VERSION, r);
-    h.header_size.store(std::mem::size_of::<ControlHeader>() as u32, r);
+    h.header_size
+        .store(std::mem::size_of::<ControlHeader>() as u32, r);
     h.total_size.store(control_size() as u64, r);
     h.max_slots.store(MAX_SLOTS as u32, r);
     h.max_consumers.store(MAX_CONSUMERS as u32, r);
-    h.slot_record_size.store(std::mem::size_of::<SlotRecord>() as u32, r);
-    h.consumer_record_size.store(std::mem::size_of::<ConsumerRecord>() as u32, r);
+    h.slot_record_size
+        .store(std::mem::size_of::<SlotRecord>() as u32, r);
+    h.consumer_record_size
+        .store(std::mem::size_of::<ConsumerRecord>() as u32, r);
     h.transport.store(config.transport, r);
     h.gpu_sync.store(config.gpu_sync, r);
     h.device_ordinal.store(config.device_ordinal, r);
     h.producer_pid.store(std::process::id(), r);
-    h.device_uuid[0].store(u64::from_le_bytes(config.device_uuid[..8].try_into().unwrap()), r);
-    h.device_uuid[1].store(u64::from_le_bytes(config.device_uuid[8..].try_into().unwrap()), r);
-    h.producer_start_time.store(shm::process_start_time(std::process::id()).unwrap_or(0), r);
+    h.device_uuid[0].store(
+        u64::from_le_bytes(config.device_uuid[..8].try_into().unwrap()),
+        r,
+    );
+    h.device_uuid[1].store(
+        u64::from_le_bytes(config.device_uuid[8..].try_into().unwrap()),
+        r,
+    );
+    h.producer_start_time
+        .store(shm::process_start_time(std::process::id()).unwrap_or(0), r);
     h.producer_pid_namespace.store(shm::pid_namespace(), r);
     h.producer_session.store(session, r);
     for slot in &h.slots {

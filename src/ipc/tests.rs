@@ -20,7 +20,8 @@ fn producer(channel: &str, when_full: WhenFull) -> Producer {
     })
     .unwrap();
     let no = AtomicBool::new(false);
-    p.configure_pool(64, &[[0u8; SLOT_DESCRIPTOR_BYTES]; 4], b"pool", &no).unwrap();
+    p.configure_pool(64, &[[0u8; SLOT_DESCRIPTOR_BYTES]; 4], b"pool", &no)
+        .unwrap();
     p.set_caps("video/x-raw, format=(string)RGB", &no).unwrap();
     p
 }
@@ -36,7 +37,6 @@ fn consumer_waiting(channel: &str, mode: ConsumerMode, wait_mode: WaitMode) -> C
             mode,
             wait_mode,
             connect_timeout: Some(Duration::from_secs(5)),
-            ..Default::default()
         },
         &AtomicBool::new(false),
     )
@@ -61,7 +61,10 @@ fn a_second_producer_is_refused_and_a_closed_channel_is_removed() {
         ..Default::default()
     })
     .unwrap_err();
-    assert!(matches!(err, ChannelError::InUse { pid, .. } if pid == std::process::id()), "{err}");
+    assert!(
+        matches!(err, ChannelError::InUse { pid, .. } if pid == std::process::id()),
+        "{err}"
+    );
     assert!(err.to_string().contains("in use"), "{err}");
     let path = p.path().clone();
     assert!(path.exists());
@@ -85,12 +88,18 @@ fn frames_and_metadata_arrive_in_order() {
         let Item::Frame(f) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
             panic!("expected a frame");
         };
-        assert_eq!((f.seq, f.size, f.pts, f.slot), (i, 10 + i, Some(i * 1000), slot));
+        assert_eq!(
+            (f.seq, f.size, f.pts, f.slot),
+            (i, 10 + i, Some(i * 1000), slot)
+        );
         assert_eq!(f.planes, vec![(0, 8)]);
         c.release(f.slot);
     }
     p.publish_eos();
-    assert_eq!(c.next(&no, Some(Duration::from_secs(5))).unwrap(), Item::Eos);
+    assert_eq!(
+        c.next(&no, Some(Duration::from_secs(5))).unwrap(),
+        Item::Eos
+    );
     assert_eq!(c.frames_missed(), 0);
 }
 
@@ -114,8 +123,13 @@ fn block_mode_waits_for_the_slowest_consumer() {
     });
     std::thread::sleep(Duration::from_millis(100));
     assert!(!blocked.is_finished());
-    let Item::Frame(first) = c.next(&no, None).unwrap() else { panic!() };
-    assert!(!blocked.is_finished(), "a taken but unreleased slot must stay busy");
+    let Item::Frame(first) = c.next(&no, None).unwrap() else {
+        panic!()
+    };
+    assert!(
+        !blocked.is_finished(),
+        "a taken but unreleased slot must stay busy"
+    );
     c.release(first.slot);
     let slot = blocked.join().unwrap().unwrap();
     assert_eq!(slot, first.slot);
@@ -133,17 +147,24 @@ fn drop_mode_never_waits_and_counts() {
     for i in 0..2 {
         let slot = p.reserve(&no).unwrap().unwrap();
         p.publish(slot, &meta(1, i)).unwrap();
-        let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+        let Item::Frame(f) = c.next(&no, None).unwrap() else {
+            panic!()
+        };
         held.push(f);
     }
     for i in 2..40 {
         let slot = p.reserve(&no).unwrap().expect("two slots are free");
-        assert!(held.iter().all(|f| f.slot != slot), "a held slot was reused");
+        assert!(
+            held.iter().all(|f| f.slot != slot),
+            "a held slot was reused"
+        );
         p.publish(slot, &meta(1, i)).unwrap();
     }
     assert_eq!(p.stats().dropped, 0);
     // The consumer lagged: it misses what was overwritten and gets the rest.
-    let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+    let Item::Frame(f) = c.next(&no, None).unwrap() else {
+        panic!()
+    };
     assert!(f.seq > 2 && f.missed_before > 0, "{f:?}");
     // Hold everything: now frames are dropped, not waited for.
     let mut slots: Vec<usize> = held.iter().map(|f| f.slot).collect();
@@ -169,7 +190,9 @@ fn latest_mode_skips_to_the_newest_frame() {
         let slot = p.reserve(&no).unwrap().unwrap();
         p.publish(slot, &meta(1, i)).unwrap();
     }
-    let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+    let Item::Frame(f) = c.next(&no, None).unwrap() else {
+        panic!()
+    };
     assert_eq!(f.seq, 2);
     c.release(f.slot);
     // A latest-mode consumer never holds the producer back.
@@ -177,7 +200,9 @@ fn latest_mode_skips_to_the_newest_frame() {
         let slot = p.reserve(&no).unwrap().unwrap();
         p.publish(slot, &meta(1, i)).unwrap();
     }
-    let Item::Frame(f) = c.next(&no, None).unwrap() else { panic!() };
+    let Item::Frame(f) = c.next(&no, None).unwrap() else {
+        panic!()
+    };
     assert_eq!(f.seq, 19);
     assert_eq!(c.frames_missed(), 0);
 }
@@ -245,7 +270,10 @@ fn producer_close_is_reported_after_the_last_frame() {
     drop(p);
     assert!(matches!(c.next(&no, None).unwrap(), Item::Frame(_)));
     let err = c.next(&no, Some(Duration::from_secs(2))).unwrap_err();
-    assert!(matches!(err, ChannelError::ProducerGone(ProducerGone::Closed)), "{err}");
+    assert!(
+        matches!(err, ChannelError::ProducerGone(ProducerGone::Closed)),
+        "{err}"
+    );
 }
 
 #[test]
@@ -268,16 +296,11 @@ fn many_threads_publish_and_release_without_loss() {
                         handle.release(slot);
                     }
                 });
-                loop {
-                    match c.next(&no, Some(Duration::from_secs(20))).unwrap() {
-                        Item::Frame(f) => {
-                            assert_eq!(f.seq, expected);
-                            assert_eq!(f.pts, Some(expected));
-                            expected += 1;
-                            tx.send(f.slot).unwrap();
-                        }
-                        Item::Eos => break,
-                    }
+                while let Item::Frame(f) = c.next(&no, Some(Duration::from_secs(20))).unwrap() {
+                    assert_eq!(f.seq, expected);
+                    assert_eq!(f.pts, Some(expected));
+                    expected += 1;
+                    tx.send(f.slot).unwrap();
                 }
                 drop(tx);
                 releaser.join().unwrap();

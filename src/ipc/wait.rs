@@ -194,7 +194,12 @@ mod tests {
         })
     }
 
-    fn wait_value(s: &Shared, mode: WaitMode, want: u64, deadline: Option<Instant>) -> Result<u64, ChannelError> {
+    fn wait_value(
+        s: &Shared,
+        mode: WaitMode,
+        want: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64, ChannelError> {
         let wake = WakeSource {
             futex: &s.futex,
             sleepers: &s.sleepers,
@@ -229,8 +234,13 @@ mod tests {
                 }
             });
             for want in [1, 50, 120, 200] {
-                let got = wait_value(&s, mode, want, Some(Instant::now() + Duration::from_secs(10)))
-                    .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+                let got = wait_value(
+                    &s,
+                    mode,
+                    want,
+                    Some(Instant::now() + Duration::from_secs(10)),
+                )
+                .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
                 assert!(got >= want);
             }
             writer.join().unwrap();
@@ -241,7 +251,12 @@ mod tests {
     fn deadline_and_interrupt_end_a_wait() {
         let s = shared();
         let start = Instant::now();
-        let r = wait_value(&s, WaitMode::Hybrid, 1, Some(start + Duration::from_millis(30)));
+        let r = wait_value(
+            &s,
+            WaitMode::Hybrid,
+            1,
+            Some(start + Duration::from_millis(30)),
+        );
         assert!(matches!(r, Err(ChannelError::Timeout)), "{r:?}");
         assert!(start.elapsed() >= Duration::from_millis(30));
 

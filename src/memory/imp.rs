@@ -14,7 +14,11 @@ use super::DeviceMemoryInfo;
 use crate::cuda::{Device, DeviceBuffer};
 
 static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|| {
-    gst::DebugCategory::new("cudaipcmemory", gst::DebugColorFlags::empty(), Some("CUDA IPC memory"))
+    gst::DebugCategory::new(
+        "cudaipcmemory",
+        gst::DebugColorFlags::empty(),
+        Some("CUDA IPC memory"),
+    )
 });
 
 #[derive(Default)]
@@ -28,7 +32,10 @@ impl CudaAllocator {
     }
 
     pub(super) fn device(&self) -> Arc<Device> {
-        self.device.get().expect("allocator created through for_device").clone()
+        self.device
+            .get()
+            .expect("allocator created through for_device")
+            .clone()
     }
 }
 
@@ -42,7 +49,8 @@ impl ObjectSubclass for CudaAllocator {
 impl ObjectImpl for CudaAllocator {
     fn constructed(&self) {
         self.parent_constructed();
-        let allocator: *mut ffi::GstAllocator = self.obj().upcast_ref::<gst::Allocator>().to_glib_none().0;
+        let allocator: *mut ffi::GstAllocator =
+            self.obj().upcast_ref::<gst::Allocator>().to_glib_none().0;
         // SAFETY: we are the only user of the freshly constructed allocator;
         // the vfuncs below match GstAllocator's signatures, and mem_type
         // points to a static NUL-terminated string.
@@ -69,7 +77,11 @@ unsafe impl AllocatorImpl for CudaAllocator {
                 memory.into_glib_ptr()
             }
             Err(e) => {
-                gst::error!(CAT, imp = self, "cannot allocate {size} bytes of device memory: {e}");
+                gst::error!(
+                    CAT,
+                    imp = self,
+                    "cannot allocate {size} bytes of device memory: {e}"
+                );
                 std::ptr::null_mut()
             }
         }
@@ -103,16 +115,28 @@ struct CudaMemory {
     staging: Mutex<Option<Staging>>,
 }
 
-fn new_memory(
-    allocator: &super::CudaAllocator,
-    parent: Option<*mut ffi::GstMemory>,
+/// The device bytes a memory covers: `maxsize` bytes at `base`, of which
+/// `size` bytes from `offset` are in use.
+struct Region {
     base: u64,
     maxsize: usize,
     offset: usize,
     size: usize,
+}
+
+fn new_memory(
+    allocator: &super::CudaAllocator,
+    parent: Option<*mut ffi::GstMemory>,
+    region: Region,
     owner: Option<Box<dyn Any + Send + Sync>>,
     readonly: bool,
 ) -> *mut ffi::GstMemory {
+    let Region {
+        base,
+        maxsize,
+        offset,
+        size,
+    } = region;
     let device = allocator.imp().device();
     let memory = Box::into_raw(Box::new(CudaMemory {
         // SAFETY: all-zero is the state gst_memory_init expects to fill.
@@ -151,7 +175,13 @@ pub(super) fn wrap(
     owner: Option<Box<dyn Any + Send + Sync>>,
     readonly: bool,
 ) -> gst::Memory {
-    let raw = new_memory(allocator, None, ptr, size, 0, size, owner, readonly);
+    let region = Region {
+        base: ptr,
+        maxsize: size,
+        offset: 0,
+        size,
+    };
+    let raw = new_memory(allocator, None, region, owner, readonly);
     // SAFETY: new_memory returns an owned, initialised GstMemory.
     unsafe { from_glib_full(raw) }
 }
@@ -176,7 +206,11 @@ pub(super) fn device_memory(memory: &gst::MemoryRef) -> Option<DeviceMemoryInfo>
     })
 }
 
-unsafe extern "C" fn mem_map_full(memory: *mut ffi::GstMemory, info: *mut ffi::GstMapInfo, maxsize: usize) -> *mut c_void {
+unsafe extern "C" fn mem_map_full(
+    memory: *mut ffi::GstMemory,
+    info: *mut ffi::GstMapInfo,
+    maxsize: usize,
+) -> *mut c_void {
     // SAFETY: GStreamer calls this on our own memories only.
     let cuda = unsafe { &*(memory as *const CudaMemory) };
     // SAFETY: `info` is valid for the duration of the call.
@@ -221,13 +255,22 @@ unsafe extern "C" fn mem_unmap_full(memory: *mut ffi::GstMemory, _info: *mut ffi
     *staging = None;
 }
 
-unsafe extern "C" fn mem_copy(memory: *mut ffi::GstMemory, offset: isize, size: isize) -> *mut ffi::GstMemory {
+unsafe extern "C" fn mem_copy(
+    memory: *mut ffi::GstMemory,
+    offset: isize,
+    size: isize,
+) -> *mut ffi::GstMemory {
     // SAFETY: GStreamer calls this on our own memories only.
     let cuda = unsafe { &*(memory as *const CudaMemory) };
     // SAFETY: as above, the GstMemory fields are initialised.
-    let (mem_offset, mem_size, allocator) = unsafe { ((*memory).offset, (*memory).size, (*memory).allocator) };
+    let (mem_offset, mem_size, allocator) =
+        unsafe { ((*memory).offset, (*memory).size, (*memory).allocator) };
     let start = (mem_offset as isize + offset) as usize;
-    let size = if size < 0 { mem_size - offset as usize } else { size as usize };
+    let size = if size < 0 {
+        mem_size - offset as usize
+    } else {
+        size as usize
+    };
     // SAFETY: the allocator of our memory is a CudaAllocator.
     let allocator: Borrowed<gst::Allocator> = unsafe { from_glib_borrow(allocator) };
     let Some(allocator) = allocator.downcast_ref::<super::CudaAllocator>() else {
@@ -240,15 +283,29 @@ unsafe extern "C" fn mem_copy(memory: *mut ffi::GstMemory, offset: isize, size: 
             return std::ptr::null_mut();
         }
     };
-    if let Err(e) = cuda.device.stream().copy_device_to_device(copy.ptr(), cuda.base + start as u64, size) {
+    if let Err(e) =
+        cuda.device
+            .stream()
+            .copy_device_to_device(copy.ptr(), cuda.base + start as u64, size)
+    {
         gst::error!(CAT, "cannot copy CUDA memory: {e}");
         return std::ptr::null_mut();
     }
     let ptr = copy.ptr();
-    new_memory(allocator, None, ptr, size, 0, size, Some(Box::new(copy)), false)
+    let region = Region {
+        base: ptr,
+        maxsize: size,
+        offset: 0,
+        size,
+    };
+    new_memory(allocator, None, region, Some(Box::new(copy)), false)
 }
 
-unsafe extern "C" fn mem_share(memory: *mut ffi::GstMemory, offset: isize, size: isize) -> *mut ffi::GstMemory {
+unsafe extern "C" fn mem_share(
+    memory: *mut ffi::GstMemory,
+    offset: isize,
+    size: isize,
+) -> *mut ffi::GstMemory {
     // SAFETY: GStreamer calls this on our own memories only.
     let cuda = unsafe { &*(memory as *const CudaMemory) };
     // SAFETY: the GstMemory fields are initialised.
@@ -262,7 +319,11 @@ unsafe extern "C" fn mem_share(memory: *mut ffi::GstMemory, offset: isize, size:
             (*memory).mini_object.flags,
         )
     };
-    let size = if size < 0 { mem_size - offset as usize } else { size as usize };
+    let size = if size < 0 {
+        mem_size - offset as usize
+    } else {
+        size as usize
+    };
     let parent = if parent.is_null() { memory } else { parent };
     // SAFETY: the allocator of our memory is a CudaAllocator.
     let allocator: Borrowed<gst::Allocator> = unsafe { from_glib_borrow(allocator) };
@@ -270,18 +331,19 @@ unsafe extern "C" fn mem_share(memory: *mut ffi::GstMemory, offset: isize, size:
         return std::ptr::null_mut();
     };
     let readonly = flags & ffi::GST_MEMORY_FLAG_READONLY != 0;
-    new_memory(
-        allocator,
-        Some(parent),
-        cuda.base,
+    let region = Region {
+        base: cuda.base,
         maxsize,
-        (mem_offset as isize + offset) as usize,
+        offset: (mem_offset as isize + offset) as usize,
         size,
-        None,
-        readonly,
-    )
+    };
+    new_memory(allocator, Some(parent), region, None, readonly)
 }
 
-unsafe extern "C" fn mem_is_span(_a: *mut ffi::GstMemory, _b: *mut ffi::GstMemory, _offset: *mut usize) -> glib::ffi::gboolean {
+unsafe extern "C" fn mem_is_span(
+    _a: *mut ffi::GstMemory,
+    _b: *mut ffi::GstMemory,
+    _offset: *mut usize,
+) -> glib::ffi::gboolean {
     glib::ffi::GFALSE
 }

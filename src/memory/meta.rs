@@ -30,8 +30,14 @@ unsafe extern "C" {
         user_data: *mut c_void,
         destroy_data: *const c_void,
     ) -> *const ffi::GstMetaInfo;
-    fn gst_buffer_add_custom_meta(buffer: *mut ffi::GstBuffer, name: *const c_char) -> *mut GstCustomMeta;
-    fn gst_buffer_get_custom_meta(buffer: *mut ffi::GstBuffer, name: *const c_char) -> *mut GstCustomMeta;
+    fn gst_buffer_add_custom_meta(
+        buffer: *mut ffi::GstBuffer,
+        name: *const c_char,
+    ) -> *mut GstCustomMeta;
+    fn gst_buffer_get_custom_meta(
+        buffer: *mut ffi::GstBuffer,
+        name: *const c_char,
+    ) -> *mut GstCustomMeta;
 }
 
 static REGISTER: Once = Once::new();

@@ -77,7 +77,13 @@ impl CudaAllocator {
     /// Wraps device memory owned by `owner` without copying. `owner` is
     /// dropped when the memory is freed, on whatever thread frees it.
     /// `readonly` memory cannot be mapped for writing (shared frames).
-    pub fn wrap(&self, ptr: u64, size: usize, owner: Box<dyn Any + Send + Sync>, readonly: bool) -> gst::Memory {
+    pub fn wrap(
+        &self,
+        ptr: u64,
+        size: usize,
+        owner: Box<dyn Any + Send + Sync>,
+        readonly: bool,
+    ) -> gst::Memory {
         imp::wrap(self, ptr, size, Some(owner), readonly)
     }
 }
@@ -89,7 +95,10 @@ pub fn device_memory(memory: &gst::MemoryRef) -> Option<DeviceMemoryInfo> {
 
 /// Whether every memory of `buffer` is `CudaIpcMemory`.
 pub fn is_cuda_buffer(buffer: &gst::BufferRef) -> bool {
-    buffer.n_memory() > 0 && buffer.iter_memories().all(|m| imp::device_memory(m).is_some())
+    buffer.n_memory() > 0
+        && buffer
+            .iter_memories()
+            .all(|m| imp::device_memory(m).is_some())
 }
 
 /// The device memory of a single-memory buffer.

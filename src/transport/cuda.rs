@@ -9,12 +9,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind};
+use super::{
+    ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind,
+};
 use crate::cuda::{Device, DeviceBuffer, Event, IPC_HANDLE_BYTES, ImportedMemory};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::{ChannelInfo, PoolInfo, Producer};
 
-fn split_descriptor(d: &[u8; SLOT_DESCRIPTOR_BYTES]) -> ([u8; IPC_HANDLE_BYTES], [u8; IPC_HANDLE_BYTES]) {
+fn split_descriptor(
+    d: &[u8; SLOT_DESCRIPTOR_BYTES],
+) -> ([u8; IPC_HANDLE_BYTES], [u8; IPC_HANDLE_BYTES]) {
     let mut memory = [0u8; IPC_HANDLE_BYTES];
     let mut event = [0u8; IPC_HANDLE_BYTES];
     memory.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
@@ -49,7 +53,8 @@ impl CudaProducerSlots {
             let event = Event::new(device, true)?;
             let mut descriptor = [0u8; SLOT_DESCRIPTOR_BYTES];
             descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&buffer.ipc_handle()?);
-            descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES].copy_from_slice(&event.ipc_handle()?);
+            descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]
+                .copy_from_slice(&event.ipc_handle()?);
             buffers.push(buffer);
             ready.push(event);
             descriptors.push(descriptor);
@@ -66,13 +71,21 @@ impl CudaProducerSlots {
     }
 
     /// Opens the release events of consumers that attached since last time.
-    fn refresh_consumers(&self, producer: &Producer, cache: &mut (Option<u64>, HashMap<usize, ConsumerEvents>)) {
+    fn refresh_consumers(
+        &self,
+        producer: &Producer,
+        cache: &mut (Option<u64>, HashMap<usize, ConsumerEvents>),
+    ) {
         let fingerprint = producer.consumer_fingerprint();
         if cache.0 == Some(fingerprint) {
             return;
         }
         let infos = producer.consumer_release_info();
-        cache.1.retain(|index, c| infos.iter().any(|i| i.index == *index && i.session == c.session));
+        cache.1.retain(|index, c| {
+            infos
+                .iter()
+                .any(|i| i.index == *index && i.session == c.session)
+        });
         for info in infos {
             let entry = cache.1.entry(info.index).or_insert_with(|| ConsumerEvents {
                 session: info.session,
@@ -84,7 +97,9 @@ impl CudaProducerSlots {
                 handle.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
                 // A consumer that publishes garbage only loses its own
                 // ordering guarantee; it cannot stop the producer.
-                entry.events.push(Event::open_ipc(&self.device, &handle).ok());
+                entry
+                    .events
+                    .push(Event::open_ipc(&self.device, &handle).ok());
             }
         }
         cache.0 = Some(fingerprint);
@@ -130,7 +145,7 @@ impl ProducerSlots for CudaProducerSlots {
         let stream = self.device.stream();
         for consumer in cache.1.values() {
             if let Some(Some(event)) = consumer.events.get(slot) {
-                stream.wait_event(event.raw())?;
+                stream.wait_event(event)?;
             }
         }
         Ok(())
@@ -139,7 +154,7 @@ impl ProducerSlots for CudaProducerSlots {
     fn after_write(&self, slot: usize) -> Result<(), TransportError> {
         let stream = self.device.stream();
         match self.sync {
-            GpuSync::Event => stream.record(self.ready[slot].raw())?,
+            GpuSync::Event => stream.record(&self.ready[slot])?,
             GpuSync::Host => stream.synchronize()?,
         }
         Ok(())
@@ -157,8 +172,14 @@ pub struct CudaConsumerSlots {
 }
 
 impl CudaConsumerSlots {
-    pub fn open(device: &Arc<Device>, info: &ChannelInfo, pool: &PoolInfo, sync: GpuSync) -> Result<Self, TransportError> {
-        let size = usize::try_from(pool.slot_size).map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+    pub fn open(
+        device: &Arc<Device>,
+        info: &ChannelInfo,
+        pool: &PoolInfo,
+        sync: GpuSync,
+    ) -> Result<Self, TransportError> {
+        let size = usize::try_from(pool.slot_size)
+            .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
         let peer = device.uuid() != info.device_uuid;
         let mut memory = Vec::new();
         let mut ready = Vec::new();
@@ -172,7 +193,9 @@ impl CudaConsumerSlots {
                 } else {
                     ""
                 };
-                TransportError::Invalid(format!("cannot open slot {i} of the producer's device memory: {e}{hint}"))
+                TransportError::Invalid(format!(
+                    "cannot open slot {i} of the producer's device memory: {e}{hint}"
+                ))
             })?;
             memory.push(imported);
             ready.push(Event::open_ipc(device, &event_handle)?);
@@ -221,7 +244,7 @@ impl ConsumerSlots for CudaConsumerSlots {
 
     fn before_read(&self, slot: usize) -> Result<(), TransportError> {
         if self.sync == GpuSync::Event {
-            self.device.stream().wait_event(self.ready[slot].raw())?;
+            self.device.stream().wait_event(&self.ready[slot])?;
         }
         Ok(())
     }
@@ -229,7 +252,7 @@ impl ConsumerSlots for CudaConsumerSlots {
     fn finish_read(&self, slot: usize) -> Result<(), TransportError> {
         let stream = self.device.stream();
         match self.sync {
-            GpuSync::Event => stream.record(self.released[slot].raw())?,
+            GpuSync::Event => stream.record(&self.released[slot])?,
             GpuSync::Host => stream.synchronize()?,
         }
         Ok(())

@@ -30,8 +30,13 @@ impl HostProducerSlots {
         let name = shm::data_file_name(&request.channel, request.session, request.generation);
         let path = shm::shm_dir().join(&name);
         let total = slot_stride(request.size) * request.count;
-        let file = SharedFile::create_exclusive(&path, total, request.permissions)
-            .map_err(|e| TransportError::Io(format!("cannot create {} ({total} bytes): {e}", path.display())))?;
+        let file =
+            SharedFile::create_exclusive(&path, total, request.permissions).map_err(|e| {
+                TransportError::Io(format!(
+                    "cannot create {} ({total} bytes): {e}",
+                    path.display()
+                ))
+            })?;
         Ok(Self {
             file,
             name,
@@ -73,7 +78,10 @@ impl ProducerSlots for HostProducerSlots {
         assert!(slot < self.count);
         // SAFETY: slot < count, so the offset stays inside the mapping.
         let ptr = unsafe { self.file.map.as_ptr().add(slot * slot_stride(self.size)) as *mut u8 };
-        SlotMemory::Host { ptr, len: self.size }
+        SlotMemory::Host {
+            ptr,
+            len: self.size,
+        }
     }
 
     fn before_write(&self, _slot: usize, _producer: &Producer) -> Result<(), TransportError> {
@@ -93,14 +101,20 @@ pub struct HostConsumerSlots {
 
 impl HostConsumerSlots {
     pub fn open(channel: &str, pool: &PoolInfo) -> Result<Self, TransportError> {
-        let name_len = pool.pool_descriptor.iter().position(|&b| b == 0).unwrap_or(pool.pool_descriptor.len());
+        let name_len = pool
+            .pool_descriptor
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(pool.pool_descriptor.len());
         let name = std::str::from_utf8(&pool.pool_descriptor[..name_len])
             .map_err(|_| TransportError::Invalid("the host data file name is not UTF-8".into()))?;
         // The name comes from shared memory: accept only this channel's own
         // data files, never a path elsewhere.
         let prefix = format!("cudaipc-{channel}.");
         if !name.starts_with(&prefix) || name.contains('/') || name.len() == prefix.len() {
-            return Err(TransportError::Invalid(format!("data file name {name:?} does not belong to channel '{channel}'")));
+            return Err(TransportError::Invalid(format!(
+                "data file name {name:?} does not belong to channel '{channel}'"
+            )));
         }
         let path = shm::shm_dir().join(name);
         let file = std::fs::OpenOptions::new()
@@ -109,7 +123,8 @@ impl HostConsumerSlots {
             .open(&path)
             .map_err(|e| TransportError::Io(format!("cannot open {}: {e}", path.display())))?;
         let count = pool.slot_descriptors.len();
-        let size = usize::try_from(pool.slot_size).map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+        let size = usize::try_from(pool.slot_size)
+            .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
         let needed = slot_stride(size)
             .checked_mul(count)
             .ok_or_else(|| TransportError::Invalid("pool size overflows".into()))?;
@@ -145,7 +160,10 @@ impl ConsumerSlots for HostConsumerSlots {
         assert!(slot < self.count);
         // SAFETY: slot < count, so the offset stays inside the mapping.
         let ptr = unsafe { self.map.as_ptr().add(slot * slot_stride(self.size)) as *mut u8 };
-        SlotMemory::Host { ptr, len: self.size }
+        SlotMemory::Host {
+            ptr,
+            len: self.size,
+        }
     }
 
     fn before_read(&self, _slot: usize) -> Result<(), TransportError> {

@@ -16,7 +16,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::cuda::{CudaError, Device};
-use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST};
+use crate::ipc::layout::{
+    RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST,
+};
 use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
@@ -140,7 +142,11 @@ pub enum SlotMemory {
     /// Shared host memory. Writable only on the producer side.
     Host { ptr: *mut u8, len: usize },
     /// Device memory on `device`.
-    Device { ptr: u64, len: usize, device: Arc<Device> },
+    Device {
+        ptr: u64,
+        len: usize,
+        device: Arc<Device>,
+    },
 }
 
 // SAFETY: the host pointer is into a shared mapping owned by the slots
@@ -200,7 +206,9 @@ pub fn create_producer_slots(
     match kind {
         TransportKind::Host => Ok(Box::new(HostProducerSlots::create(request)?)),
         TransportKind::Cuda => {
-            let device = device.ok_or_else(|| TransportError::Invalid("the cuda transport needs a device".into()))?;
+            let device = device.ok_or_else(|| {
+                TransportError::Invalid("the cuda transport needs a device".into())
+            })?;
             Ok(Box::new(CudaProducerSlots::create(device, request)?))
         }
     }
@@ -217,7 +225,9 @@ pub fn open_consumer_slots(
     match TransportKind::from_wire(info.transport) {
         Some(TransportKind::Host) => Ok(Arc::new(HostConsumerSlots::open(channel, pool)?)),
         Some(TransportKind::Cuda) => {
-            let device = device.ok_or_else(|| TransportError::Invalid("the cuda transport needs a device".into()))?;
+            let device = device.ok_or_else(|| {
+                TransportError::Invalid("the cuda transport needs a device".into())
+            })?;
             let sync = if info.gpu_sync == crate::ipc::layout::GPU_SYNC_HOST {
                 GpuSync::Host
             } else {
@@ -225,6 +235,9 @@ pub fn open_consumer_slots(
             };
             Ok(Arc::new(CudaConsumerSlots::open(device, info, pool, sync)?))
         }
-        None => Err(TransportError::Invalid(format!("unknown transport {}", info.transport))),
+        None => Err(TransportError::Invalid(format!(
+            "unknown transport {}",
+            info.transport
+        ))),
     }
 }

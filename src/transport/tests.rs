@@ -38,7 +38,9 @@ fn read_slot(memory: &SlotMemory, len: usize) -> Vec<u8> {
 }
 
 fn frame_bytes(frame: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(frame * 7) as u8).collect()
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(frame * 7) as u8)
+        .collect()
 }
 
 fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
@@ -49,7 +51,11 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
     let producer = crate::ipc::Producer::create(ProducerConfig {
         channel: channel.clone(),
         transport: kind.wire_value(),
-        gpu_sync: if gpu_sync == GpuSync::Host { crate::ipc::layout::GPU_SYNC_HOST } else { 0 },
+        gpu_sync: if gpu_sync == GpuSync::Host {
+            crate::ipc::layout::GPU_SYNC_HOST
+        } else {
+            0
+        },
         device_uuid: device.as_ref().map(|d| d.uuid()).unwrap_or_default(),
         ..Default::default()
     })
@@ -64,9 +70,17 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
         gpu_sync,
     };
     let slots = create_producer_slots(kind, &request, device.as_ref()).unwrap();
-    assert_eq!((slots.slot_count(), slots.slot_size(), slots.kind()), (3, SIZE, kind));
+    assert_eq!(
+        (slots.slot_count(), slots.slot_size(), slots.kind()),
+        (3, SIZE, kind)
+    );
     producer
-        .configure_pool(SIZE as u64, &slots.slot_descriptors(), &slots.pool_descriptor(), &no)
+        .configure_pool(
+            SIZE as u64,
+            &slots.slot_descriptors(),
+            &slots.pool_descriptor(),
+            &no,
+        )
         .unwrap();
     producer.set_caps("application/x-test", &no).unwrap();
 
@@ -82,8 +96,12 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
             )
             .unwrap();
             let pool = consumer.pool().unwrap();
-            let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref()).unwrap();
-            assert_eq!((view.slot_count(), view.slot_size(), view.kind()), (3, SIZE, kind));
+            let view =
+                open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref()).unwrap();
+            assert_eq!(
+                (view.slot_count(), view.slot_size(), view.kind()),
+                (3, SIZE, kind)
+            );
             consumer.set_release_descriptors(&view.release_descriptors());
             (consumer, view)
         })
@@ -101,7 +119,11 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
                             assert_eq!(f.seq, seen);
                             view.before_read(f.slot).unwrap();
                             let got = read_slot(&view.slot_memory(f.slot), f.size as usize);
-                            assert!(got == frame_bytes(f.seq, SIZE), "frame {} arrived changed", f.seq);
+                            assert!(
+                                got == frame_bytes(f.seq, SIZE),
+                                "frame {} arrived changed",
+                                f.seq
+                            );
                             view.finish_read(f.slot).unwrap();
                             consumer.release(f.slot);
                             seen += 1;
@@ -161,7 +183,9 @@ fn host_data_file_names_are_confined_to_the_channel() {
         pool_descriptor: b"../../etc/passwd".to_vec(),
         slot_descriptors: vec![[0; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]],
     };
-    let err = HostConsumerSlots::open("cam0", &pool).err().expect("must refuse");
+    let err = HostConsumerSlots::open("cam0", &pool)
+        .err()
+        .expect("must refuse");
     assert!(err.to_string().contains("does not belong"), "{err}");
 }
 

@@ -11,6 +11,9 @@
 use gst::glib;
 
 pub mod cuda;
+pub mod cudaipcsink;
+pub mod cudaipcsrc;
+mod enums;
 pub mod ipc;
 pub mod memory;
 pub mod transport;
@@ -21,7 +24,8 @@ pub mod test_support;
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     memory::meta::register();
-    let _ = plugin;
+    cudaipcsink::register(plugin)?;
+    cudaipcsrc::register(plugin)?;
     Ok(())
 }
 

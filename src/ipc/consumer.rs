@@ -108,6 +108,21 @@ impl ReleaseHandle {
     }
 }
 
+/// Wakes the waits of consumers on a channel (from another thread), so they
+/// notice an interrupt flag at once.
+#[derive(Clone)]
+pub struct ConsumerWaker {
+    shared: Arc<SharedFile>,
+}
+
+impl ConsumerWaker {
+    pub fn wake(&self) {
+        let h = header_of(&self.shared);
+        h.publish_futex.fetch_add(1, Ordering::SeqCst);
+        wait::futex_wake_all(&h.publish_futex);
+    }
+}
+
 pub struct Consumer {
     shared: Arc<SharedFile>,
     config: ConsumerConfig,
@@ -121,6 +136,8 @@ pub struct Consumer {
     slot_size: u64,
     pool_generation: u64,
     missed: u64,
+    /// Frames below this were published before we attached: not missed.
+    silent_before: u64,
     /// Missed since the last frame returned, reported with the next one.
     missed_pending: u64,
     received: u64,
@@ -143,13 +160,17 @@ impl Consumer {
         shm::validate_channel_name(&config.channel)?;
         let path = shm::control_path(&config.channel);
         let deadline = config.connect_timeout.map(|t| Instant::now() + t);
+        // A consumer that was there before the producer gets its first frame:
+        // its marker makes a new producer wait for it (see Producer::reserve).
+        let _marker = shm::WaiterMarker::create(&config.channel);
+        let mut waited = false;
         loop {
             if interrupt.load(Ordering::Acquire) {
                 return Err(ChannelError::Interrupted);
             }
             match SharedFile::open(&path) {
                 Ok(shared) => {
-                    if let Some(consumer) = Self::attach_to(shared, &config)? {
+                    if let Some(consumer) = Self::attach_to(shared, &config, waited)? {
                         return Ok(consumer);
                     }
                 }
@@ -179,15 +200,18 @@ impl Consumer {
                     channel: config.channel.clone(),
                 });
             }
+            waited = true;
             std::thread::sleep(ATTACH_POLL);
         }
     }
 
     /// `Ok(None)`: the file is the remains of a dead or closed producer, or
-    /// still being created; try again later.
+    /// still being created; try again later. `from_start`: take the frames
+    /// published before we attached too, as far as they are still there.
     fn attach_to(
         shared: SharedFile,
         config: &ConsumerConfig,
+        from_start: bool,
     ) -> Result<Option<Self>, ChannelError> {
         if shared.len() < std::mem::size_of::<u64>() * 2 {
             return Err(ChannelError::Corrupt(format!(
@@ -236,8 +260,14 @@ impl Consumer {
             record.cursor.store(u64::MAX, Ordering::SeqCst);
             record.state.store(CONSUMER_ACTIVE, Ordering::SeqCst);
             // Join late: the next frame published after the producer can see
-            // us is the first one we get.
-            let cursor = h.published.load(Ordering::SeqCst);
+            // us is the first one we get; or, having waited for the producer,
+            // the oldest one it still has (earlier ones are not "missed").
+            let published = h.published.load(Ordering::SeqCst);
+            let cursor = if from_start {
+                published.saturating_sub(MAX_SLOTS as u64)
+            } else {
+                published
+            };
             record.cursor.store(cursor, Ordering::SeqCst);
             return Ok(Some(Self {
                 shared: shared.clone(),
@@ -246,7 +276,8 @@ impl Consumer {
                 bit,
                 info,
                 cursor,
-                last_published: cursor,
+                last_published: published,
+                silent_before: published,
                 slot_count: 0,
                 slot_size: 0,
                 pool_generation: 0,
@@ -543,7 +574,8 @@ impl Consumer {
         let h = header_of(&shared);
         let record = &h.consumers[self.index];
         self.cursor = cursor;
-        if missed > 0 && self.config.mode == ConsumerMode::EveryFrame {
+        if missed > 0 && self.config.mode == ConsumerMode::EveryFrame && cursor > self.silent_before
+        {
             self.missed += missed;
             self.missed_pending += missed;
             record.frames_missed.fetch_add(missed, Ordering::Relaxed);
@@ -627,11 +659,10 @@ impl Consumer {
         self.waits
     }
 
-    /// Wakes waits on this channel so they notice an interrupt flag.
-    pub fn wake(&self) {
-        let h = self.header();
-        h.publish_futex.fetch_add(1, Ordering::SeqCst);
-        wait::futex_wake_all(&h.publish_futex);
+    pub fn waker(&self) -> ConsumerWaker {
+        ConsumerWaker {
+            shared: self.shared.clone(),
+        }
     }
 }
 

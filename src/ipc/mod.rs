@@ -14,7 +14,9 @@ pub mod wait;
 
 use std::fmt;
 
-pub use consumer::{ChannelInfo, Consumer, ConsumerConfig, Frame, Item, PoolInfo, ReleaseHandle};
+pub use consumer::{
+    ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
+};
 pub use producer::{FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull};
 pub use wait::WaitMode;
 

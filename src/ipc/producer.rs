@@ -92,7 +92,15 @@ pub struct Producer {
     publish: Mutex<u64>,
     waits: AtomicU64,
     reclaimed: AtomicU64,
+    /// Until the first frame: consumers that were waiting for this producer
+    /// and the deadline for them to attach.
+    waiters_gate: Mutex<Option<(usize, std::time::Instant)>>,
+    gate_open: std::sync::atomic::AtomicBool,
 }
+
+/// How long a new producer waits for consumers that were already waiting
+/// for it before it publishes its first frame.
+const WAITER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,6 +149,8 @@ impl Producer {
             publish: Mutex::new(0),
             waits: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
+            waiters_gate: Mutex::new(None),
+            gate_open: AtomicBool::new(false),
         })
     }
 
@@ -358,6 +368,9 @@ impl Producer {
         if self.slot_count() == 0 {
             return Err(ChannelError::Incompatible("no slot pool configured".into()));
         }
+        if !self.gate_open.load(Ordering::Acquire) {
+            self.wait_for_early_consumers(interrupt)?;
+        }
         if let Some(slot) = self.try_reserve() {
             return Ok(Some(slot));
         }
@@ -368,6 +381,25 @@ impl Producer {
         self.waits.fetch_add(1, Ordering::Relaxed);
         self.wait_producer_side(interrupt, || Ok(self.try_reserve()))
             .map(Some)
+    }
+
+    /// Before the first frame: lets consumers that were waiting for this
+    /// producer attach, so they get every frame from the first.
+    fn wait_for_early_consumers(&self, interrupt: &AtomicBool) -> Result<(), ChannelError> {
+        let (expected, deadline) = *self.waiters_gate.lock().unwrap().get_or_insert_with(|| {
+            (
+                shm::count_live_waiters(&self.config.channel),
+                std::time::Instant::now() + WAITER_GRACE,
+            )
+        });
+        while self.stats().consumers < expected as u32 && std::time::Instant::now() < deadline {
+            if interrupt.load(Ordering::Acquire) {
+                return Err(ChannelError::Interrupted);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.gate_open.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn try_reserve(&self) -> Option<usize> {
@@ -613,6 +645,46 @@ impl Producer {
         self.header().frames_dropped.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Waits up to `timeout` until no consumer holds a slot, so that frames
+    /// being read are not freed under the reader. Returns whether it is so.
+    pub fn wait_released(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            self.reclaim_dead_consumers();
+            if self
+                .header()
+                .slots
+                .iter()
+                .all(|s| s.holders.load(Ordering::SeqCst) == 0)
+            {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// Marks the channel closed (consumers report `ProducerGone::Closed`
+    /// after the frames already published) and removes its name, so a new
+    /// producer can take it. Idempotent; also done on drop.
+    pub fn close(&self) {
+        let h = self.header();
+        if h.state.swap(STATE_CLOSED, Ordering::SeqCst) == STATE_CLOSED {
+            return;
+        }
+        h.publish_futex.fetch_add(1, Ordering::SeqCst);
+        wait::futex_wake_all(&h.publish_futex);
+        if self.shared.is_linked_at_path() {
+            let _ = std::fs::remove_file(&self.shared.path);
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.header().state.load(Ordering::SeqCst) == STATE_CLOSED
+    }
+
     /// Wakes this producer's own waits so they notice an interrupt flag.
     pub fn wake(&self) {
         let h = self.header();
@@ -623,13 +695,7 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        let h = self.header();
-        h.state.store(STATE_CLOSED, Ordering::SeqCst);
-        h.publish_futex.fetch_add(1, Ordering::SeqCst);
-        wait::futex_wake_all(&h.publish_futex);
-        if self.shared.is_linked_at_path() {
-            let _ = std::fs::remove_file(&self.shared.path);
-        }
+        self.close();
     }
 }
 

@@ -50,6 +50,62 @@ pub fn data_file_name(channel: &str, session: u64, generation: u64) -> String {
     format!("{FILE_PREFIX}{channel}.{session:016x}.{generation}")
 }
 
+/// Marker a consumer leaves while it waits for a producer, so that a new
+/// producer lets it attach before publishing its first frame. ('@' cannot
+/// occur in channel names, so markers never match another channel's files.)
+pub fn waiter_marker_path(channel: &str, session: u64) -> PathBuf {
+    shm_dir().join(format!("{FILE_PREFIX}{channel}@waiter.{session:016x}"))
+}
+
+/// A waiting consumer's marker, locked while it lives; removed on drop.
+pub struct WaiterMarker {
+    file: SharedFile,
+}
+
+impl WaiterMarker {
+    pub fn create(channel: &str) -> Option<Self> {
+        let path = waiter_marker_path(channel, random_u64());
+        let file = SharedFile::create_exclusive(&path, 8, 0o600).ok()?;
+        if !try_lock_byte(&file.file, 0).unwrap_or(false) {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        Some(Self { file })
+    }
+}
+
+impl Drop for WaiterMarker {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file.path);
+    }
+}
+
+/// Counts the consumers waiting for a producer on `channel`, removing the
+/// markers of dead ones.
+pub fn count_live_waiters(channel: &str) -> usize {
+    let prefix = format!("{FILE_PREFIX}{channel}@waiter.");
+    let Ok(entries) = std::fs::read_dir(shm_dir()) else {
+        return 0;
+    };
+    let mut live = 0;
+    for entry in entries.flatten() {
+        if !entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(entry.path()) else {
+            continue;
+        };
+        match byte_is_locked(&file, 0) {
+            Ok(true) => live += 1,
+            Ok(false) => {
+                let _ = std::fs::remove_file(entry.path());
+            }
+            Err(_) => {}
+        }
+    }
+    live
+}
+
 /// Removes the data files of earlier producers of `channel`.
 pub fn remove_data_files(channel: &str) {
     let prefix = format!("{FILE_PREFIX}{channel}.");

@@ -1,0 +1,758 @@
+// SPDX-License-Identifier: MPL-2.0
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::subclass::prelude::*;
+
+use super::pool::SlotPool;
+use crate::cuda::Device;
+use crate::enums::{Sync, Transport, Wait, WhenFullMode};
+use crate::ipc::layout::{GPU_SYNC_EVENT, GPU_SYNC_HOST, MAX_SLOTS};
+use crate::ipc::{ChannelError, FrameMeta, Producer, ProducerConfig, WhenFull};
+use crate::memory;
+use crate::transport::{self, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportKind};
+use crate::video;
+
+pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "cudaipcsink",
+        gst::DebugColorFlags::empty(),
+        Some("CUDA IPC sink"),
+    )
+});
+
+const DEFAULT_CHANNEL: &str = "default";
+const DEFAULT_SLOTS: u32 = 4;
+const DEFAULT_DEVICE_ID: i32 = 0;
+const DEFAULT_PERMISSIONS: u32 = 0o600;
+/// How long `stop` lets consumers finish reading before slots are freed.
+const RELEASE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[derive(Debug, Clone)]
+struct Settings {
+    channel: String,
+    slots: u32,
+    transport: Transport,
+    device_id: i32,
+    when_full: WhenFullMode,
+    wait_mode: Wait,
+    gpu_sync: Sync,
+    permissions: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            channel: DEFAULT_CHANNEL.into(),
+            slots: DEFAULT_SLOTS,
+            transport: Transport::default(),
+            device_id: DEFAULT_DEVICE_ID,
+            when_full: WhenFullMode::default(),
+            wait_mode: Wait::default(),
+            gpu_sync: Sync::default(),
+            permissions: DEFAULT_PERMISSIONS,
+        }
+    }
+}
+
+/// One generation of slots.
+pub(super) struct SlotSet {
+    pub slots: Box<dyn ProducerSlots>,
+}
+
+/// The open channel, shared with the slot pool (which upstream may keep
+/// after the sink stopped).
+pub(super) struct Channel {
+    pub producer: Producer,
+    pub kind: TransportKind,
+    pub device: Option<Arc<Device>>,
+    /// Set while the sink is unlocked (flushing or stopping).
+    pub interrupt: AtomicBool,
+    pub current: Mutex<Option<Arc<SlotSet>>>,
+    /// Per slot: token of the pool buffer that reserved it (0: none) and
+    /// the address of that buffer's GstMemory, to recognise it in render.
+    pub tokens: [AtomicU64; MAX_SLOTS],
+    pub memory_addr: [AtomicUsize; MAX_SLOTS],
+    next_token: AtomicU64,
+    pub zero_copy: AtomicU64,
+    pub copied: AtomicU64,
+}
+
+impl Channel {
+    pub fn current_set(&self) -> Option<Arc<SlotSet>> {
+        self.current.lock().unwrap().clone()
+    }
+
+    /// Records that a pool buffer reserved `slot`; returns its token.
+    pub fn begin_reservation(&self, slot: usize) -> u64 {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed) + 1;
+        self.tokens[slot].store(token, Ordering::SeqCst);
+        token
+    }
+
+    /// Cancels a pool buffer's reservation unless it was published.
+    pub fn end_reservation(&self, slot: usize, token: u64) {
+        if self.tokens[slot]
+            .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.producer.cancel(slot);
+        }
+    }
+
+    /// The slot `buffer` was acquired for from the slot pool, if it still
+    /// holds that reservation; the reservation then passes to the caller.
+    fn take_pool_reservation(&self, buffer: &gst::BufferRef) -> Option<usize> {
+        if buffer.n_memory() != 1 {
+            return None;
+        }
+        let addr = buffer.peek_memory(0).as_ptr() as usize;
+        let slot = self
+            .memory_addr
+            .iter()
+            .position(|a| a.load(Ordering::SeqCst) == addr)?;
+        (self.tokens[slot].swap(0, Ordering::SeqCst) != 0).then_some(slot)
+    }
+}
+
+struct State {
+    channel: Arc<Channel>,
+    info: Option<gst_video::VideoInfo>,
+    pool: Option<SlotPool>,
+}
+
+#[derive(Default)]
+pub struct CudaIpcSink {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+}
+
+impl CudaIpcSink {
+    fn snapshot(&self) -> Result<(Arc<Channel>, gst_video::VideoInfo), gst::FlowError> {
+        let state = self.state.lock().unwrap();
+        let Some(state) = state.as_ref() else {
+            return Err(gst::FlowError::Flushing);
+        };
+        let Some(info) = state.info.clone() else {
+            gst::element_imp_error!(
+                self,
+                gst::CoreError::Negotiation,
+                ["received a buffer before caps"]
+            );
+            return Err(gst::FlowError::NotNegotiated);
+        };
+        Ok((state.channel.clone(), info))
+    }
+
+    fn channel_error(&self, e: ChannelError) -> gst::FlowError {
+        match e {
+            ChannelError::Interrupted => gst::FlowError::Flushing,
+            e => {
+                gst::element_imp_error!(self, gst::ResourceError::Write, ["{}", e]);
+                gst::FlowError::Error
+            }
+        }
+    }
+
+    fn transport_error(&self, e: transport::TransportError) -> gst::FlowError {
+        gst::element_imp_error!(self, gst::ResourceError::Write, ["{}", e]);
+        gst::FlowError::Error
+    }
+
+    fn frame_meta(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> FrameMeta {
+        FrameMeta {
+            size: info.size() as u64,
+            pts: buffer.pts().map(|t| t.nseconds()),
+            dts: buffer.dts().map(|t| t.nseconds()),
+            duration: buffer.duration().map(|t| t.nseconds()),
+            offset: buffer.offset(),
+            offset_end: buffer.offset_end(),
+            flags: buffer.flags().bits(),
+            planes: video::planes(info),
+        }
+    }
+
+    /// Allocates a slot set big enough for `info` if the current one is not.
+    fn ensure_slots(
+        &self,
+        channel: &Channel,
+        info: &gst_video::VideoInfo,
+    ) -> Result<(), gst::LoggableError> {
+        let settings = self.settings.lock().unwrap().clone();
+        let size = info.size();
+        if let Some(current) = channel.current_set()
+            && current.slots.slot_size() >= size
+        {
+            return Ok(());
+        }
+        let request = SlotRequest {
+            channel: settings.channel.clone(),
+            session: channel.producer.session(),
+            generation: channel.producer.pool_generation() + 1,
+            count: settings.slots as usize,
+            size,
+            permissions: settings.permissions,
+            gpu_sync: settings.gpu_sync.into(),
+        };
+        let slots =
+            transport::create_producer_slots(channel.kind, &request, channel.device.as_ref())
+                .map_err(|e| {
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::NoSpaceLeft,
+                        [
+                            "cannot allocate {} slots of {} bytes: {}",
+                            request.count,
+                            size,
+                            e
+                        ]
+                    );
+                    gst::loggable_error!(CAT, "slot allocation failed")
+                })?;
+        // Waits until consumers are done with the old slots.
+        channel
+            .producer
+            .configure_pool(
+                size as u64,
+                &slots.slot_descriptors(),
+                &slots.pool_descriptor(),
+                &channel.interrupt,
+            )
+            .map_err(|e| gst::loggable_error!(CAT, "cannot publish the slot pool: {}", e))?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "{} {:?} slots of {} bytes on channel '{}'",
+            request.count,
+            channel.kind,
+            size,
+            settings.channel
+        );
+        *channel.current.lock().unwrap() = Some(Arc::new(SlotSet { slots }));
+        Ok(())
+    }
+
+    /// Copies (or uploads, or downloads) `buffer` into a free slot.
+    fn copy_into_slot(
+        &self,
+        buffer: &gst::Buffer,
+        info: &gst_video::VideoInfo,
+        memory: &SlotMemory,
+    ) -> Result<(), String> {
+        let dst_planes = video::planes(info);
+        let src_planes: Vec<(u64, u32)> = match buffer.meta::<gst_video::VideoMeta>() {
+            Some(meta) => meta
+                .offset()
+                .iter()
+                .zip(meta.stride())
+                .take(meta.n_planes() as usize)
+                .map(|(o, s)| (*o as u64, *s as u32))
+                .collect(),
+            None => dst_planes.clone(),
+        };
+        video::layout_fits(info, &src_planes, buffer.size() as u64)?;
+        let source_device = memory::buffer_device_memory(buffer);
+        match (memory, source_device) {
+            (SlotMemory::Device { ptr, device, .. }, Some(src)) => {
+                let stream = device.stream();
+                for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
+                    src_planes.iter().zip(&dst_planes).enumerate()
+                {
+                    stream
+                        .copy_2d_device(
+                            ptr + dst_off,
+                            dst_stride as usize,
+                            src.ptr + src_off,
+                            src_stride as usize,
+                            video::row_bytes(info, p),
+                            video::rows(info, p),
+                        )
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            (SlotMemory::Device { ptr, device, .. }, None) => {
+                let map = buffer
+                    .map_readable()
+                    .map_err(|_| "cannot map the input buffer".to_string())?;
+                let staging = relayout(&map, info, &src_planes, &dst_planes);
+                device
+                    .stream()
+                    .upload(*ptr, staging.as_deref().unwrap_or(&map[..info.size()]))
+                    .map_err(|e| e.to_string())?;
+            }
+            (SlotMemory::Host { ptr, len }, source) => {
+                // SAFETY: the slot is reserved by us, `len` bytes long, and no
+                // consumer reads it until it is published.
+                let dst = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
+                match source {
+                    Some(src) => {
+                        // CUDA memory into a host slot: download whole, then
+                        // lay out.
+                        let mut whole = vec![0u8; buffer.size()];
+                        src.device
+                            .stream()
+                            .download(&mut whole, src.ptr)
+                            .map_err(|e| e.to_string())?;
+                        copy_planes(&whole, dst, info, &src_planes, &dst_planes);
+                    }
+                    None => {
+                        let map = buffer
+                            .map_readable()
+                            .map_err(|_| "cannot map the input buffer".to_string())?;
+                        copy_planes(&map, dst, info, &src_planes, &dst_planes);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> gst::Structure {
+        let state = self.state.lock().unwrap();
+        let mut s = gst::Structure::builder("cudaipcsink-stats");
+        if let Some(state) = state.as_ref() {
+            let c = &state.channel;
+            let p = c.producer.stats();
+            s = s
+                .field("frames", p.frames)
+                .field("dropped", p.dropped)
+                .field("waits", p.waits)
+                .field("zero-copy", c.zero_copy.load(Ordering::Relaxed))
+                .field("copied", c.copied.load(Ordering::Relaxed))
+                .field("consumers", p.consumers)
+                .field("reclaimed-consumers", p.reclaimed_consumers)
+                .field(
+                    "transport",
+                    match c.kind {
+                        TransportKind::Cuda => "cuda",
+                        TransportKind::Host => "host",
+                    },
+                );
+        } else {
+            s = s
+                .field("frames", 0u64)
+                .field("dropped", 0u64)
+                .field("waits", 0u64)
+                .field("zero-copy", 0u64)
+                .field("copied", 0u64)
+                .field("consumers", 0u32)
+                .field("reclaimed-consumers", 0u64)
+                .field("transport", "none");
+        }
+        s.build()
+    }
+}
+
+/// Copies a frame between two layouts of the same video info.
+fn copy_planes(
+    src: &[u8],
+    dst: &mut [u8],
+    info: &gst_video::VideoInfo,
+    src_planes: &[(u64, u32)],
+    dst_planes: &[(u64, u32)],
+) {
+    if src_planes == dst_planes {
+        let n = info.size().min(src.len()).min(dst.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    for (p, (&(so, ss), &(d_o, ds))) in src_planes.iter().zip(dst_planes).enumerate() {
+        let width = video::row_bytes(info, p);
+        for row in 0..video::rows(info, p) {
+            let s = so as usize + row * ss as usize;
+            let d = d_o as usize + row * ds as usize;
+            dst[d..d + width].copy_from_slice(&src[s..s + width]);
+        }
+    }
+}
+
+/// The frame in the default layout when `src_planes` differ from it.
+fn relayout(
+    src: &[u8],
+    info: &gst_video::VideoInfo,
+    src_planes: &[(u64, u32)],
+    dst_planes: &[(u64, u32)],
+) -> Option<Vec<u8>> {
+    if src_planes == dst_planes {
+        return None;
+    }
+    let mut out = vec![0u8; info.size()];
+    copy_planes(src, &mut out, info, src_planes, dst_planes);
+    Some(out)
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for CudaIpcSink {
+    const NAME: &'static str = "GstRsCudaIpcSink";
+    type Type = super::CudaIpcSink;
+    type ParentType = gst_base::BaseSink;
+}
+
+impl ObjectImpl for CudaIpcSink {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecString::builder("channel")
+                    .nick("Channel")
+                    .blurb("Name of the channel (a control block in /dev/shm is named after it)")
+                    .default_value(Some(DEFAULT_CHANNEL))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("slots")
+                    .nick("Slots")
+                    .blurb("Frames in the ring of shared buffers")
+                    .minimum(1)
+                    .maximum(MAX_SLOTS as u32)
+                    .default_value(DEFAULT_SLOTS)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("transport", Transport::default())
+                    .nick("Transport")
+                    .blurb("Where the slots live")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("cuda-device-id")
+                    .nick("CUDA device")
+                    .blurb("CUDA device ordinal of the slots")
+                    .minimum(0)
+                    .default_value(DEFAULT_DEVICE_ID)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("when-full", WhenFullMode::default())
+                    .nick("When full")
+                    .blurb("What to do with a frame when every slot is in use")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("wait-mode", Wait::default())
+                    .nick("Wait mode")
+                    .blurb("How to wait for a free slot")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("gpu-sync", Sync::default())
+                    .nick("GPU sync")
+                    .blurb("How GPU work is ordered between the processes")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("permissions")
+                    .nick("Permissions")
+                    .blurb("File mode of the channel's shared files (e.g. 0o660 = 432 to share with the group)")
+                    .maximum(0o777)
+                    .default_value(DEFAULT_PERMISSIONS)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                    .nick("Statistics")
+                    .blurb("frames, dropped, waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
+                    .read_only()
+                    .build(),
+            ]
+        });
+        PROPERTIES.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut settings = self.settings.lock().unwrap();
+        match pspec.name() {
+            "channel" => {
+                settings.channel = value
+                    .get::<Option<String>>()
+                    .unwrap()
+                    .unwrap_or_else(|| DEFAULT_CHANNEL.into())
+            }
+            "slots" => settings.slots = value.get().unwrap(),
+            "transport" => settings.transport = value.get().unwrap(),
+            "cuda-device-id" => settings.device_id = value.get().unwrap(),
+            "when-full" => settings.when_full = value.get().unwrap(),
+            "wait-mode" => settings.wait_mode = value.get().unwrap(),
+            "gpu-sync" => settings.gpu_sync = value.get().unwrap(),
+            "permissions" => settings.permissions = value.get().unwrap(),
+            _ => unimplemented!(),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let settings = self.settings.lock().unwrap();
+        match pspec.name() {
+            "channel" => settings.channel.to_value(),
+            "slots" => settings.slots.to_value(),
+            "transport" => settings.transport.to_value(),
+            "cuda-device-id" => settings.device_id.to_value(),
+            "when-full" => settings.when_full.to_value(),
+            "wait-mode" => settings.wait_mode.to_value(),
+            "gpu-sync" => settings.gpu_sync.to_value(),
+            "permissions" => settings.permissions.to_value(),
+            "stats" => {
+                drop(settings);
+                self.stats().to_value()
+            }
+            _ => unimplemented!(),
+        }
+    }
+}
+
+impl GstObjectImpl for CudaIpcSink {}
+
+impl ElementImpl for CudaIpcSink {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static ELEMENT_METADATA: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "CUDA IPC sink",
+                "Sink/Video/Hardware",
+                "Shares video frames with other processes through CUDA IPC or shared memory",
+                "gst-cudaipc developers",
+            )
+        });
+        Some(&*ELEMENT_METADATA)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static PAD_TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![
+                gst::PadTemplate::new(
+                    "sink",
+                    gst::PadDirection::Sink,
+                    gst::PadPresence::Always,
+                    &video::any_memory_caps(),
+                )
+                .unwrap(),
+            ]
+        });
+        PAD_TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSinkImpl for CudaIpcSink {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let settings = self.settings.lock().unwrap().clone();
+        let kind = TransportKind::resolve(settings.transport.into());
+        let device = match kind {
+            TransportKind::Cuda => Some(Device::get(settings.device_id).map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenWrite,
+                    [
+                        "transport=cuda needs CUDA device {}: {}",
+                        settings.device_id,
+                        e
+                    ]
+                )
+            })?),
+            TransportKind::Host => None,
+        };
+        let producer = Producer::create(ProducerConfig {
+            channel: settings.channel.clone(),
+            permissions: settings.permissions,
+            transport: kind.wire_value(),
+            gpu_sync: match GpuSync::from(settings.gpu_sync) {
+                GpuSync::Event => GPU_SYNC_EVENT,
+                GpuSync::Host => GPU_SYNC_HOST,
+            },
+            device_ordinal: device.as_ref().map(|d| d.ordinal() as u32).unwrap_or(0),
+            device_uuid: device.as_ref().map(|d| d.uuid()).unwrap_or_default(),
+            when_full: settings.when_full.into(),
+            wait_mode: settings.wait_mode.into(),
+        })
+        .map_err(|e| match e {
+            ChannelError::InUse { .. } => gst::error_msg!(gst::ResourceError::Busy, ["{}", e]),
+            ChannelError::InvalidName(_) => {
+                gst::error_msg!(gst::ResourceError::Settings, ["{}", e])
+            }
+            e => gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                ["cannot create channel '{}': {}", settings.channel, e]
+            ),
+        })?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "channel '{}' open ({:?} transport)",
+            settings.channel,
+            kind
+        );
+        *self.state.lock().unwrap() = Some(State {
+            channel: Arc::new(Channel {
+                producer,
+                kind,
+                device,
+                interrupt: AtomicBool::new(false),
+                current: Mutex::new(None),
+                tokens: std::array::from_fn(|_| AtomicU64::new(0)),
+                memory_addr: std::array::from_fn(|_| AtomicUsize::new(0)),
+                next_token: AtomicU64::new(0),
+                zero_copy: AtomicU64::new(0),
+                copied: AtomicU64::new(0),
+            }),
+            info: None,
+            pool: None,
+        });
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        let Some(state) = self.state.lock().unwrap().take() else {
+            return Ok(());
+        };
+        let channel = state.channel;
+        channel.interrupt.store(true, Ordering::SeqCst);
+        channel.producer.wake();
+        if !channel.producer.wait_released(RELEASE_GRACE) {
+            gst::warning!(
+                CAT,
+                imp = self,
+                "consumers still hold frames; freeing the slots anyway"
+            );
+        }
+        // The name goes now; the memory goes once upstream drops the pool.
+        channel.producer.close();
+        *channel.current.lock().unwrap() = None;
+        Ok(())
+    }
+
+    fn set_caps(&self, caps: &gst::Caps) -> Result<(), gst::LoggableError> {
+        let info = gst_video::VideoInfo::from_caps(caps)
+            .map_err(|_| gst::loggable_error!(CAT, "cannot parse caps {}", caps))?;
+        let channel = self
+            .state
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|s| s.channel.clone())
+            .ok_or_else(|| gst::loggable_error!(CAT, "caps before start"))?;
+        if channel.kind == TransportKind::Host
+            && memory::caps_are_cuda(caps)
+            && !crate::cuda::is_available()
+        {
+            return Err(gst::loggable_error!(
+                CAT,
+                "CUDA memory input needs CUDA to download it"
+            ));
+        }
+        self.ensure_slots(&channel, &info)?;
+        // Consumers choose their memory type themselves: publish the plain
+        // caps.
+        let mut plain = caps.clone();
+        plain.make_mut().set_features(0, None);
+        channel
+            .producer
+            .set_caps(&plain.to_string(), &channel.interrupt)
+            .map_err(|e| gst::loggable_error!(CAT, "cannot publish caps: {}", e))?;
+        gst::debug!(CAT, imp = self, "caps {}", plain);
+        if let Some(state) = self.state.lock().unwrap().as_mut() {
+            state.info = Some(info);
+        }
+        Ok(())
+    }
+
+    fn propose_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        query.add_allocation_meta::<gst_video::VideoMeta>(None);
+        let (caps, _need_pool) = query.get_owned();
+        let Some(caps) = caps else { return Ok(()) };
+        let when_full = self.settings.lock().unwrap().when_full;
+        let mut state = self.state.lock().unwrap();
+        let Some(state) = state.as_mut() else {
+            return Ok(());
+        };
+        let matches = match state.channel.kind {
+            TransportKind::Cuda => memory::caps_are_cuda(&caps),
+            TransportKind::Host => !memory::caps_are_cuda(&caps),
+        };
+        // The slot pool blocks until a slot is free, so it suits only the
+        // lossless policy; with drop, frames are copied into free slots.
+        if !matches || WhenFull::from(when_full) != WhenFull::Block {
+            return Ok(());
+        }
+        let info = gst_video::VideoInfo::from_caps(&caps)
+            .map_err(|_| gst::loggable_error!(CAT, "cannot parse caps {}", caps))?;
+        let pool = SlotPool::new(state.channel.clone());
+        let mut config = pool.config();
+        config.set_params(Some(&caps), info.size() as u32, 0, 0);
+        pool.set_config(config)
+            .map_err(|_| gst::loggable_error!(CAT, "cannot configure the slot pool"))?;
+        query.add_allocation_pool(Some(&pool), info.size() as u32, 0, 0);
+        state.pool = Some(pool);
+        Ok(())
+    }
+
+    fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let (channel, info) = self.snapshot()?;
+        let set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
+        let meta = Self::frame_meta(buffer, &info);
+        if let Some(slot) = channel.take_pool_reservation(buffer) {
+            // Upstream wrote into the slot itself.
+            if let Err(e) = set.slots.after_write(slot) {
+                channel.producer.cancel(slot);
+                return Err(self.transport_error(e));
+            }
+            channel
+                .producer
+                .publish(slot, &meta)
+                .map_err(|e| self.channel_error(e))?;
+            channel.zero_copy.fetch_add(1, Ordering::Relaxed);
+            return Ok(gst::FlowSuccess::Ok);
+        }
+        let Some(slot) = channel
+            .producer
+            .reserve(&channel.interrupt)
+            .map_err(|e| self.channel_error(e))?
+        else {
+            gst::trace!(
+                CAT,
+                imp = self,
+                "all slots busy: dropped {:?}",
+                buffer.pts()
+            );
+            return Ok(gst::FlowSuccess::Ok);
+        };
+        let copied = set
+            .slots
+            .before_write(slot, &channel.producer)
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.copy_into_slot(buffer, &info, &set.slots.slot_memory(slot)))
+            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()));
+        if let Err(e) = copied {
+            channel.producer.cancel(slot);
+            gst::element_imp_error!(
+                self,
+                gst::ResourceError::Write,
+                ["cannot copy the frame into slot {}: {}", slot, e]
+            );
+            return Err(gst::FlowError::Error);
+        }
+        channel
+            .producer
+            .publish(slot, &meta)
+            .map_err(|e| self.channel_error(e))?;
+        channel.copied.fetch_add(1, Ordering::Relaxed);
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn event(&self, event: gst::Event) -> bool {
+        if let gst::EventView::Eos(_) = event.view()
+            && let Some(state) = self.state.lock().unwrap().as_ref()
+        {
+            state.channel.producer.publish_eos();
+        }
+        self.parent_event(event)
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(state) = self.state.lock().unwrap().as_ref() {
+            state.channel.interrupt.store(true, Ordering::SeqCst);
+            state.channel.producer.wake();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(state) = self.state.lock().unwrap().as_ref() {
+            state.channel.interrupt.store(false, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! # cudaipcsink
+//!
+//! Publishes video frames on a named channel that `cudaipcsrc` elements in
+//! other processes read. Frames live in a ring of `slots`: CUDA device
+//! buffers exported with CUDA IPC (`transport=cuda`) or a shared host-memory
+//! file (`transport=host`). Upstream elements that use the buffer pool this
+//! sink proposes write straight into the slots (no copy); other buffers are
+//! copied (device to device) or uploaded into a free slot.
+//!
+//! ```text
+//! gst-launch-1.0 cudatestsrc ! "video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160" ! cudaipcsink channel=cam0
+//! ```
+//!
+//! Also registered as `rscudaipcsink`, a name GStreamer's own nvcodec
+//! plugin (1.24+, which has a `cudaipcsink` of its own) never takes.
+
+use gst::glib;
+use gst::prelude::*;
+
+mod imp;
+mod pool;
+
+glib::wrapper! {
+    pub struct CudaIpcSink(ObjectSubclass<imp::CudaIpcSink>) @extends gst_base::BaseSink, gst::Element, gst::Object;
+}
+
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Element::register(
+        Some(plugin),
+        "cudaipcsink",
+        gst::Rank::NONE,
+        CudaIpcSink::static_type(),
+    )?;
+    gst::Element::register(
+        Some(plugin),
+        "rscudaipcsink",
+        gst::Rank::NONE,
+        CudaIpcSink::static_type(),
+    )
+}

@@ -1,0 +1,842 @@
+// SPDX-License-Identifier: MPL-2.0
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use crate::cuda::Device;
+use crate::enums::{Frames, ProducerLost, Wait};
+use crate::ipc::stats::LatencyHistogram;
+use crate::ipc::{
+    ChannelError, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, ProducerGone, ReleaseHandle,
+};
+use crate::memory::{self, CudaAllocator, CudaIpcMeta};
+use crate::transport::{self, ConsumerSlots, SlotMemory, TransportKind};
+use crate::video;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "cudaipcsrc",
+        gst::DebugColorFlags::empty(),
+        Some("CUDA IPC source"),
+    )
+});
+
+const DEFAULT_CHANNEL: &str = "default";
+const DEFAULT_DEVICE_ID: i32 = -1;
+const DEFAULT_CONNECT_TIMEOUT_MS: i64 = 10_000;
+const DEFAULT_IS_LIVE: bool = false;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    channel: String,
+    device_id: i32,
+    wait_mode: Wait,
+    connect_timeout_ms: i64,
+    on_producer_lost: ProducerLost,
+    is_live: bool,
+    frames: Frames,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            channel: DEFAULT_CHANNEL.into(),
+            device_id: DEFAULT_DEVICE_ID,
+            wait_mode: Wait::default(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            on_producer_lost: ProducerLost::default(),
+            is_live: DEFAULT_IS_LIVE,
+            frames: Frames::default(),
+        }
+    }
+}
+
+/// Holds a slot while a buffer wraps it; gives it back when the buffer dies,
+/// after the GPU work queued on the memory so far.
+struct SlotHold {
+    slots: Arc<dyn ConsumerSlots>,
+    release: ReleaseHandle,
+    slot: usize,
+}
+
+impl Drop for SlotHold {
+    fn drop(&mut self) {
+        if let Err(e) = self.slots.finish_read(self.slot) {
+            gst::warning!(
+                CAT,
+                "cannot mark the end of reading slot {}: {}",
+                self.slot,
+                e
+            );
+        }
+        self.release.release(self.slot);
+    }
+}
+
+/// A host slot as read-only buffer memory.
+struct HostSlotRead {
+    ptr: *const u8,
+    len: usize,
+    _hold: SlotHold,
+}
+
+// SAFETY: the pointer is into a read-only shared mapping kept alive by the
+// hold's slot view; the producer does not write the slot while it is held.
+unsafe impl Send for HostSlotRead {}
+
+impl AsRef<[u8]> for HostSlotRead {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: see the Send impl; `len` was validated against the slot.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// An attachment to a producer.
+struct Connection {
+    consumer: Consumer,
+    kind: TransportKind,
+    device: Option<Arc<Device>>,
+    slots: Option<Arc<dyn ConsumerSlots>>,
+    pool_generation: u64,
+    caps_generation: u64,
+    info: Option<gst_video::VideoInfo>,
+    /// Caps as published, without memory feature.
+    channel_caps: Option<gst::Caps>,
+    output_cuda: bool,
+    /// System-memory buffers for downloads.
+    download_pool: Option<gst::BufferPool>,
+}
+
+#[derive(Default)]
+struct Stats {
+    frames: u64,
+    missed: u64,
+    waits: u64,
+    reconnects: u64,
+    producer_pid: u32,
+    latency: LatencyHistogram,
+}
+
+#[derive(Default)]
+struct State {
+    connection: Option<Connection>,
+    /// The next buffer starts a discontinuity.
+    discont: bool,
+    connected_before: bool,
+}
+
+#[derive(Default)]
+pub struct CudaIpcSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<State>,
+    stats: Mutex<Stats>,
+    interrupt: AtomicBool,
+    waker: Mutex<Option<ConsumerWaker>>,
+}
+
+enum Lost {
+    Eos,
+    Reconnect,
+}
+
+impl CudaIpcSrc {
+    fn connect(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        let settings = self.settings.lock().unwrap().clone();
+        // A reconnection waits as long as it takes (on-producer-lost=wait).
+        let timeout = if state.connected_before || settings.connect_timeout_ms < 0 {
+            None
+        } else {
+            Some(Duration::from_millis(settings.connect_timeout_ms as u64))
+        };
+        let consumer = Consumer::attach(
+            ConsumerConfig {
+                channel: settings.channel.clone(),
+                mode: settings.frames.into(),
+                wait_mode: settings.wait_mode.into(),
+                connect_timeout: timeout,
+            },
+            &self.interrupt,
+        )
+        .map_err(|e| match e {
+            ChannelError::Interrupted => gst::FlowError::Flushing,
+            ChannelError::NoProducer { .. } => {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::NotFound,
+                    ["{} (connect-timeout={} ms)", e, settings.connect_timeout_ms]
+                );
+                gst::FlowError::Error
+            }
+            e => {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::OpenRead,
+                    ["cannot attach to channel '{}': {}", settings.channel, e]
+                );
+                gst::FlowError::Error
+            }
+        })?;
+        let info = consumer.info().clone();
+        let kind = TransportKind::from_wire(info.transport).ok_or(gst::FlowError::Error)?;
+        let device = match kind {
+            TransportKind::Host => None,
+            TransportKind::Cuda => Some(self.open_device(&settings, &info.device_uuid)?),
+        };
+        gst::info!(
+            CAT,
+            imp = self,
+            "attached to channel '{}' (producer pid {}, {:?} transport)",
+            settings.channel,
+            info.producer_pid,
+            kind
+        );
+        *self.waker.lock().unwrap() = Some(consumer.waker());
+        self.stats.lock().unwrap().producer_pid = info.producer_pid;
+        if state.connected_before {
+            self.stats.lock().unwrap().reconnects += 1;
+            state.discont = true;
+        }
+        state.connected_before = true;
+        state.connection = Some(Connection {
+            consumer,
+            kind,
+            device,
+            slots: None,
+            pool_generation: 0,
+            caps_generation: 0,
+            info: None,
+            channel_caps: None,
+            output_cuda: false,
+            download_pool: None,
+        });
+        Ok(())
+    }
+
+    fn open_device(
+        &self,
+        settings: &Settings,
+        producer_uuid: &[u8; 16],
+    ) -> Result<Arc<Device>, gst::FlowError> {
+        let fail = |msg: String| {
+            gst::element_imp_error!(self, gst::ResourceError::OpenRead, ["{}", msg]);
+            gst::FlowError::Error
+        };
+        if let Err(e) = crate::cuda::driver() {
+            return Err(fail(format!(
+                "channel '{}' uses the cuda transport, but CUDA is not usable here: {e}",
+                settings.channel
+            )));
+        }
+        let ordinal = if settings.device_id >= 0 {
+            settings.device_id
+        } else {
+            match Device::find_by_uuid(producer_uuid) {
+                Ok(Some(ordinal)) => ordinal,
+                Ok(None) => {
+                    return Err(fail(format!(
+                        "the producer's GPU is not visible in this process (check CUDA_VISIBLE_DEVICES); set cuda-device-id to read through peer access from another GPU"
+                    )));
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        };
+        Device::get(ordinal).map_err(|e| fail(format!("cannot open CUDA device {ordinal}: {e}")))
+    }
+
+    /// Chooses CUDA or system memory for `caps` and sets them on the pad.
+    fn negotiate_output(
+        &self,
+        connection: &mut Connection,
+        caps: &gst::Caps,
+    ) -> Result<(), gst::FlowError> {
+        let mut candidates = Vec::new();
+        if connection.kind == TransportKind::Cuda {
+            candidates.push(memory::with_cuda_feature(caps));
+        }
+        candidates.push(caps.clone());
+        let obj = self.obj();
+        let peer = obj.src_pad().peer_query_caps(None);
+        let Some(chosen) = candidates.into_iter().find(|c| peer.can_intersect(c)) else {
+            gst::element_imp_error!(
+                self,
+                gst::CoreError::Negotiation,
+                [
+                    "downstream accepts neither CUDA nor system memory for the channel's caps {}",
+                    caps
+                ]
+            );
+            return Err(gst::FlowError::NotNegotiated);
+        };
+        connection.output_cuda = memory::caps_are_cuda(&chosen);
+        connection.download_pool = None;
+        if !connection.output_cuda && connection.kind == TransportKind::Cuda {
+            let pool = gst_video::VideoBufferPool::new();
+            let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::Error)?;
+            let mut config = pool.config();
+            config.set_params(Some(caps), info.size() as u32, 2, 0);
+            pool.set_config(config).map_err(|_| gst::FlowError::Error)?;
+            pool.set_active(true).map_err(|_| gst::FlowError::Error)?;
+            connection.download_pool = Some(pool.upcast());
+        }
+        gst::debug!(CAT, imp = self, "output caps {}", chosen);
+        obj.set_caps(&chosen).map_err(|_| {
+            gst::element_imp_error!(
+                self,
+                gst::CoreError::Negotiation,
+                ["downstream refused caps {}", chosen]
+            );
+            gst::FlowError::NotNegotiated
+        })
+    }
+
+    fn corrupt(&self, what: String) -> gst::FlowError {
+        gst::element_imp_error!(
+            self,
+            gst::StreamError::Decode,
+            ["corrupt control block: {}", what]
+        );
+        gst::FlowError::Error
+    }
+
+    /// Turns a taken frame into a buffer; `Ok(None)`: skipped.
+    fn frame_to_buffer(
+        &self,
+        state: &mut State,
+        frame: Frame,
+    ) -> Result<Option<gst::Buffer>, gst::FlowError> {
+        let settings = self.settings.lock().unwrap().clone();
+        let connection = state.connection.as_mut().unwrap();
+        let release = connection.consumer.release_handle();
+        // Until a SlotHold owns it, the slot is given back on every early
+        // return.
+        let give_back = |slot| release.release(slot);
+
+        if connection.slots.is_none() || frame.pool_generation != connection.pool_generation {
+            let pool = match connection.consumer.pool() {
+                Ok(pool) => pool,
+                Err(e) => {
+                    give_back(frame.slot);
+                    return Err(self.corrupt(e.to_string()));
+                }
+            };
+            let slots = match transport::open_consumer_slots(
+                &settings.channel,
+                connection.consumer.info(),
+                &pool,
+                connection.device.as_ref(),
+            ) {
+                Ok(slots) => slots,
+                Err(e) => {
+                    give_back(frame.slot);
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::OpenRead,
+                        ["cannot open the channel's slots: {}", e]
+                    );
+                    return Err(gst::FlowError::Error);
+                }
+            };
+            connection
+                .consumer
+                .set_release_descriptors(&slots.release_descriptors());
+            gst::debug!(
+                CAT,
+                imp = self,
+                "opened {} slots of pool generation {}",
+                slots.slot_count(),
+                pool.generation
+            );
+            connection.slots = Some(slots);
+            connection.pool_generation = pool.generation;
+        }
+
+        if frame.caps_generation != connection.caps_generation {
+            let (generation, text) = match connection.consumer.caps() {
+                Ok(c) => c,
+                Err(e) => {
+                    give_back(frame.slot);
+                    return Err(self.corrupt(e.to_string()));
+                }
+            };
+            if generation != frame.caps_generation {
+                // The caps moved on past this frame: it is stale.
+                give_back(frame.slot);
+                self.stats.lock().unwrap().missed += 1;
+                return Ok(None);
+            }
+            let parsed = gst::Caps::from_str(&text)
+                .ok()
+                .filter(|c| c.is_fixed())
+                .and_then(|c| gst_video::VideoInfo::from_caps(&c).ok().map(|i| (c, i)));
+            let Some((caps, info)) = parsed else {
+                give_back(frame.slot);
+                return Err(self.corrupt(format!("unusable caps {text:?}")));
+            };
+            if !video::FORMATS.contains(&info.format()) {
+                give_back(frame.slot);
+                return Err(self.corrupt(format!("unsupported format in caps {text:?}")));
+            }
+            if let Err(e) = self.negotiate_output(connection, &caps) {
+                give_back(frame.slot);
+                return Err(e);
+            }
+            connection.caps_generation = generation;
+            connection.info = Some(info);
+            connection.channel_caps = Some(caps);
+        }
+
+        let info = connection.info.clone().unwrap();
+        if let Err(e) = video::layout_fits(&info, &frame.planes, frame.size) {
+            give_back(frame.slot);
+            return Err(self.corrupt(format!("frame {} does not match the caps: {e}", frame.seq)));
+        }
+        let slots = connection.slots.clone().unwrap();
+        if let Err(e) = slots.before_read(frame.slot) {
+            give_back(frame.slot);
+            gst::element_imp_error!(self, gst::ResourceError::Read, ["{}", e]);
+            return Err(gst::FlowError::Error);
+        }
+        let hold = SlotHold {
+            slots: slots.clone(),
+            release,
+            slot: frame.slot,
+        };
+        let size = frame.size as usize;
+        let default_layout = frame.planes == video::planes(&info);
+        let mut buffer = match (slots.slot_memory(frame.slot), connection.output_cuda) {
+            (SlotMemory::Device { ptr, device, .. }, true) => {
+                let mut buffer = gst::Buffer::new();
+                let b = buffer.get_mut().unwrap();
+                b.append_memory(CudaAllocator::for_device(&device).wrap(
+                    ptr,
+                    size,
+                    Box::new(hold),
+                    true,
+                ));
+                CudaIpcMeta::add(
+                    b,
+                    CudaIpcMeta {
+                        device_ptr: ptr,
+                        pitch: frame.planes.first().map(|p| p.1 as i32).unwrap_or(0),
+                        size: frame.size,
+                        device_id: device.ordinal(),
+                    },
+                );
+                buffer
+            }
+            (SlotMemory::Device { ptr, device, .. }, false) => {
+                let pool = connection.download_pool.as_ref().unwrap();
+                let mut buffer = pool.acquire_buffer(None)?;
+                {
+                    let b = buffer.get_mut().unwrap();
+                    let mut map = b.map_writable().map_err(|_| gst::FlowError::Error)?;
+                    let dst = &mut map[..];
+                    let mut whole = vec![0u8; size];
+                    let target: &mut [u8] = if default_layout && dst.len() >= size {
+                        &mut dst[..size]
+                    } else {
+                        &mut whole
+                    };
+                    if let Err(e) = device.stream().download(target, ptr) {
+                        gst::element_imp_error!(
+                            self,
+                            gst::ResourceError::Read,
+                            ["download failed: {}", e]
+                        );
+                        return Err(gst::FlowError::Error);
+                    }
+                    if !default_layout {
+                        copy_to_default_layout(&whole, dst, &info, &frame.planes);
+                    }
+                }
+                drop(hold);
+                buffer
+            }
+            (SlotMemory::Host { ptr, .. }, _) => {
+                let mut buffer = gst::Buffer::new();
+                buffer
+                    .get_mut()
+                    .unwrap()
+                    .append_memory(gst::Memory::from_slice(HostSlotRead {
+                        ptr,
+                        len: size,
+                        _hold: hold,
+                    }));
+                buffer
+            }
+        };
+        {
+            let b = buffer.get_mut().unwrap();
+            let wraps_slot = connection.output_cuda || connection.kind == TransportKind::Host;
+            if wraps_slot && !default_layout {
+                let offsets: Vec<usize> = frame.planes.iter().map(|p| p.0 as usize).collect();
+                let strides: Vec<i32> = frame.planes.iter().map(|p| p.1 as i32).collect();
+                gst_video::VideoMeta::add_full(
+                    b,
+                    gst_video::VideoFrameFlags::empty(),
+                    info.format(),
+                    info.width(),
+                    info.height(),
+                    &offsets,
+                    &strides,
+                )
+                .map_err(|_| gst::FlowError::Error)?;
+            }
+            if !settings.is_live {
+                b.set_pts(frame.pts.map(gst::ClockTime::from_nseconds));
+                b.set_dts(frame.dts.map(gst::ClockTime::from_nseconds));
+            }
+            b.set_duration(frame.duration.map(gst::ClockTime::from_nseconds));
+            b.set_offset(frame.offset);
+            b.set_offset_end(frame.offset_end);
+            let mut flags = gst::BufferFlags::from_bits_truncate(frame.flags)
+                & (gst::BufferFlags::DISCONT
+                    | gst::BufferFlags::DELTA_UNIT
+                    | gst::BufferFlags::HEADER
+                    | gst::BufferFlags::GAP
+                    | gst::BufferFlags::DROPPABLE
+                    | gst::BufferFlags::MARKER
+                    | gst::BufferFlags::CORRUPTED
+                    | gst::BufferFlags::NON_DROPPABLE);
+            if frame.missed_before > 0 || std::mem::take(&mut state.discont) {
+                flags |= gst::BufferFlags::DISCONT;
+            }
+            b.set_flags(flags);
+        }
+        let mut stats = self.stats.lock().unwrap();
+        stats.frames += 1;
+        stats.missed += frame.missed_before;
+        stats
+            .latency
+            .record(crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns));
+        Ok(Some(buffer))
+    }
+
+    fn producer_lost(&self, state: &mut State, gone: ProducerGone) -> Result<Lost, gst::FlowError> {
+        let settings = self.settings.lock().unwrap().clone();
+        let what = match gone {
+            ProducerGone::Closed => "closed the channel",
+            ProducerGone::Died => "died",
+        };
+        gst::info!(
+            CAT,
+            imp = self,
+            "the producer of '{}' {}",
+            settings.channel,
+            what
+        );
+        match settings.on_producer_lost {
+            ProducerLost::Error => {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::Read,
+                    ["the producer of channel '{}' {}", settings.channel, what]
+                );
+                Err(gst::FlowError::Error)
+            }
+            ProducerLost::Eos => Ok(Lost::Eos),
+            ProducerLost::Wait => {
+                state.connection = None;
+                *self.waker.lock().unwrap() = None;
+                Ok(Lost::Reconnect)
+            }
+        }
+    }
+
+    fn stats_structure(&self) -> gst::Structure {
+        let stats = self.stats.lock().unwrap();
+        gst::Structure::builder("cudaipcsrc-stats")
+            .field("frames", stats.frames)
+            .field("missed", stats.missed)
+            .field("waits", stats.waits)
+            .field("reconnects", stats.reconnects)
+            .field("producer-pid", stats.producer_pid)
+            .field("latency-count", stats.latency.count())
+            .field("latency-min-ns", stats.latency.min_ns())
+            .field("latency-mean-ns", stats.latency.mean_ns())
+            .field("latency-p50-ns", stats.latency.quantile_ns(0.5))
+            .field("latency-p99-ns", stats.latency.quantile_ns(0.99))
+            .field("latency-max-ns", stats.latency.max_ns())
+            .build()
+    }
+}
+
+/// Copies a frame laid out as `planes` into the caps' default layout.
+fn copy_to_default_layout(
+    src: &[u8],
+    dst: &mut [u8],
+    info: &gst_video::VideoInfo,
+    planes: &[(u64, u32)],
+) {
+    for (p, (&(so, ss), &(d_o, ds))) in planes.iter().zip(&video::planes(info)).enumerate() {
+        let width = video::row_bytes(info, p);
+        for row in 0..video::rows(info, p) {
+            let s = so as usize + row * ss as usize;
+            let d = d_o as usize + row * ds as usize;
+            dst[d..d + width].copy_from_slice(&src[s..s + width]);
+        }
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for CudaIpcSrc {
+    const NAME: &'static str = "GstRsCudaIpcSrc";
+    type Type = super::CudaIpcSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for CudaIpcSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecString::builder("channel")
+                    .nick("Channel")
+                    .blurb("Name of the channel to read")
+                    .default_value(Some(DEFAULT_CHANNEL))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("cuda-device-id")
+                    .nick("CUDA device")
+                    .blurb("CUDA device to read on (-1: the producer's own; another one reads through peer access)")
+                    .minimum(-1)
+                    .default_value(DEFAULT_DEVICE_ID)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("wait-mode", Wait::default())
+                    .nick("Wait mode")
+                    .blurb("How to wait for the next frame")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt64::builder("connect-timeout")
+                    .nick("Connect timeout")
+                    .blurb("Milliseconds to wait for a producer to appear (-1: forever)")
+                    .minimum(-1)
+                    .default_value(DEFAULT_CONNECT_TIMEOUT_MS)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("on-producer-lost", ProducerLost::default())
+                    .nick("On producer lost")
+                    .blurb("What to do when the producer dies or closes the channel")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("is-live")
+                    .nick("Is live")
+                    .blurb("Act as a live source: buffers are timestamped with this pipeline's running time on arrival")
+                    .default_value(DEFAULT_IS_LIVE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("frames", Frames::default())
+                    .nick("Frames")
+                    .blurb("Every frame in order (the producer may wait for us) or only the latest")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                    .nick("Statistics")
+                    .blurb("frames, missed, waits, reconnects, producer-pid, latency-{count,min,mean,p50,p99,max}[-ns] (publish to receive)")
+                    .read_only()
+                    .build(),
+            ]
+        });
+        PROPERTIES.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut settings = self.settings.lock().unwrap();
+        match pspec.name() {
+            "channel" => {
+                settings.channel = value
+                    .get::<Option<String>>()
+                    .unwrap()
+                    .unwrap_or_else(|| DEFAULT_CHANNEL.into())
+            }
+            "cuda-device-id" => settings.device_id = value.get().unwrap(),
+            "wait-mode" => settings.wait_mode = value.get().unwrap(),
+            "connect-timeout" => settings.connect_timeout_ms = value.get().unwrap(),
+            "on-producer-lost" => settings.on_producer_lost = value.get().unwrap(),
+            "is-live" => settings.is_live = value.get().unwrap(),
+            "frames" => settings.frames = value.get().unwrap(),
+            _ => unimplemented!(),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let settings = self.settings.lock().unwrap();
+        match pspec.name() {
+            "channel" => settings.channel.to_value(),
+            "cuda-device-id" => settings.device_id.to_value(),
+            "wait-mode" => settings.wait_mode.to_value(),
+            "connect-timeout" => settings.connect_timeout_ms.to_value(),
+            "on-producer-lost" => settings.on_producer_lost.to_value(),
+            "is-live" => settings.is_live.to_value(),
+            "frames" => settings.frames.to_value(),
+            "stats" => {
+                drop(settings);
+                self.stats_structure().to_value()
+            }
+            _ => unimplemented!(),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        self.obj().set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for CudaIpcSrc {}
+
+impl ElementImpl for CudaIpcSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static ELEMENT_METADATA: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "CUDA IPC source",
+                "Source/Video/Hardware",
+                "Receives video frames from another process through CUDA IPC or shared memory",
+                "gst-cudaipc developers",
+            )
+        });
+        Some(&*ELEMENT_METADATA)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static PAD_TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![
+                gst::PadTemplate::new(
+                    "src",
+                    gst::PadDirection::Src,
+                    gst::PadPresence::Always,
+                    &video::any_memory_caps(),
+                )
+                .unwrap(),
+            ]
+        });
+        PAD_TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for CudaIpcSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let settings = self.settings.lock().unwrap().clone();
+        crate::ipc::shm::validate_channel_name(&settings.channel)
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ["{}", e]))?;
+        let obj = self.obj();
+        obj.set_live(settings.is_live);
+        obj.set_do_timestamp(settings.is_live);
+        *self.state.lock().unwrap() = State::default();
+        *self.stats.lock().unwrap() = Stats::default();
+        self.interrupt.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        // Buffers still downstream keep their slots until they are dropped.
+        *self.waker.lock().unwrap() = None;
+        *self.state.lock().unwrap() = State::default();
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn negotiate(&self) -> Result<(), gst::LoggableError> {
+        // Caps come from the channel: negotiated in `create` once attached,
+        // and again here when downstream asks for a reconfiguration.
+        let mut state = self.state.lock().unwrap();
+        let Some(connection) = state.connection.as_mut() else {
+            return Ok(());
+        };
+        let Some(caps) = connection.channel_caps.clone() else {
+            return Ok(());
+        };
+        self.negotiate_output(connection, &caps)
+            .map_err(|_| gst::loggable_error!(CAT, "renegotiation failed"))
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        let state = self.state.lock().unwrap();
+        let caps = match state.connection.as_ref() {
+            Some(Connection {
+                channel_caps: Some(caps),
+                kind,
+                ..
+            }) => {
+                let mut all = gst::Caps::new_empty();
+                if *kind == TransportKind::Cuda {
+                    all.merge(memory::with_cuda_feature(caps));
+                }
+                all.merge(caps.clone());
+                all
+            }
+            _ => self.obj().src_pad().pad_template_caps(),
+        };
+        Some(match filter {
+            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+            None => caps,
+        })
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.interrupt.store(true, Ordering::SeqCst);
+        if let Some(waker) = self.waker.lock().unwrap().as_ref() {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.interrupt.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for CudaIpcSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut state = self.state.lock().unwrap();
+        loop {
+            if state.connection.is_none() {
+                self.connect(&mut state)?;
+            }
+            let connection = state.connection.as_mut().unwrap();
+            let waits_before = connection.consumer.waits();
+            let item = connection.consumer.next(&self.interrupt, None);
+            let waited = connection.consumer.waits() - waits_before;
+            self.stats.lock().unwrap().waits += waited;
+            match item {
+                Ok(Item::Eos) => {
+                    gst::debug!(CAT, imp = self, "end of stream from the producer");
+                    return Err(gst::FlowError::Eos);
+                }
+                Ok(Item::Frame(frame)) => {
+                    if let Some(buffer) = self.frame_to_buffer(&mut state, frame)? {
+                        return Ok(CreateSuccess::NewBuffer(buffer));
+                    }
+                }
+                Err(ChannelError::Interrupted) => return Err(gst::FlowError::Flushing),
+                Err(ChannelError::ProducerGone(gone)) => {
+                    match self.producer_lost(&mut state, gone)? {
+                        Lost::Eos => return Err(gst::FlowError::Eos),
+                        Lost::Reconnect => continue,
+                    }
+                }
+                Err(ChannelError::Corrupt(what)) => return Err(self.corrupt(what)),
+                Err(e) => {
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ["{}", e]);
+                    return Err(gst::FlowError::Error);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! # cudaipcsrc
+//!
+//! Reads the frames a `cudaipcsink` in another process publishes on a named
+//! channel. The caps come from the channel. With the cuda transport the
+//! buffers wrap the producer's device memory (`memory:CUDAMemory`, zero
+//! copy; each slot is opened once) or, when downstream needs system memory,
+//! are downloaded. With the host transport they wrap the shared host memory.
+//! A slot goes back to the producer when downstream drops the buffer (after
+//! the GPU work queued on it so far).
+//!
+//! ```text
+//! gst-launch-1.0 cudaipcsrc channel=cam0 ! cudaprocess operation=invert ! fakesink
+//! ```
+//!
+//! Also registered as `rscudaipcsrc`, a name GStreamer's own nvcodec plugin
+//! (1.24+, which has a `cudaipcsrc` of its own) never takes.
+
+use gst::glib;
+use gst::prelude::*;
+
+mod imp;
+
+glib::wrapper! {
+    pub struct CudaIpcSrc(ObjectSubclass<imp::CudaIpcSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+}
+
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Element::register(
+        Some(plugin),
+        "cudaipcsrc",
+        gst::Rank::NONE,
+        CudaIpcSrc::static_type(),
+    )?;
+    gst::Element::register(
+        Some(plugin),
+        "rscudaipcsrc",
+        gst::Rank::NONE,
+        CudaIpcSrc::static_type(),
+    )
+}

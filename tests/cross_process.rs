@@ -1,0 +1,237 @@
+// Two real processes: a producer pipeline and `gst-launch-1.0` consumers, on
+// the host transport (and the cuda transport where a GPU exists: see
+// tests/gpu_cross_process.rs).
+
+mod common;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use common::*;
+use gst::prelude::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().unwrap();
+        gstcudaipc::plugin_register_static().unwrap();
+    });
+}
+
+struct Frame {
+    caps: gst::Caps,
+    data: Vec<u8>,
+    pts: gst::ClockTime,
+}
+
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn frames(format: &str, width: u32, height: u32, count: u64, first_pts_ms: u64) -> Vec<Frame> {
+    init();
+    let caps: gst::Caps =
+        format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")
+            .parse()
+            .unwrap();
+    let size = gst_video::VideoInfo::from_caps(&caps).unwrap().size();
+    (0..count)
+        .map(|i| Frame {
+            caps: caps.clone(),
+            data: random_bytes(first_pts_ms + i, size),
+            pts: gst::ClockTime::from_mseconds(first_pts_ms + i * 33),
+        })
+        .collect()
+}
+
+fn sha1_hex(data: &[u8]) -> String {
+    sha1_smol::Sha1::from(data).digest().to_string()
+}
+
+/// What checksumsink prints for a frame: PTS and SHA-1.
+fn expected_lines(frames: &[Frame]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| format!("{} {}", f.pts, sha1_hex(&f.data)))
+        .collect()
+}
+
+fn consumer_lines(done: &Finished) -> Vec<String> {
+    done.stdout
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|s| s.len() == 40))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// Runs `appsrc ! cudaipcsink` in this process and pushes `frames`, then EOS.
+fn produce(channel: &str, sink_props: &str, frames: &[Frame]) {
+    init();
+    let pipeline = gst::parse::launch(&format!(
+        "appsrc name=src format=time ! cudaipcsink name=sink channel={channel} sync=false {sink_props}"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let src = pipeline
+        .by_name("src")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    for f in frames {
+        src.set_caps(Some(&f.caps));
+        let mut buffer = gst::Buffer::from_mut_slice(f.data.clone());
+        buffer.get_mut().unwrap().set_pts(f.pts);
+        src.push_buffer(buffer).unwrap();
+    }
+    src.end_of_stream().unwrap();
+    let bus = pipeline.bus().unwrap();
+    let msg = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(60),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("producer neither ended nor failed");
+    if let gst::MessageView::Error(e) = msg.view() {
+        panic!("producer failed: {} ({:?})", e.error(), e.debug());
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+}
+
+#[test]
+fn content_timestamps_caps_and_eos_travel() {
+    let channel = unique_channel("travel");
+    // The consumer starts first and waits for the producer.
+    let consumer = launch(&format!(
+        "-v cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let mut all = frames("RGB", 320, 240, 12, 0);
+    // A caps change mid-stream: size and format.
+    all.extend(frames("GRAY8", 160, 120, 12, 1000));
+    produce(&channel, "transport=host", &all);
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(consumer_lines(&done), expected_lines(&all));
+    // The consumer's output caps followed the producer's.
+    assert!(
+        done.stdout
+            .contains("format=(string)RGB, width=(int)320, height=(int)240"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout
+            .contains("format=(string)GRAY8, width=(int)160, height=(int)120"),
+        "{}",
+        done.stdout
+    );
+}
+
+#[test]
+fn every_format_arrives_byte_identical() {
+    for format in [
+        "RGB", "RGBA", "BGRA", "RGBx", "BGRx", "GRAY8", "NV12", "I420",
+    ] {
+        let channel = unique_channel("format");
+        let consumer = launch(&format!(
+            "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        ));
+        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        let all = frames(format, 176, 144, 5, 0);
+        produce(&channel, "transport=host slots=2", &all);
+        let done = consumer.finish(LIMIT);
+        done.assert_success(format);
+        assert_eq!(consumer_lines(&done), expected_lines(&all), "{format}");
+    }
+}
+
+#[test]
+fn a_consumer_started_first_gets_every_frame_of_gst_launch_producer() {
+    let channel = unique_channel("first");
+    let source = "videotestsrc num-buffers=40 pattern=ball ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1";
+    let expected = reference_checksums(source);
+    assert_eq!(expected.len(), 40);
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = launch(&format!(
+        "{source} ! cudaipcsink channel={channel} transport=host sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected);
+}
+
+#[test]
+fn two_consumers_both_receive_everything() {
+    let channel = unique_channel("fanout");
+    let source = "videotestsrc num-buffers=60 pattern=smpte ! video/x-raw,format=I420,width=320,height=240,framerate=30/1";
+    let expected = reference_checksums(source);
+    let consumers: Vec<_> = (0..2)
+        .map(|_| {
+            launch(&format!(
+                "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+            ))
+        })
+        .collect();
+    wait_for_waiting_consumers(&channel, 2, LIMIT);
+    // Few slots and no pacing: the producer must wait for both consumers.
+    let producer = launch(&format!(
+        "{source} ! cudaipcsink channel={channel} transport=host slots=2 sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    for consumer in consumers {
+        let done = consumer.finish(LIMIT);
+        done.assert_success("consumer");
+        assert_eq!(done.checksums(), expected);
+    }
+}
+
+#[test]
+fn a_second_producer_on_a_live_channel_fails_clearly() {
+    let channel = unique_channel("busy");
+    let first = launch(&format!(
+        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=10/1 ! cudaipcsink channel={channel} transport=host"
+    ));
+    assert!(wait_for_channel(&channel, Duration::from_secs(10)));
+    let second = launch(&format!(
+        "videotestsrc num-buffers=5 ! video/x-raw,width=64,height=48 ! cudaipcsink channel={channel} transport=host"
+    ))
+    .finish(LIMIT);
+    assert!(!second.success, "a second producer must fail");
+    assert!(
+        second.stderr.contains("in use by a live producer")
+            || second.stdout.contains("in use by a live producer"),
+        "{}\n{}",
+        second.stdout,
+        second.stderr
+    );
+    first.signal(libc::SIGINT);
+    let _ = first.finish(Duration::from_secs(10));
+}
+
+#[test]
+fn a_missing_producer_times_out_with_a_clear_error() {
+    let channel = unique_channel("nobody");
+    let done = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=300 ! fakesink"
+    ))
+    .finish(LIMIT);
+    assert!(!done.success);
+    let text = format!("{}{}", done.stdout, done.stderr);
+    assert!(text.contains("no producer appeared on channel"), "{text}");
+}

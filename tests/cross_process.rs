@@ -235,3 +235,23 @@ fn a_missing_producer_times_out_with_a_clear_error() {
     let text = format!("{}{}", done.stdout, done.stderr);
     assert!(text.contains("no producer appeared on channel"), "{text}");
 }
+
+/// One slot, and a sink that keeps its last buffer (checksumsink, like most
+/// sinks): the source must copy rather than hold the only slot forever.
+#[test]
+fn one_slot_and_a_sink_keeping_its_last_buffer_do_not_stall() {
+    let channel = unique_channel("oneslot");
+    let source = "videotestsrc num-buffers=30 pattern=snow ! video/x-raw,format=RGBx,width=320,height=240,framerate=30/1";
+    let expected = reference_checksums(source);
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} wait-mode=spin connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = launch(&format!(
+        "{source} ! cudaipcsink channel={channel} transport=host slots=1 wait-mode=spin sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected);
+}

@@ -528,22 +528,15 @@ impl fmt::Debug for ImportedMemory {
 }
 
 impl ImportedMemory {
-    /// Opens a memory handle in `device`'s context; with `peer_access` the
-    /// memory may live on another device reachable by peer access.
-    pub fn open(
-        device: &Arc<Device>,
-        handle: &[u8; IPC_HANDLE_BYTES],
-        peer_access: bool,
-    ) -> Result<Self> {
+    /// Opens a memory handle in `device`'s context. The memory may live on
+    /// another device reachable by peer access (the driver enables it
+    /// lazily; it also rejects a zero flag).
+    pub fn open(device: &Arc<Device>, handle: &[u8; IPC_HANDLE_BYTES]) -> Result<Self> {
         device.bind()?;
         let handle = sys::CUipcMemHandle {
             reserved: handle.map(|b| b as std::ffi::c_char),
         };
-        let flags = if peer_access {
-            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32
-        } else {
-            0
-        };
+        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
         let mut ptr = 0;
         // SAFETY: valid out pointer; the handle bytes are passed by value and
         // validated by the driver.

@@ -100,6 +100,8 @@ impl Channel {
             .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
+            gst::trace!(CAT, "slot {} returned unpublished (token {})", slot, token);
+            self.memory_addr[slot].store(0, Ordering::SeqCst);
             self.producer.cancel(slot);
         }
     }
@@ -110,12 +112,18 @@ impl Channel {
         if buffer.n_memory() != 1 {
             return None;
         }
+        // Memory addresses are reused once freed, so only live reservations
+        // (non-zero token) count.
         let addr = buffer.peek_memory(0).as_ptr() as usize;
-        let slot = self
-            .memory_addr
-            .iter()
-            .position(|a| a.load(Ordering::SeqCst) == addr)?;
-        (self.tokens[slot].swap(0, Ordering::SeqCst) != 0).then_some(slot)
+        let slot = (0..MAX_SLOTS).find(|&s| {
+            self.memory_addr[s].load(Ordering::SeqCst) == addr
+                && self.tokens[s].load(Ordering::SeqCst) != 0
+        })?;
+        if self.tokens[slot].swap(0, Ordering::SeqCst) == 0 {
+            return None;
+        }
+        self.memory_addr[slot].store(0, Ordering::SeqCst);
+        Some(slot)
     }
 }
 
@@ -694,6 +702,7 @@ impl BaseSinkImpl for CudaIpcSink {
                 .publish(slot, &meta)
                 .map_err(|e| self.channel_error(e))?;
             channel.zero_copy.fetch_add(1, Ordering::Relaxed);
+            gst::trace!(CAT, imp = self, "published slot {} without a copy", slot);
             return Ok(gst::FlowSuccess::Ok);
         }
         let Some(slot) = channel
@@ -729,6 +738,7 @@ impl BaseSinkImpl for CudaIpcSink {
             .publish(slot, &meta)
             .map_err(|e| self.channel_error(e))?;
         channel.copied.fetch_add(1, Ordering::Relaxed);
+        gst::trace!(CAT, imp = self, "copied into slot {} and published", slot);
         Ok(gst::FlowSuccess::Ok)
     }
 

@@ -186,6 +186,13 @@ mod imp {
                     }),
                 };
             channel.memory_addr[slot].store(memory.as_ptr() as usize, Ordering::SeqCst);
+            gst::trace!(
+                CAT,
+                imp = self,
+                "slot {} reserved for upstream (token {})",
+                slot,
+                token
+            );
             let mut buffer = gst::Buffer::new();
             {
                 let buffer = buffer.get_mut().unwrap();

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MPL-2.0
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -66,10 +66,13 @@ struct SlotHold {
     slots: Arc<dyn ConsumerSlots>,
     release: ReleaseHandle,
     slot: usize,
+    /// Slots this element holds in buffers downstream.
+    held: Arc<AtomicUsize>,
 }
 
 impl Drop for SlotHold {
     fn drop(&mut self) {
+        self.held.fetch_sub(1, Ordering::SeqCst);
         if let Err(e) = self.slots.finish_read(self.slot) {
             gst::warning!(
                 CAT,
@@ -112,13 +115,16 @@ struct Connection {
     /// Caps as published, without memory feature.
     channel_caps: Option<gst::Caps>,
     output_cuda: bool,
-    /// System-memory buffers for downloads.
-    download_pool: Option<gst::BufferPool>,
+    /// Buffers of the output memory type, for frames that are copied out of
+    /// their slot (downloads, and copies when downstream holds many slots).
+    copy_pool: Option<gst::BufferPool>,
 }
 
 #[derive(Default)]
 struct Stats {
     frames: u64,
+    /// Frames copied out of their slot instead of wrapped.
+    copied: u64,
     missed: u64,
     waits: u64,
     reconnects: u64,
@@ -141,6 +147,8 @@ pub struct CudaIpcSrc {
     stats: Mutex<Stats>,
     interrupt: AtomicBool,
     waker: Mutex<Option<ConsumerWaker>>,
+    /// Slots held by buffers of ours downstream.
+    held: Arc<AtomicUsize>,
 }
 
 enum Lost {
@@ -216,7 +224,7 @@ impl CudaIpcSrc {
             info: None,
             channel_caps: None,
             output_cuda: false,
-            download_pool: None,
+            copy_pool: None,
         });
         Ok(())
     }
@@ -277,16 +285,19 @@ impl CudaIpcSrc {
             return Err(gst::FlowError::NotNegotiated);
         };
         connection.output_cuda = memory::caps_are_cuda(&chosen);
-        connection.download_pool = None;
-        if !connection.output_cuda && connection.kind == TransportKind::Cuda {
-            let pool = gst_video::VideoBufferPool::new();
-            let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::Error)?;
-            let mut config = pool.config();
-            config.set_params(Some(caps), info.size() as u32, 2, 0);
-            pool.set_config(config).map_err(|_| gst::FlowError::Error)?;
-            pool.set_active(true).map_err(|_| gst::FlowError::Error)?;
-            connection.download_pool = Some(pool.upcast());
+        let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::Error)?;
+        let pool = gst_video::VideoBufferPool::new();
+        let mut config = pool.config();
+        config.set_params(Some(&chosen), info.size() as u32, 0, 0);
+        if connection.output_cuda
+            && let Some(device) = connection.device.as_ref()
+        {
+            let allocator = CudaAllocator::for_device(device);
+            config.set_allocator(Some(allocator.upcast_ref::<gst::Allocator>()), None);
         }
+        pool.set_config(config).map_err(|_| gst::FlowError::Error)?;
+        pool.set_active(true).map_err(|_| gst::FlowError::Error)?;
+        connection.copy_pool = Some(pool.upcast());
         gst::debug!(CAT, imp = self, "output caps {}", chosen);
         obj.set_caps(&chosen).map_err(|_| {
             gst::element_imp_error!(
@@ -405,79 +416,53 @@ impl CudaIpcSrc {
             gst::element_imp_error!(self, gst::ResourceError::Read, ["{}", e]);
             return Err(gst::FlowError::Error);
         }
+        self.held.fetch_add(1, Ordering::SeqCst);
         let hold = SlotHold {
             slots: slots.clone(),
             release,
             slot: frame.slot,
+            held: self.held.clone(),
         };
-        let size = frame.size as usize;
         let default_layout = frame.planes == video::planes(&info);
-        let mut buffer = match (slots.slot_memory(frame.slot), connection.output_cuda) {
-            (SlotMemory::Device { ptr, device, .. }, true) => {
-                let mut buffer = gst::Buffer::new();
-                let b = buffer.get_mut().unwrap();
-                b.append_memory(CudaAllocator::for_device(&device).wrap(
-                    ptr,
-                    size,
-                    Box::new(hold),
-                    true,
-                ));
-                CudaIpcMeta::add(
-                    b,
-                    CudaIpcMeta {
-                        device_ptr: ptr,
-                        pitch: frame.planes.first().map(|p| p.1 as i32).unwrap_or(0),
-                        size: frame.size,
-                        device_id: device.ordinal(),
-                    },
+        // Wrapping is zero-copy, but a slot wrapped in a buffer stays with us
+        // until downstream drops it. Like v4l2src with its pool, copy instead
+        // when we would otherwise leave the producer no slot to write into
+        // (a sink keeping its last buffer, a queue, or slots=1).
+        let wrap = connection.output_cuda || connection.kind == TransportKind::Host;
+        let wrap = wrap && self.held.load(Ordering::SeqCst) < slots.slot_count();
+        gst::trace!(
+            CAT,
+            imp = self,
+            "frame {} in slot {}: {} ({} slots held downstream)",
+            frame.seq,
+            frame.slot,
+            if wrap { "wrapped" } else { "copied" },
+            self.held.load(Ordering::SeqCst)
+        );
+        let memory = slots.slot_memory(frame.slot);
+        let mut buffer = if wrap {
+            wrap_slot(memory, &frame, hold)
+        } else {
+            let pool = connection.copy_pool.as_ref().unwrap();
+            let mut buffer = pool.acquire_buffer(None)?;
+            let copied = copy_slot(&memory, &frame, &info, buffer.get_mut().unwrap());
+            // Give the slot back once the copy is queued (after it, on the
+            // GPU).
+            drop(hold);
+            if let Err(e) = copied {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::Read,
+                    ["cannot copy the frame out of its slot: {}", e]
                 );
-                buffer
+                return Err(gst::FlowError::Error);
             }
-            (SlotMemory::Device { ptr, device, .. }, false) => {
-                let pool = connection.download_pool.as_ref().unwrap();
-                let mut buffer = pool.acquire_buffer(None)?;
-                {
-                    let b = buffer.get_mut().unwrap();
-                    let mut map = b.map_writable().map_err(|_| gst::FlowError::Error)?;
-                    let dst = &mut map[..];
-                    let mut whole = vec![0u8; size];
-                    let target: &mut [u8] = if default_layout && dst.len() >= size {
-                        &mut dst[..size]
-                    } else {
-                        &mut whole
-                    };
-                    if let Err(e) = device.stream().download(target, ptr) {
-                        gst::element_imp_error!(
-                            self,
-                            gst::ResourceError::Read,
-                            ["download failed: {}", e]
-                        );
-                        return Err(gst::FlowError::Error);
-                    }
-                    if !default_layout {
-                        copy_to_default_layout(&whole, dst, &info, &frame.planes);
-                    }
-                }
-                drop(hold);
-                buffer
-            }
-            (SlotMemory::Host { ptr, .. }, _) => {
-                let mut buffer = gst::Buffer::new();
-                buffer
-                    .get_mut()
-                    .unwrap()
-                    .append_memory(gst::Memory::from_slice(HostSlotRead {
-                        ptr,
-                        len: size,
-                        _hold: hold,
-                    }));
-                buffer
-            }
+            self.stats.lock().unwrap().copied += 1;
+            buffer
         };
         {
             let b = buffer.get_mut().unwrap();
-            let wraps_slot = connection.output_cuda || connection.kind == TransportKind::Host;
-            if wraps_slot && !default_layout {
+            if wrap && !default_layout {
                 let offsets: Vec<usize> = frame.planes.iter().map(|p| p.0 as usize).collect();
                 let strides: Vec<i32> = frame.planes.iter().map(|p| p.1 as i32).collect();
                 gst_video::VideoMeta::add_full(
@@ -556,6 +541,7 @@ impl CudaIpcSrc {
         let stats = self.stats.lock().unwrap();
         gst::Structure::builder("cudaipcsrc-stats")
             .field("frames", stats.frames)
+            .field("copied", stats.copied)
             .field("missed", stats.missed)
             .field("waits", stats.waits)
             .field("reconnects", stats.reconnects)
@@ -570,6 +556,91 @@ impl CudaIpcSrc {
     }
 }
 
+/// A buffer wrapping the slot (zero copy); the hold gives it back when the
+/// buffer dies.
+fn wrap_slot(memory: SlotMemory, frame: &Frame, hold: SlotHold) -> gst::Buffer {
+    let size = frame.size as usize;
+    let mut buffer = gst::Buffer::new();
+    let b = buffer.get_mut().unwrap();
+    match memory {
+        SlotMemory::Device { ptr, device, .. } => {
+            b.append_memory(CudaAllocator::for_device(&device).wrap(
+                ptr,
+                size,
+                Box::new(hold),
+                true,
+            ));
+            CudaIpcMeta::add(
+                b,
+                CudaIpcMeta {
+                    device_ptr: ptr,
+                    pitch: frame.planes.first().map(|p| p.1 as i32).unwrap_or(0),
+                    size: frame.size,
+                    device_id: device.ordinal(),
+                },
+            );
+        }
+        SlotMemory::Host { ptr, .. } => {
+            b.append_memory(gst::Memory::from_slice(HostSlotRead {
+                ptr,
+                len: size,
+                _hold: hold,
+            }));
+        }
+    }
+    buffer
+}
+
+/// Copies the frame in a slot into `buffer` (of the output memory type), in
+/// the caps' default layout.
+fn copy_slot(
+    memory: &SlotMemory,
+    frame: &Frame,
+    info: &gst_video::VideoInfo,
+    buffer: &mut gst::BufferRef,
+) -> Result<(), String> {
+    let planes = video::planes(info);
+    match (memory, memory::buffer_device_memory(buffer)) {
+        (SlotMemory::Device { ptr, device, .. }, Some(dst)) => {
+            let stream = device.stream();
+            for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
+                frame.planes.iter().zip(&planes).enumerate()
+            {
+                stream
+                    .copy_2d_device(
+                        dst.ptr + dst_off,
+                        dst_stride as usize,
+                        ptr + src_off,
+                        src_stride as usize,
+                        video::row_bytes(info, p),
+                        video::rows(info, p),
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        (SlotMemory::Device { ptr, device, .. }, None) => {
+            let mut map = buffer
+                .map_writable()
+                .map_err(|_| "cannot map the output buffer")?;
+            let mut whole = vec![0u8; frame.size as usize];
+            device
+                .stream()
+                .download(&mut whole, *ptr)
+                .map_err(|e| e.to_string())?;
+            copy_to_default_layout(&whole, &mut map, info, &frame.planes);
+        }
+        (SlotMemory::Host { ptr, len }, _) => {
+            let mut map = buffer
+                .map_writable()
+                .map_err(|_| "cannot map the output buffer")?;
+            // SAFETY: we hold the slot; the mapping is `len` bytes long.
+            let src = unsafe { std::slice::from_raw_parts(*ptr, *len) };
+            copy_to_default_layout(src, &mut map, info, &frame.planes);
+        }
+    }
+    Ok(())
+}
+
 /// Copies a frame laid out as `planes` into the caps' default layout.
 fn copy_to_default_layout(
     src: &[u8],
@@ -577,7 +648,13 @@ fn copy_to_default_layout(
     info: &gst_video::VideoInfo,
     planes: &[(u64, u32)],
 ) {
-    for (p, (&(so, ss), &(d_o, ds))) in planes.iter().zip(&video::planes(info)).enumerate() {
+    let default = video::planes(info);
+    if planes == default {
+        let n = info.size().min(src.len()).min(dst.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    for (p, (&(so, ss), &(d_o, ds))) in planes.iter().zip(&default).enumerate() {
         let width = video::row_bytes(info, p);
         for row in 0..video::rows(info, p) {
             let s = so as usize + row * ss as usize;

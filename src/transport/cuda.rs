@@ -187,7 +187,7 @@ impl CudaConsumerSlots {
         let mut release_descriptors = Vec::new();
         for (i, d) in pool.slot_descriptors.iter().enumerate() {
             let (mem_handle, event_handle) = split_descriptor(d);
-            let imported = ImportedMemory::open(device, &mem_handle, peer).map_err(|e| {
+            let imported = ImportedMemory::open(device, &mem_handle).map_err(|e| {
                 let hint = if peer {
                     " (the producer runs on another GPU: peer access between the two is needed)"
                 } else {

@@ -43,9 +43,13 @@ fn frame_bytes(frame: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+const SIZE: usize = 10_000;
+const FRAMES: u64 = 40;
+const CHILD_TEST: &str = "transport::tests::contract_consumer_process";
+
+/// The producer side runs here; the consumers run in child processes (a
+/// process cannot open its own CUDA IPC handles, and this is the real use).
 fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
-    const SIZE: usize = 10_000;
-    const FRAMES: u64 = 40;
     let channel = unique_channel("transport");
     let no = AtomicBool::new(false);
     let producer = crate::ipc::Producer::create(ProducerConfig {
@@ -54,7 +58,7 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
         gpu_sync: if gpu_sync == GpuSync::Host {
             crate::ipc::layout::GPU_SYNC_HOST
         } else {
-            0
+            crate::ipc::layout::GPU_SYNC_EVENT
         },
         device_uuid: device.as_ref().map(|d| d.uuid()).unwrap_or_default(),
         ..Default::default()
@@ -84,56 +88,26 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
         .unwrap();
     producer.set_caps("application/x-test", &no).unwrap();
 
-    let consumers: Vec<_> = (0..2)
+    let children: Vec<_> = (0..2)
         .map(|_| {
-            let mut consumer = Consumer::attach(
-                ConsumerConfig {
-                    channel: channel.clone(),
-                    connect_timeout: Some(Duration::from_secs(5)),
-                    ..Default::default()
-                },
-                &no,
-            )
-            .unwrap();
-            let pool = consumer.pool().unwrap();
-            let view =
-                open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref()).unwrap();
-            assert_eq!(
-                (view.slot_count(), view.slot_size(), view.kind()),
-                (3, SIZE, kind)
-            );
-            consumer.set_release_descriptors(&view.release_descriptors());
-            (consumer, view)
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([CHILD_TEST, "--exact", "--ignored", "--test-threads=1"])
+                .env("CUDAIPC_CONTRACT_CHANNEL", &channel)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
-
-    let readers: Vec<_> = consumers
-        .into_iter()
-        .map(|(mut consumer, view)| {
-            std::thread::spawn(move || {
-                let no = AtomicBool::new(false);
-                let mut seen = 0u64;
-                loop {
-                    match consumer.next(&no, Some(Duration::from_secs(10))).unwrap() {
-                        Item::Frame(f) => {
-                            assert_eq!(f.seq, seen);
-                            view.before_read(f.slot).unwrap();
-                            let got = read_slot(&view.slot_memory(f.slot), f.size as usize);
-                            assert!(
-                                got == frame_bytes(f.seq, SIZE),
-                                "frame {} arrived changed",
-                                f.seq
-                            );
-                            view.finish_read(f.slot).unwrap();
-                            consumer.release(f.slot);
-                            seen += 1;
-                        }
-                        Item::Eos => return seen,
-                    }
-                }
-            })
-        })
-        .collect();
+    // Both consumers attach before the first frame: they wait for us.
+    let start = std::time::Instant::now();
+    while producer.stats().consumers < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "consumers did not attach"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 
     for frame in 0..FRAMES {
         let slot = producer.reserve(&no).unwrap().unwrap();
@@ -151,9 +125,55 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
             .unwrap();
     }
     producer.publish_eos();
-    for reader in readers {
-        assert_eq!(reader.join().unwrap(), FRAMES);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "consumer process failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+}
+
+/// A consumer of `contract`, run in a child process.
+#[test]
+#[ignore = "entry point of the consumer processes of the contract tests"]
+fn contract_consumer_process() {
+    let channel = std::env::var("CUDAIPC_CONTRACT_CHANNEL").expect("run by contract()");
+    let no = AtomicBool::new(false);
+    let mut consumer = Consumer::attach(
+        ConsumerConfig {
+            channel: channel.clone(),
+            connect_timeout: Some(Duration::from_secs(10)),
+            ..Default::default()
+        },
+        &no,
+    )
+    .unwrap();
+    let pool = consumer.pool().unwrap();
+    let device = match TransportKind::from_wire(consumer.info().transport).unwrap() {
+        TransportKind::Cuda => Some(crate::cuda::Device::get(0).unwrap()),
+        TransportKind::Host => None,
+    };
+    let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref()).unwrap();
+    assert_eq!((view.slot_count(), view.slot_size()), (3, SIZE));
+    consumer.set_release_descriptors(&view.release_descriptors());
+    let mut seen = 0u64;
+    while let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(10))).unwrap() {
+        assert_eq!(f.seq, seen);
+        view.before_read(f.slot).unwrap();
+        let got = read_slot(&view.slot_memory(f.slot), f.size as usize);
+        assert!(
+            got == frame_bytes(f.seq, SIZE),
+            "frame {} arrived changed",
+            f.seq
+        );
+        view.finish_read(f.slot).unwrap();
+        consumer.release(f.slot);
+        seen += 1;
+    }
+    assert_eq!(seen, FRAMES);
 }
 
 #[test]

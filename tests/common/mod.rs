@@ -5,11 +5,14 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Folder holding libgstcudaipc.so: `$CUDAIPC_PLUGIN_DIR`, else the cargo
+/// Folder holding libgstcudaipc.so: `$CUDAIPC_PLUGIN_DIR`, else
+/// `$GST_PLUGIN_PATH` (as the GPU host's env.sh sets it), else the cargo
 /// target folder this test binary was built in.
 pub fn plugin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CUDAIPC_PLUGIN_DIR") {
-        return PathBuf::from(dir);
+    for var in ["CUDAIPC_PLUGIN_DIR", "GST_PLUGIN_PATH"] {
+        if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
+            return PathBuf::from(dir);
+        }
     }
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> -> target/<profile>

@@ -13,7 +13,10 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {
             if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
                 panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
             }
-            eprintln!("SKIPPED: no CUDA device ({test}: {e})");
+            // Straight to stderr, past the test harness's output capture, so
+            // that a skipped GPU test is visible in every log.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
             None
         }
     }

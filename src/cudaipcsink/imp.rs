@@ -149,7 +149,7 @@ impl CudaIpcSink {
             gst::element_imp_error!(
                 self,
                 gst::CoreError::Negotiation,
-                ["received a buffer before caps"]
+                ("received a buffer before caps")
             );
             return Err(gst::FlowError::NotNegotiated);
         };
@@ -160,14 +160,14 @@ impl CudaIpcSink {
         match e {
             ChannelError::Interrupted => gst::FlowError::Flushing,
             e => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ["{}", e]);
+                gst::element_imp_error!(self, gst::ResourceError::Write, ("{}", e));
                 gst::FlowError::Error
             }
         }
     }
 
     fn transport_error(&self, e: transport::TransportError) -> gst::FlowError {
-        gst::element_imp_error!(self, gst::ResourceError::Write, ["{}", e]);
+        gst::element_imp_error!(self, gst::ResourceError::Write, ("{}", e));
         gst::FlowError::Error
     }
 
@@ -212,12 +212,12 @@ impl CudaIpcSink {
                     gst::element_imp_error!(
                         self,
                         gst::ResourceError::NoSpaceLeft,
-                        [
+                        (
                             "cannot allocate {} slots of {} bytes: {}",
                             request.count,
                             size,
                             e
-                        ]
+                        )
                     );
                     gst::loggable_error!(CAT, "slot allocation failed")
                 })?;
@@ -541,11 +541,11 @@ impl BaseSinkImpl for CudaIpcSink {
             TransportKind::Cuda => Some(Device::get(settings.device_id).map_err(|e| {
                 gst::error_msg!(
                     gst::ResourceError::OpenWrite,
-                    [
+                    (
                         "transport=cuda needs CUDA device {}: {}",
                         settings.device_id,
                         e
-                    ]
+                    )
                 )
             })?),
             TransportKind::Host => None,
@@ -564,13 +564,13 @@ impl BaseSinkImpl for CudaIpcSink {
             wait_mode: settings.wait_mode.into(),
         })
         .map_err(|e| match e {
-            ChannelError::InUse { .. } => gst::error_msg!(gst::ResourceError::Busy, ["{}", e]),
+            ChannelError::InUse { .. } => gst::error_msg!(gst::ResourceError::Busy, ("{}", e)),
             ChannelError::InvalidName(_) => {
-                gst::error_msg!(gst::ResourceError::Settings, ["{}", e])
+                gst::error_msg!(gst::ResourceError::Settings, ("{}", e))
             }
             e => gst::error_msg!(
                 gst::ResourceError::OpenWrite,
-                ["cannot create channel '{}': {}", settings.channel, e]
+                ("cannot create channel '{}': {}", settings.channel, e)
             ),
         })?;
         gst::info!(
@@ -729,7 +729,7 @@ impl BaseSinkImpl for CudaIpcSink {
             gst::element_imp_error!(
                 self,
                 gst::ResourceError::Write,
-                ["cannot copy the frame into slot {}: {}", slot, e]
+                ("cannot copy the frame into slot {}: {}", slot, e)
             );
             return Err(gst::FlowError::Error);
         }

@@ -180,7 +180,7 @@ impl CudaIpcSrc {
                 gst::element_imp_error!(
                     self,
                     gst::ResourceError::NotFound,
-                    ["{} (connect-timeout={} ms)", e, settings.connect_timeout_ms]
+                    ("{} (connect-timeout={} ms)", e, settings.connect_timeout_ms)
                 );
                 gst::FlowError::Error
             }
@@ -188,7 +188,7 @@ impl CudaIpcSrc {
                 gst::element_imp_error!(
                     self,
                     gst::ResourceError::OpenRead,
-                    ["cannot attach to channel '{}': {}", settings.channel, e]
+                    ("cannot attach to channel '{}': {}", settings.channel, e)
                 );
                 gst::FlowError::Error
             }
@@ -235,7 +235,7 @@ impl CudaIpcSrc {
         producer_uuid: &[u8; 16],
     ) -> Result<Arc<Device>, gst::FlowError> {
         let fail = |msg: String| {
-            gst::element_imp_error!(self, gst::ResourceError::OpenRead, ["{}", msg]);
+            gst::element_imp_error!(self, gst::ResourceError::OpenRead, ("{}", msg));
             gst::FlowError::Error
         };
         if let Err(e) = crate::cuda::driver() {
@@ -250,9 +250,8 @@ impl CudaIpcSrc {
             match Device::find_by_uuid(producer_uuid) {
                 Ok(Some(ordinal)) => ordinal,
                 Ok(None) => {
-                    return Err(fail(format!(
-                        "the producer's GPU is not visible in this process (check CUDA_VISIBLE_DEVICES); set cuda-device-id to read through peer access from another GPU"
-                    )));
+                    return Err(fail(
+                        "the producer's GPU is not visible in this process (check CUDA_VISIBLE_DEVICES); set cuda-device-id to read through peer access from another GPU".to_string()));
                 }
                 Err(e) => return Err(fail(e.to_string())),
             }
@@ -277,10 +276,10 @@ impl CudaIpcSrc {
             gst::element_imp_error!(
                 self,
                 gst::CoreError::Negotiation,
-                [
+                (
                     "downstream accepts neither CUDA nor system memory for the channel's caps {}",
                     caps
-                ]
+                )
             );
             return Err(gst::FlowError::NotNegotiated);
         };
@@ -303,7 +302,7 @@ impl CudaIpcSrc {
             gst::element_imp_error!(
                 self,
                 gst::CoreError::Negotiation,
-                ["downstream refused caps {}", chosen]
+                ("downstream refused caps {}", chosen)
             );
             gst::FlowError::NotNegotiated
         })
@@ -313,7 +312,7 @@ impl CudaIpcSrc {
         gst::element_imp_error!(
             self,
             gst::StreamError::Decode,
-            ["corrupt control block: {}", what]
+            ("corrupt control block: {}", what)
         );
         gst::FlowError::Error
     }
@@ -351,7 +350,7 @@ impl CudaIpcSrc {
                     gst::element_imp_error!(
                         self,
                         gst::ResourceError::OpenRead,
-                        ["cannot open the channel's slots: {}", e]
+                        ("cannot open the channel's slots: {}", e)
                     );
                     return Err(gst::FlowError::Error);
                 }
@@ -413,7 +412,7 @@ impl CudaIpcSrc {
         let slots = connection.slots.clone().unwrap();
         if let Err(e) = slots.before_read(frame.slot) {
             give_back(frame.slot);
-            gst::element_imp_error!(self, gst::ResourceError::Read, ["{}", e]);
+            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
             return Err(gst::FlowError::Error);
         }
         self.held.fetch_add(1, Ordering::SeqCst);
@@ -453,7 +452,7 @@ impl CudaIpcSrc {
                 gst::element_imp_error!(
                     self,
                     gst::ResourceError::Read,
-                    ["cannot copy the frame out of its slot: {}", e]
+                    ("cannot copy the frame out of its slot: {}", e)
                 );
                 return Err(gst::FlowError::Error);
             }
@@ -524,7 +523,7 @@ impl CudaIpcSrc {
                 gst::element_imp_error!(
                     self,
                     gst::ResourceError::Read,
-                    ["the producer of channel '{}' {}", settings.channel, what]
+                    ("the producer of channel '{}' {}", settings.channel, what)
                 );
                 Err(gst::FlowError::Error)
             }
@@ -804,7 +803,7 @@ impl BaseSrcImpl for CudaIpcSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = self.settings.lock().unwrap().clone();
         crate::ipc::shm::validate_channel_name(&settings.channel)
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ["{}", e]))?;
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         let obj = self.obj();
         obj.set_live(settings.is_live);
         obj.set_do_timestamp(settings.is_live);
@@ -910,7 +909,7 @@ impl PushSrcImpl for CudaIpcSrc {
                 }
                 Err(ChannelError::Corrupt(what)) => return Err(self.corrupt(what)),
                 Err(e) => {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ["{}", e]);
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
                     return Err(gst::FlowError::Error);
                 }
             }

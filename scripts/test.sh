@@ -1,0 +1,22 @@
+#!/bin/bash
+# The test command (README, .ci/run): installs what it needs, then runs the
+# format check, clippy, every test (channel, elements, cross-process on the
+# host transport, kernel compilation with NVRTC; GPU tests print SKIPPED
+# without a GPU) and a short benchmark run on the host transport.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
+source scripts/nvrtc.sh
+export CUDAIPC_REQUIRE_NVRTC=1
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --quiet 2>&1 | grep -vE "^\s*$"
+if [ -f examples/bench.rs ]; then
+  echo "== benchmark smoke run (host transport, figures not asserted)"
+  cargo run --quiet --release --example bench -- --smoke
+fi
+echo "== all tests passed"

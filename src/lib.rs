@@ -13,6 +13,8 @@ use gst::glib;
 pub mod cuda;
 pub mod cudaipcsink;
 pub mod cudaipcsrc;
+pub mod cudaprocess;
+pub mod cudatestsrc;
 mod enums;
 pub mod ipc;
 pub mod memory;
@@ -26,6 +28,8 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     memory::meta::register();
     cudaipcsink::register(plugin)?;
     cudaipcsrc::register(plugin)?;
+    cudatestsrc::register(plugin)?;
+    cudaprocess::register(plugin)?;
     Ok(())
 }
 

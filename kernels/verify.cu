@@ -1,0 +1,153 @@
+#line 1 "verify.cu"
+// SPDX-License-Identifier: MPL-2.0
+//
+// cudaprocess verify=true (common.cu is prepended): checks every byte of a
+// counter-pattern frame, then, in the last block to finish, judges the
+// frame and its number against the previous one and publishes running
+// totals to host memory mapped into the device. No host synchronisation.
+
+// Running totals and per-frame scratch, in device memory (zeroed at start).
+struct VerifyState {
+    u32 mismatches;  // bytes of the current frame that differ
+    u32 blocks_done; // blocks of the current launch that finished
+    u32 has_baseline;
+    u32 last_frame;
+    u64 frames;
+    u64 corrupt;
+    u64 missing;
+    u64 first_bad_kind;
+    u64 first_bad_frame;
+    u64 first_bad_detail;
+    u64 sequence;
+};
+
+// What the first bad event was.
+#define BAD_NONE 0u
+#define BAD_CORRUPT 1u // detail: bytes that differ
+#define BAD_GAP 2u     // frame: first missing number; detail: how many
+#define BAD_STALE 3u   // a repeated or older number; detail: the last number
+
+// The host's copy, as 64-bit words (REPORT_* in src/cudatestsrc/kernels.rs):
+// 0 sequence (odd while being written), 1 frames, 2 corrupt, 3 missing,
+// 4 last frame, 5 first bad kind, 6 first bad frame, 7 first bad detail.
+__device__ void publish(VerifyState* st, volatile u64* report) {
+    st->sequence += 2u;
+    report[0] = st->sequence - 1u;
+    __threadfence_system();
+    report[1] = st->frames;
+    report[2] = st->corrupt;
+    report[3] = st->missing;
+    report[4] = st->last_frame;
+    report[5] = st->first_bad_kind;
+    report[6] = st->first_bad_frame;
+    report[7] = st->first_bad_detail;
+    __threadfence_system();
+    report[0] = st->sequence;
+}
+
+// `mask`: which bits of the frame number the frame carries.
+__device__ void finish_frame(VerifyState* st, volatile u64* report, u32 frame,
+                             u32 mask, u32 reset) {
+    const u32 mismatches = atomicExch(&st->mismatches, 0u);
+    atomicExch(&st->blocks_done, 0u);
+    if (reset) st->has_baseline = 0u;
+    st->frames += 1u;
+    u32 kind = BAD_NONE;
+    u32 bad_frame = frame;
+    u64 detail = 0;
+    const u32 expected = (st->last_frame + 1u) & mask;
+    if (mismatches != 0) {
+        st->corrupt += 1u;
+        kind = BAD_CORRUPT;
+        detail = mismatches;
+        // A damaged frame that carries the expected number still moves the
+        // sequence on, so that it is not counted missing as well.
+        if (!st->has_baseline || frame == expected) {
+            st->last_frame = frame;
+            st->has_baseline = 1u;
+        }
+    } else if (!st->has_baseline) {
+        // The first frame only sets where the sequence starts.
+        st->last_frame = frame;
+        st->has_baseline = 1u;
+    } else if (frame == expected) {
+        st->last_frame = frame;
+    } else {
+        const u32 gap = (frame - expected) & mask;
+        if (gap <= (mask >> 1)) {
+            st->missing += gap;
+            kind = BAD_GAP;
+            bad_frame = expected;
+            detail = gap;
+            st->last_frame = frame;
+        } else {
+            // Repeated or older: a stale frame. The sequence stays where it
+            // was, so the frames after it are judged against the real last.
+            st->corrupt += 1u;
+            kind = BAD_STALE;
+            detail = st->last_frame;
+        }
+    }
+    if (kind != BAD_NONE && st->first_bad_kind == BAD_NONE) {
+        st->first_bad_kind = kind;
+        st->first_bad_frame = bad_frame;
+        st->first_bad_detail = detail;
+    }
+    publish(st, report);
+}
+
+extern "C" __global__ void verify_counter(GEOMETRY_PARAMS, PLANE_PARAMS(src),
+                                          VerifyState* state, u64* report,
+                                          u32 reset) {
+    const Geometry g = MAKE_GEOMETRY();
+    const Planes in = MAKE_PLANES(src);
+    VerifyState* st = state;
+    __shared__ u32 frame_shared;
+    __shared__ bool last_block;
+    const u32 tid = thread_in_block();
+    if (tid == 0) frame_shared = encoded_frame(in.ptr0, g.row_bytes0);
+    __syncthreads();
+    const u32 frame = frame_shared;
+
+    u32 bad = 0;
+    const u32 rows = total_rows(g);
+    for (u32 global_row = first_row(); global_row < rows;
+         global_row += row_step()) {
+        const Row r = locate(g, global_row);
+        const u8* line = row_pointer(in, r);
+        if (r.wide) {
+            for (u32 x0 = first_chunk() * CHUNK; x0 < r.bytes;
+                 x0 += chunk_step() * CHUNK) {
+                if (x0 + CHUNK <= r.bytes) {
+                    const uint4 v = *(const uint4*)(line + x0);
+                    const uint4 e = counter_chunk(frame, r.plane, r.row, x0, r.bytes);
+                    bad += nonzero_bytes(v.x ^ e.x) + nonzero_bytes(v.y ^ e.y) +
+                           nonzero_bytes(v.z ^ e.z) + nonzero_bytes(v.w ^ e.w);
+                } else {
+                    for (u32 x = x0; x < r.bytes; ++x)
+                        bad += line[x] != counter_byte(frame, r.plane, r.row, x, r.bytes);
+                }
+            }
+        } else {
+            for (u32 x = first_chunk(); x < r.bytes; x += chunk_step())
+                bad += line[x] != counter_byte(frame, r.plane, r.row, x, r.bytes);
+        }
+    }
+
+    // "Last block done": the block that finishes last sees every count.
+    if (bad != 0) {
+        atomicAdd(&st->mismatches, bad);
+        __threadfence();
+    }
+    __syncthreads();
+    if (tid == 0) {
+        const u32 blocks = gridDim.x * gridDim.y;
+        last_block = atomicAdd(&st->blocks_done, 1u) == blocks - 1u;
+    }
+    __syncthreads();
+    if (last_block && tid == 0) {
+        __threadfence();
+        const u32 mask = g.row_bytes0 >= HEADER_BYTES ? 0xFFFFFFFFu : 0xFFu;
+        finish_frame(st, report, frame, mask, reset);
+    }
+}

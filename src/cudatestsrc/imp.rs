@@ -1,0 +1,543 @@
+// SPDX-License-Identifier: MPL-2.0
+
+use std::sync::{Arc, LazyLock, Mutex};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::prelude::*;
+
+use super::kernels::{self, Geometry, Planes};
+use super::pattern::{self, Pattern};
+use crate::cuda::{Device, DeviceBuffer, Module};
+use crate::memory::{self, CudaAllocator};
+use crate::video;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "cudatestsrc",
+        gst::DebugColorFlags::empty(),
+        Some("CUDA test source"),
+    )
+});
+
+const DEFAULT_PATTERN: Pattern = Pattern::Counter;
+const DEFAULT_IS_LIVE: bool = false;
+const DEFAULT_CUDA_DEVICE_ID: i32 = 0;
+/// What unconstrained caps fixate to.
+const DEFAULT_WIDTH: i32 = 3840;
+const DEFAULT_HEIGHT: i32 = 2160;
+const DEFAULT_FORMAT: &str = "RGB";
+const DEFAULT_FPS: i32 = 30;
+
+const GENERATE_MODULE: &str = "cudaipc-generate";
+/// GType of cudaipcsink's pool, whose buffers wrap its shared slots.
+const CUDAIPCSINK_SLOT_POOL: &str = "GstRsCudaIpcSlotPool";
+
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    pattern: Pattern,
+    is_live: bool,
+    cuda_device_id: i32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            pattern: DEFAULT_PATTERN,
+            is_live: DEFAULT_IS_LIVE,
+            cuda_device_id: DEFAULT_CUDA_DEVICE_ID,
+        }
+    }
+}
+
+struct Gpu {
+    device: Arc<Device>,
+    module: Arc<Module>,
+}
+
+#[derive(Default)]
+struct State {
+    gpu: Option<Gpu>,
+    info: Option<gst_video::VideoInfo>,
+    geometry: Geometry,
+    cuda_memory: bool,
+    /// Frames produced since start: the next frame's number.
+    frames: u64,
+    /// Timestamps count from here (a frame rate change moves it) ...
+    rate_base: gst::ClockTime,
+    /// ... in frames of the current rate.
+    rate_frames: u64,
+    /// Live: running time of the first frame.
+    live_base: Option<gst::ClockTime>,
+    /// System memory: frames are generated here, then downloaded.
+    scratch: Option<DeviceBuffer>,
+}
+
+/// Time of `frames` frames at `fps` (> 0).
+fn frames_to_time(frames: u64, fps: gst::Fraction) -> gst::ClockTime {
+    let ns = frames
+        .mul_div_floor(
+            gst::ClockTime::SECOND.nseconds() * fps.denom() as u64,
+            fps.numer() as u64,
+        )
+        .unwrap_or(u64::MAX);
+    gst::ClockTime::from_nseconds(ns)
+}
+
+#[derive(Default)]
+pub struct CudaTestSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<State>,
+}
+
+impl CudaTestSrc {
+    fn running_time_now(&self) -> Option<gst::ClockTime> {
+        let obj = self.obj();
+        let clock = obj.clock()?;
+        clock.time().checked_sub(obj.base_time()?)
+    }
+
+    /// PTS and duration of the next frame (advances the counters).
+    fn next_timestamps(
+        &self,
+        state: &mut State,
+        fps: gst::Fraction,
+        is_live: bool,
+    ) -> (Option<gst::ClockTime>, Option<gst::ClockTime>) {
+        if fps.numer() <= 0 {
+            // As fast as possible: no timing, except a live source stamps
+            // the running time at which it produced the frame.
+            return (
+                if is_live {
+                    self.running_time_now()
+                } else {
+                    None
+                },
+                None,
+            );
+        }
+        let base = if is_live {
+            *state
+                .live_base
+                .get_or_insert_with(|| self.running_time_now().unwrap_or(gst::ClockTime::ZERO))
+        } else {
+            gst::ClockTime::ZERO
+        } + state.rate_base;
+        let start = base + frames_to_time(state.rate_frames, fps);
+        let end = base + frames_to_time(state.rate_frames + 1, fps);
+        state.rate_frames += 1;
+        (Some(start), Some(end - start))
+    }
+
+    /// Writes the next frame into `buffer`.
+    fn generate_into(
+        &self,
+        state: &mut State,
+        buffer: &mut gst::BufferRef,
+        pattern: Pattern,
+    ) -> Result<(), gst::ErrorMessage> {
+        let State {
+            gpu,
+            info,
+            geometry,
+            cuda_memory,
+            frames,
+            scratch,
+            ..
+        } = state;
+        let (Some(gpu), Some(info)) = (gpu.as_ref(), info.as_ref()) else {
+            return Err(gst::error_msg!(
+                gst::CoreError::Negotiation,
+                ("cudatestsrc produced a frame before it was started and negotiated")
+            ));
+        };
+        let layout_error =
+            |e: String| gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}"));
+        let gpu_error = |e: crate::cuda::CudaError| {
+            gst::error_msg!(gst::StreamError::Failed, ("GPU work failed: {e}"))
+        };
+        let layout = pattern::buffer_planes(info, buffer).map_err(layout_error)?;
+        // The pattern's frame number wraps at 2^32 (verify expects that).
+        let frame = *frames as u32;
+        if *cuda_memory {
+            let Some(mem) = memory::buffer_device_memory(buffer) else {
+                return Err(gst::error_msg!(
+                    gst::StreamError::Format,
+                    ("The output buffer is not CUDA memory of this plugin (CudaIpcMemory)"),
+                    ["buffer {buffer:?}"]
+                ));
+            };
+            let planes = Planes::at(info, mem.ptr, mem.size, &layout).map_err(layout_error)?;
+            // Downstream's pool may live on another device than ours.
+            let module = if mem.device.ordinal() == gpu.device.ordinal() {
+                gpu.module.clone()
+            } else {
+                kernels::load(&mem.device, GENERATE_MODULE).map_err(gpu_error)?
+            };
+            kernels::generate(&module, &mem.device, geometry, &planes, pattern, frame)
+                .map_err(gpu_error)?;
+        } else {
+            let size = buffer.size();
+            if scratch.as_ref().is_none_or(|s| s.size() < size) {
+                *scratch = Some(DeviceBuffer::new(&gpu.device, size).map_err(gpu_error)?);
+            }
+            let scratch = scratch.as_ref().unwrap();
+            let planes = Planes::at(info, scratch.ptr(), size, &layout).map_err(layout_error)?;
+            kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
+                .map_err(gpu_error)?;
+            let mut map = buffer.map_writable().map_err(|_| {
+                gst::error_msg!(gst::ResourceError::Write, ("Cannot map the output buffer"))
+            })?;
+            // Synchronises the stream: the price of system memory.
+            gpu.device
+                .stream()
+                .download(map.as_mut_slice(), scratch.ptr())
+                .map_err(gpu_error)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the buffers of downstream's `pool` are this plugin's CUDA
+    /// memory, so that frames can be written into them directly: the pool's
+    /// or the query's allocator is a `CudaAllocator`, or it is the slot pool
+    /// of this plugin's `cudaipcsink`.
+    fn pool_holds_cuda_memory(pool: &gst::BufferPool, query: &gst::query::Allocation) -> bool {
+        if pool.type_().name() == CUDAIPCSINK_SLOT_POOL {
+            return true;
+        }
+        let config_allocator = pool
+            .config()
+            .allocator()
+            .and_then(|(allocator, _)| allocator)
+            .is_some_and(|a| a.is::<CudaAllocator>());
+        let query_allocator = query
+            .allocation_params()
+            .next()
+            .and_then(|(allocator, _)| allocator)
+            .is_some_and(|a| a.is::<CudaAllocator>());
+        config_allocator || query_allocator
+    }
+
+    /// Configures downstream's pool for `caps`; false if it refuses.
+    fn configure_downstream_pool(
+        pool: &gst::BufferPool,
+        caps: &gst::Caps,
+        size: u32,
+        min: u32,
+        max: u32,
+    ) -> bool {
+        let mut config = pool.config();
+        config.set_params(Some(caps), size, min, max);
+        if pool.has_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str()) {
+            config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
+        }
+        pool.set_config(config).is_ok()
+            || pool
+                .config()
+                .validate_params(Some(caps), size, min, max)
+                .is_ok()
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for CudaTestSrc {
+    const NAME: &'static str = "GstRsCudaTestSrc";
+    type Type = super::CudaTestSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for CudaTestSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecEnum::builder_with_default("pattern", DEFAULT_PATTERN)
+                    .nick("Pattern")
+                    .blurb("What to draw: counter carries the frame number in every row (checkable), gradient moves")
+                    .mutable_playing()
+                    .build(),
+                glib::ParamSpecBoolean::builder("is-live")
+                    .nick("Is live")
+                    .blurb("Behave as a live source: produce at the frame rate, timestamps from the running time")
+                    .default_value(DEFAULT_IS_LIVE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("cuda-device-id")
+                    .nick("CUDA device")
+                    .blurb("Ordinal of the CUDA device that generates the frames")
+                    .minimum(0)
+                    .default_value(DEFAULT_CUDA_DEVICE_ID)
+                    .mutable_ready()
+                    .build(),
+            ]
+        });
+        PROPERTIES.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut settings = self.settings.lock().unwrap();
+        match pspec.name() {
+            "pattern" => {
+                settings.pattern = value.get().expect("type checked upstream");
+                gst::info!(CAT, imp = self, "pattern: {:?}", settings.pattern);
+            }
+            "is-live" => {
+                settings.is_live = value.get().expect("type checked upstream");
+                let is_live = settings.is_live;
+                drop(settings);
+                self.obj().set_live(is_live);
+            }
+            "cuda-device-id" => {
+                settings.cuda_device_id = value.get().expect("type checked upstream");
+            }
+            _ => unimplemented!(),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let settings = self.settings.lock().unwrap();
+        match pspec.name() {
+            "pattern" => settings.pattern.to_value(),
+            "is-live" => settings.is_live.to_value(),
+            "cuda-device-id" => settings.cuda_device_id.to_value(),
+            _ => unimplemented!(),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.set_live(DEFAULT_IS_LIVE);
+        obj.set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for CudaTestSrc {}
+
+impl ElementImpl for CudaTestSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static ELEMENT_METADATA: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "CUDA test source",
+                "Source/Video",
+                "Generates video frames on the GPU; the counter pattern carries the frame number in every row",
+                "gst-cudaipc developers",
+            )
+        });
+        Some(&*ELEMENT_METADATA)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static PAD_TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            // CUDA memory first: it is what negotiation prefers.
+            vec![
+                gst::PadTemplate::new(
+                    "src",
+                    gst::PadDirection::Src,
+                    gst::PadPresence::Always,
+                    &video::any_memory_caps(),
+                )
+                .unwrap(),
+            ]
+        });
+        PAD_TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for CudaTestSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let id = self.settings.lock().unwrap().cuda_device_id;
+        let device = Device::get(id).map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::NotFound,
+                ("cudatestsrc needs CUDA device {id}: {e}")
+            )
+        })?;
+        let module = kernels::load(&device, GENERATE_MODULE).map_err(|e| {
+            gst::error_msg!(
+                gst::LibraryError::Init,
+                ("Cannot build cudatestsrc's GPU kernels: {e}")
+            )
+        })?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "generating on CUDA device {id} ({})",
+            device.name()
+        );
+        *self.state.lock().unwrap() = State {
+            gpu: Some(Gpu { device, module }),
+            ..Default::default()
+        };
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        *self.state.lock().unwrap() = State::default();
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        // Frame numbers must follow each other for the counter pattern.
+        false
+    }
+
+    fn negotiate(&self) -> Result<(), gst::LoggableError> {
+        let result = self.parent_negotiate();
+        let src_pad = self.obj().static_pad("src").unwrap();
+        if result.is_err() && !src_pad.pad_flags().contains(gst::PadFlags::FLUSHING) {
+            let downstream = src_pad.peer_query_caps(None);
+            gst::element_imp_error!(
+                self,
+                gst::CoreError::Negotiation,
+                ("cudatestsrc cannot produce a format downstream accepts"),
+                [
+                    "downstream accepts {downstream}; cudatestsrc produces {}",
+                    video::any_memory_caps()
+                ]
+            );
+        }
+        result
+    }
+
+    fn fixate(&self, mut caps: gst::Caps) -> gst::Caps {
+        caps.truncate();
+        {
+            let caps = caps.make_mut();
+            let s = caps.structure_mut(0).unwrap();
+            s.fixate_field_nearest_int("width", DEFAULT_WIDTH);
+            s.fixate_field_nearest_int("height", DEFAULT_HEIGHT);
+            if s.has_field("framerate") {
+                s.fixate_field_nearest_fraction("framerate", gst::Fraction::new(DEFAULT_FPS, 1));
+            }
+            if s.has_field("pixel-aspect-ratio") {
+                s.fixate_field_nearest_fraction("pixel-aspect-ratio", gst::Fraction::new(1, 1));
+            }
+            s.fixate_field_str("format", DEFAULT_FORMAT);
+        }
+        self.parent_fixate(caps)
+    }
+
+    fn set_caps(&self, caps: &gst::Caps) -> Result<(), gst::LoggableError> {
+        let info = gst_video::VideoInfo::from_caps(caps)
+            .map_err(|_| gst::loggable_error!(CAT, "Invalid video caps {caps}"))?;
+        let mut state = self.state.lock().unwrap();
+        let old_fps = state.info.as_ref().map(|old| old.fps());
+        if let Some(old_fps) = old_fps
+            && old_fps != info.fps()
+        {
+            // Keep time running on from the last frame at the old rate.
+            if old_fps.numer() > 0 {
+                let elapsed = frames_to_time(state.rate_frames, old_fps);
+                state.rate_base += elapsed;
+            }
+            state.rate_frames = 0;
+        }
+        state.geometry = Geometry::new(&info);
+        state.cuda_memory = memory::caps_are_cuda(caps);
+        gst::debug!(
+            CAT,
+            imp = self,
+            "producing {caps} ({} memory)",
+            if state.cuda_memory { "CUDA" } else { "system" }
+        );
+        state.info = Some(info);
+        Ok(())
+    }
+
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        if let gst::QueryViewMut::Latency(q) = query.view_mut() {
+            let fps = self.state.lock().unwrap().info.as_ref().map(|i| i.fps());
+            if let Some(fps) = fps.filter(|f| f.numer() > 0) {
+                // One frame: what a live source needs to produce it.
+                q.set(self.obj().is_live(), frames_to_time(1, fps), None);
+                return true;
+            }
+        }
+        BaseSrcImplExt::parent_query(self, query)
+    }
+
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        let (Some(caps), _) = query.get_owned() else {
+            return Err(gst::loggable_error!(CAT, "Allocation query without caps"));
+        };
+        if !memory::caps_are_cuda(&caps) {
+            return self.parent_decide_allocation(query);
+        }
+        let info = gst_video::VideoInfo::from_caps(&caps)
+            .map_err(|_| gst::loggable_error!(CAT, "Invalid video caps {caps}"))?;
+        let frame_size = info.size() as u32;
+        let downstream = query.allocation_pools().next();
+        if let Some((Some(pool), size, min, max)) = downstream
+            && Self::pool_holds_cuda_memory(&pool, query)
+        {
+            let size = size.max(frame_size);
+            if Self::configure_downstream_pool(&pool, &caps, size, min, max) {
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "writing into downstream's CUDA buffer pool {}",
+                    pool.name()
+                );
+                query.set_nth_allocation_pool(0, Some(&pool), size, min, max);
+                return Ok(());
+            }
+            gst::warning!(
+                CAT,
+                imp = self,
+                "downstream's CUDA pool refused {caps}; using our own"
+            );
+        }
+        let device = match &self.state.lock().unwrap().gpu {
+            Some(gpu) => gpu.device.clone(),
+            None => return Err(gst::loggable_error!(CAT, "Not started")),
+        };
+        let pool = gst_video::VideoBufferPool::new();
+        let mut config = pool.config();
+        config.set_params(Some(&caps), frame_size, 0, 0);
+        config.set_allocator(Some(&CudaAllocator::for_device(&device)), None);
+        config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
+        pool.set_config(config)
+            .map_err(|e| gst::loggable_error!(CAT, "Cannot configure a CUDA buffer pool: {e}"))?;
+        gst::debug!(CAT, imp = self, "using our own CUDA buffer pool");
+        if query.allocation_pools().next().is_some() {
+            query.set_nth_allocation_pool(0, Some(&pool), frame_size, 0, 0);
+        } else {
+            query.add_allocation_pool(Some(&pool), frame_size, 0, 0);
+        }
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for CudaTestSrc {
+    fn fill(&self, buffer: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let Settings {
+            pattern, is_live, ..
+        } = *self.settings.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        if let Err(message) = self.generate_into(&mut state, buffer, pattern) {
+            drop(state);
+            self.post_error_message(message);
+            return Err(gst::FlowError::Error);
+        }
+        let fps = state
+            .info
+            .as_ref()
+            .map(|i| i.fps())
+            .unwrap_or(gst::Fraction::new(0, 1));
+        let (pts, duration) = self.next_timestamps(&mut state, fps, is_live);
+        let n = state.frames;
+        state.frames += 1;
+        drop(state);
+        buffer.set_pts(pts);
+        buffer.set_duration(duration);
+        buffer.set_offset(n);
+        buffer.set_offset_end(n + 1);
+        gst::trace!(CAT, imp = self, "frame {n} pts {}", pts.display());
+        Ok(gst::FlowSuccess::Ok)
+    }
+}

@@ -13,7 +13,7 @@ use crate::cuda::Device;
 use crate::enums::{Sync, Transport, Wait, WhenFullMode};
 use crate::ipc::layout::{GPU_SYNC_EVENT, GPU_SYNC_HOST, MAX_SLOTS};
 use crate::ipc::{ChannelError, FrameMeta, Producer, ProducerConfig, WhenFull};
-use crate::memory;
+use crate::memory::{self, CudaAllocator};
 use crate::transport::{self, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportKind};
 use crate::video;
 
@@ -130,7 +130,6 @@ impl Channel {
 struct State {
     channel: Arc<Channel>,
     info: Option<gst_video::VideoInfo>,
-    pool: Option<SlotPool>,
 }
 
 #[derive(Default)]
@@ -594,7 +593,6 @@ impl BaseSinkImpl for CudaIpcSink {
                 copied: AtomicU64::new(0),
             }),
             info: None,
-            pool: None,
         });
         Ok(())
     }
@@ -662,11 +660,16 @@ impl BaseSinkImpl for CudaIpcSink {
         let (caps, _need_pool) = query.get_owned();
         let Some(caps) = caps else { return Ok(()) };
         let when_full = self.settings.lock().unwrap().when_full;
-        let mut state = self.state.lock().unwrap();
-        let Some(state) = state.as_mut() else {
+        let Some(channel) = self
+            .state
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|s| s.channel.clone())
+        else {
             return Ok(());
         };
-        let matches = match state.channel.kind {
+        let matches = match channel.kind {
             TransportKind::Cuda => memory::caps_are_cuda(&caps),
             TransportKind::Host => !memory::caps_are_cuda(&caps),
         };
@@ -677,13 +680,25 @@ impl BaseSinkImpl for CudaIpcSink {
         }
         let info = gst_video::VideoInfo::from_caps(&caps)
             .map_err(|_| gst::loggable_error!(CAT, "cannot parse caps {}", caps))?;
-        let pool = SlotPool::new(state.channel.clone());
+        // Upstream may ask before the caps event reached us (imagefreeze
+        // does): the slots must exist for the pool to hand them out.
+        self.ensure_slots(&channel, &info)?;
+        let allocator = channel
+            .device
+            .as_ref()
+            .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
+        let pool = SlotPool::new(channel);
         let mut config = pool.config();
         config.set_params(Some(&caps), info.size() as u32, 0, 0);
+        if let Some(allocator) = allocator.as_ref() {
+            // Tells upstream that the pool's buffers are CUDA memory of
+            // this plugin, which it may write with its kernels.
+            config.set_allocator(Some(allocator), None);
+            query.add_allocation_param(Some(allocator), gst::AllocationParams::default());
+        }
         pool.set_config(config)
             .map_err(|_| gst::loggable_error!(CAT, "cannot configure the slot pool"))?;
         query.add_allocation_pool(Some(&pool), info.size() as u32, 0, 0);
-        state.pool = Some(pool);
         Ok(())
     }
 

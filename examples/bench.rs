@@ -1,0 +1,976 @@
+//! The benchmark: 4K RGB through the plugin's pipelines, producer and
+//! consumer in two real processes, every configuration measured in one run.
+//!
+//! ```text
+//! cargo run --release --example bench -- [--frames N] [--mps off|on|both] [--out DIR]
+//! cargo run --release --example bench -- --smoke      # a few frames on the host transport (CI)
+//! ```
+//!
+//! Each row reports frames per second, GB/s of frame data (frame bytes times
+//! frames per second), the publish-to-receive latency the source measured
+//! (median, p99, max: the sink stamps CLOCK_MONOTONIC into the slot), the CPU
+//! time of each process per second of wall time, and the `cudaprocess
+//! verify` counts. Results go to stdout (a table), DIR/bench.csv and
+//! DIR/bench.png. With `--mps` the benchmark starts and stops its own MPS
+//! daemon with a private pipe directory.
+//!
+//! Every process is this program run again with `--role`: the parent only
+//! starts children and collects their `RESULT` lines, so it never holds a CUDA
+//! context itself (which matters for MPS).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gst::prelude::*;
+
+const WIDTH: u32 = 3840;
+const HEIGHT: u32 = 2160;
+const FRAME_BYTES: f64 = (WIDTH * HEIGHT * 3) as f64;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--role") {
+        std::process::exit(run_role(&args[2..]));
+    }
+    let options = Options::parse(&args[1..]);
+    std::process::exit(run_benchmark(&options));
+}
+
+// ---------------------------------------------------------------- options
+
+#[derive(Debug, Clone)]
+struct Options {
+    frames: u64,
+    warmup: u64,
+    mps: Vec<bool>,
+    smoke: bool,
+    out: PathBuf,
+    slots: Vec<u32>,
+    paced_seconds: u64,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Self {
+        let mut o = Options {
+            frames: 20_000,
+            warmup: 2_000,
+            mps: vec![false],
+            smoke: false,
+            out: PathBuf::from("bench-results"),
+            slots: vec![1, 2, 3, 4, 6, 8],
+            paced_seconds: 5,
+        };
+        let mut i = 0;
+        while i < args.len() {
+            let value = args.get(i + 1).cloned().unwrap_or_default();
+            match args[i].as_str() {
+                "--frames" => o.frames = value.parse().expect("--frames N"),
+                "--warmup" => o.warmup = value.parse().expect("--warmup N"),
+                "--out" => o.out = PathBuf::from(value),
+                "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
+                "--slots" => {
+                    o.slots = value
+                        .split(',')
+                        .map(|s| s.parse().expect("--slots 1,2,4"))
+                        .collect()
+                }
+                "--mps" => {
+                    o.mps = match value.as_str() {
+                        "off" => vec![false],
+                        "on" => vec![true],
+                        "both" => vec![false, true],
+                        _ => panic!("--mps off|on|both"),
+                    }
+                }
+                "--smoke" => {
+                    o.smoke = true;
+                    i += 1;
+                    continue;
+                }
+                "--help" | "-h" => {
+                    println!(
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--out DIR] [--smoke]"
+                    );
+                    std::process::exit(0);
+                }
+                other => panic!("unknown option {other}"),
+            }
+            i += 2;
+        }
+        if o.smoke {
+            o.frames = 60;
+            o.warmup = 10;
+            o.slots = vec![1, 4];
+            o.paced_seconds = 1;
+        }
+        o
+    }
+}
+
+// ------------------------------------------------------------------ roles
+
+/// Runs one pipeline in this process and prints a `RESULT key=value ...`
+/// line. args: role, warmup, pipeline description.
+fn run_role(args: &[String]) -> i32 {
+    gst::init().unwrap();
+    gstcudaipc::plugin_register_static().unwrap();
+    match args[0].as_str() {
+        "copy" => run_copy(args[1].parse().unwrap(), args[2].parse().unwrap()),
+        "pipeline" => run_pipeline(args[1].parse().unwrap(), &args[2]),
+        other => {
+            eprintln!("unknown role {other}");
+            2
+        }
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+fn run_pipeline(warmup: u64, description: &str) -> i32 {
+    let wall_start = Instant::now();
+    let cpu_start = cpu_seconds();
+    let pipeline = match gst::parse::launch(description) {
+        Ok(p) => p.downcast::<gst::Pipeline>().unwrap(),
+        Err(e) => {
+            eprintln!("cannot build {description}: {e}");
+            return 1;
+        }
+    };
+    // Frames reaching the sink; the clock starts at the warm-up's last frame.
+    let counted = Arc::new(AtomicU64::new(0));
+    let started: Arc<Mutex<Option<(Instant, f64)>>> = Arc::new(Mutex::new(None));
+    if let Some(sink) = pipeline.by_name("sink") {
+        let counted = counted.clone();
+        let started = started.clone();
+        sink.static_pad("sink")
+            .unwrap()
+            .add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+                if counted.fetch_add(1, Ordering::Relaxed) + 1 == warmup {
+                    *started.lock().unwrap() = Some((Instant::now(), cpu_seconds()));
+                }
+                gst::PadProbeReturn::Ok
+            });
+    }
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let bus = pipeline.bus().unwrap();
+    let mut ok = true;
+    for msg in bus.iter_timed(gst::ClockTime::NONE) {
+        match msg.view() {
+            gst::MessageView::Eos(_) => break,
+            gst::MessageView::Error(e) => {
+                eprintln!("error: {} ({:?})", e.error(), e.debug());
+                ok = false;
+                break;
+            }
+            _ => {}
+        }
+    }
+    // The CPU runs ahead of the GPU: the clock stops once the GPU is done.
+    if gstcudaipc::cuda::is_available()
+        && let Ok(device) = gstcudaipc::cuda::Device::get(0)
+    {
+        let _ = device.stream().synchronize();
+    }
+    let end = Instant::now();
+    let cpu_end = cpu_seconds();
+    let mut fields: BTreeMap<String, String> = BTreeMap::new();
+    let frames = counted.load(Ordering::Relaxed);
+    if let Some((t0, cpu0)) = *started.lock().unwrap() {
+        let measured = frames.saturating_sub(warmup);
+        let seconds = end.duration_since(t0).as_secs_f64();
+        fields.insert("measured".into(), measured.to_string());
+        fields.insert("seconds".into(), format!("{seconds:.6}"));
+        fields.insert("cpu_s".into(), format!("{:.6}", cpu_end - cpu0));
+    } else {
+        fields.insert("cpu_s".into(), format!("{:.6}", cpu_end - cpu_start));
+        fields.insert(
+            "seconds".into(),
+            format!("{:.6}", end.duration_since(wall_start).as_secs_f64()),
+        );
+    }
+    fields.insert("frames".into(), frames.to_string());
+    for (name, prefix) in [("src", "src"), ("check", "check"), ("ipcsink", "ipcsink")] {
+        if let Some(element) = pipeline.by_name(name)
+            && element.find_property("stats").is_some()
+        {
+            let stats = element.property::<gst::Structure>("stats");
+            for (field, value) in stats.iter() {
+                let text = value.serialize().map(|s| s.to_string()).unwrap_or_default();
+                fields.insert(format!("{prefix}.{field}"), text);
+            }
+        }
+    }
+    let _ = pipeline.set_state(gst::State::Null);
+    let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("RESULT {}", line.join(" "));
+    if ok { 0 } else { 1 }
+}
+
+/// Device-to-device copies of one 4K RGB frame between rotating buffers:
+/// the memory limit for moving these bytes.
+fn run_copy(bytes: usize, iterations: u64) -> i32 {
+    use gstcudaipc::cuda::{Device, DeviceBuffer};
+    let Ok(device) = Device::get(0) else {
+        println!("RESULT measured=0 seconds=0");
+        return 0;
+    };
+    let buffers: Vec<DeviceBuffer> = (0..8)
+        .map(|_| DeviceBuffer::new(&device, bytes).unwrap())
+        .collect();
+    let stream = device.stream();
+    for b in &buffers {
+        stream.memset(b.ptr(), 0x5a, bytes).unwrap();
+    }
+    let copy = |i: u64| {
+        let src = &buffers[(i % 4) as usize];
+        let dst = &buffers[4 + (i % 4) as usize];
+        stream
+            .copy_device_to_device(dst.ptr(), src.ptr(), bytes)
+            .unwrap();
+    };
+    for i in 0..iterations / 10 {
+        copy(i);
+    }
+    stream.synchronize().unwrap();
+    let start = Instant::now();
+    for i in 0..iterations {
+        copy(i);
+    }
+    stream.synchronize().unwrap();
+    let seconds = start.elapsed().as_secs_f64();
+    println!("RESULT measured={iterations} seconds={seconds:.6} cpu_s=0");
+    0
+}
+
+// ------------------------------------------------------------ benchmark
+
+#[derive(Debug, Clone, Default)]
+struct Row {
+    config: String,
+    mps: bool,
+    fps: f64,
+    consumer_cpu: f64,
+    producer_cpu: f64,
+    latency_p50_us: f64,
+    latency_p99_us: f64,
+    latency_max_us: f64,
+    corrupt: Option<u64>,
+    missing: Option<u64>,
+    frames: u64,
+    /// Bytes of one frame of this row.
+    frame_bytes: f64,
+    note: String,
+}
+
+impl Row {
+    fn gbps(&self) -> f64 {
+        self.fps * self.frame_bytes / 1e9
+    }
+}
+
+struct Child {
+    role: &'static str,
+    warmup: u64,
+    pipeline: String,
+}
+
+fn spawn(child: &Child, env: &[(String, String)]) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "--role",
+            child.role,
+            &child.warmup.to_string(),
+            &child.pipeline,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.spawn().expect("cannot start a benchmark process")
+}
+
+fn result_of(child: std::process::Child, what: &str) -> Result<BTreeMap<String, String>, String> {
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("RESULT "));
+    match (out.status.success(), line) {
+        (true, Some(line)) => Ok(line[7..]
+            .split_whitespace()
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect()),
+        _ => Err(format!(
+            "{what} failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .take(12)
+                .collect::<Vec<_>>()
+                .join("\n")
+        )),
+    }
+}
+
+fn number(fields: &BTreeMap<String, String>, key: &str) -> Option<f64> {
+    fields
+        .get(key)
+        .and_then(|v| v.trim_matches('"').parse().ok())
+}
+
+/// Runs a producer and a consumer process; the consumer's clock makes the
+/// row.
+fn two_process(
+    config: &str,
+    producer: &str,
+    consumer: &str,
+    warmup: u64,
+    env: &[(String, String)],
+) -> Row {
+    let consumer_child = spawn(
+        &Child {
+            role: "pipeline",
+            warmup,
+            pipeline: consumer.to_string(),
+        },
+        env,
+    );
+    // The consumer registers as waiting first; the producer then lets it
+    // attach before its first frame.
+    std::thread::sleep(Duration::from_millis(300));
+    let producer_child = spawn(
+        &Child {
+            role: "pipeline",
+            warmup: 0,
+            pipeline: producer.to_string(),
+        },
+        env,
+    );
+    let producer_result = result_of(producer_child, "producer");
+    let consumer_result = result_of(consumer_child, "consumer");
+    match (producer_result, consumer_result) {
+        (Ok(p), Ok(c)) => row_from(config, &c, Some(&p)),
+        (p, c) => Row {
+            config: config.into(),
+            note: [p.err(), c.err()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" / "),
+            ..Default::default()
+        },
+    }
+}
+
+fn row_from(
+    config: &str,
+    c: &BTreeMap<String, String>,
+    p: Option<&BTreeMap<String, String>>,
+) -> Row {
+    let measured = number(c, "measured").unwrap_or(0.0);
+    let seconds = number(c, "seconds").unwrap_or(0.0);
+    let fps = if seconds > 0.0 {
+        measured / seconds
+    } else {
+        0.0
+    };
+    let per_second = |fields: &BTreeMap<String, String>| {
+        let cpu = number(fields, "cpu_s").unwrap_or(0.0);
+        let wall = number(fields, "seconds").unwrap_or(0.0);
+        if wall > 0.0 { cpu / wall } else { 0.0 }
+    };
+    Row {
+        config: config.into(),
+        fps,
+        consumer_cpu: per_second(c),
+        producer_cpu: p.map(per_second).unwrap_or(0.0),
+        latency_p50_us: number(c, "src.latency-p50-ns").unwrap_or(0.0) / 1e3,
+        latency_p99_us: number(c, "src.latency-p99-ns").unwrap_or(0.0) / 1e3,
+        latency_max_us: number(c, "src.latency-max-ns").unwrap_or(0.0) / 1e3,
+        corrupt: number(c, "check.corrupt").map(|v| v as u64),
+        missing: number(c, "check.missing").map(|v| v as u64),
+        frames: number(c, "frames").unwrap_or(0.0) as u64,
+        frame_bytes: FRAME_BYTES,
+        ..Default::default()
+    }
+}
+
+fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
+    let child = spawn(
+        &Child {
+            role: "pipeline",
+            warmup,
+            pipeline: pipeline.to_string(),
+        },
+        env,
+    );
+    match result_of(child, config) {
+        Ok(c) => row_from(config, &c, None),
+        Err(e) => Row {
+            config: config.into(),
+            note: e,
+            ..Default::default()
+        },
+    }
+}
+
+struct Mps {
+    env: Vec<(String, String)>,
+    dir: PathBuf,
+}
+
+impl Mps {
+    fn start() -> Result<Mps, String> {
+        let dir = std::env::temp_dir().join(format!("cudaipc-bench-mps-{}", std::process::id()));
+        let pipe = dir.join("pipe");
+        let log = dir.join("log");
+        std::fs::create_dir_all(&pipe).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&log).map_err(|e| e.to_string())?;
+        let env = vec![
+            (
+                "CUDA_MPS_PIPE_DIRECTORY".to_string(),
+                pipe.display().to_string(),
+            ),
+            (
+                "CUDA_MPS_LOG_DIRECTORY".to_string(),
+                log.display().to_string(),
+            ),
+        ];
+        let status = Command::new("nvidia-cuda-mps-control")
+            .arg("-d")
+            .envs(env.iter().cloned())
+            .status()
+            .map_err(|e| format!("cannot start nvidia-cuda-mps-control: {e}"))?;
+        if !status.success() {
+            return Err(format!("nvidia-cuda-mps-control -d failed: {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(Mps { env, dir })
+    }
+}
+
+impl Drop for Mps {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Ok(mut child) = Command::new("nvidia-cuda-mps-control")
+            .envs(self.env.iter().cloned())
+            .stdin(Stdio::piped())
+            .spawn()
+        {
+            if let Some(stdin) = child.stdin.as_mut() {
+                let _ = stdin.write_all(b"quit\n");
+            }
+            let _ = child.wait();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn channel(tag: &str) -> String {
+    format!("bench-{tag}-{}", std::process::id())
+}
+
+fn run_benchmark(o: &Options) -> i32 {
+    gst::init().unwrap();
+    let gpu = !o.smoke && gstcudaipc::cuda::is_available();
+    std::fs::create_dir_all(&o.out).expect("cannot create the output folder");
+    let mut rows = Vec::new();
+    if gpu {
+        for &mps in &o.mps {
+            let _daemon = if mps {
+                match Mps::start() {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        eprintln!("MPS not available, skipping the MPS rows: {e}");
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let env = _daemon.as_ref().map(|d| d.env.clone()).unwrap_or_default();
+            for mut row in gpu_rows(o, &env) {
+                row.mps = mps;
+                print_row(&row);
+                rows.push(row);
+            }
+        }
+        for mut row in paced_rows(o, true) {
+            row.mps = false;
+            print_row(&row);
+            rows.push(row);
+        }
+    } else {
+        for mut row in host_rows(o).into_iter().chain(paced_rows(o, false)) {
+            row.frame_bytes = (320 * 240 * 3) as f64;
+            print_row(&row);
+            rows.push(row);
+        }
+    }
+    println!();
+    print_table(&rows, gpu);
+    write_csv(&o.out.join("bench.csv"), &rows);
+    match plot(&o.out.join("bench.png"), &rows) {
+        Ok(()) => println!("wrote {}", o.out.join("bench.png").display()),
+        Err(e) => println!("no plot: {e}"),
+    }
+    println!("wrote {}", o.out.join("bench.csv").display());
+    let failures = rows
+        .iter()
+        .filter(|r| !r.note.is_empty() || r.corrupt.unwrap_or(0) > 0 || r.missing.unwrap_or(0) > 0)
+        .count();
+    if failures > 0 {
+        eprintln!("{failures} configuration(s) failed or lost frames");
+        1
+    } else {
+        0
+    }
+}
+
+fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
+    let caps = format!(
+        "video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1"
+    );
+    let total = o.frames + o.warmup;
+    let generate =
+        |frames: u64| format!("cudatestsrc num-buffers={frames} pattern=counter ! {caps}");
+    let mut rows = Vec::new();
+    rows.push(single(
+        "1a one process: generate + invert",
+        &format!(
+            "{} ! cudaprocess operation=invert ! fakesink name=sink sync=false",
+            generate(total)
+        ),
+        o.warmup,
+        env,
+    ));
+    rows.push(single(
+        "1b one process: generate + invert + verify",
+        &format!(
+            "{} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false",
+            generate(total)
+        ),
+        o.warmup,
+        env,
+    ));
+    let copy = spawn_copy(total, env);
+    rows.push(copy);
+    let consumer = |src_props: &str| {
+        format!(
+            "cudaipcsrc name=src channel=CH connect-timeout=60000 {src_props} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false"
+        )
+    };
+    let mut two = |config: String, frames: u64, warmup: u64, sink_props: &str, src_props: &str| {
+        let ch = channel(&format!("{}", rows.len()));
+        let producer = format!(
+            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
+            generate(frames + warmup)
+        );
+        rows.push(two_process(
+            &config,
+            &producer,
+            &consumer(src_props).replace("CH", &ch),
+            warmup,
+            env,
+        ));
+    };
+    let slow = (o.frames / 4).max(50);
+    two(
+        "3 seed: slots=1 gpu-sync=host spin".into(),
+        slow,
+        o.warmup / 4,
+        "slots=1 gpu-sync=host wait-mode=spin",
+        "wait-mode=spin",
+    );
+    two(
+        "4 seed with sleep wait".into(),
+        slow,
+        o.warmup / 4,
+        "slots=1 gpu-sync=host wait-mode=sleep",
+        "wait-mode=sleep",
+    );
+    two(
+        "5 default: slots=4 event hybrid".into(),
+        o.frames,
+        o.warmup,
+        "",
+        "",
+    );
+    for &slots in &o.slots {
+        if slots != 4 {
+            two(
+                format!("5 slots={slots} event hybrid"),
+                o.frames,
+                o.warmup,
+                &format!("slots={slots}"),
+                "",
+            );
+        }
+    }
+    // System memory at the ends: one frame uploaded again and again (no CPU
+    // generation cost in the figure), and a download into system memory.
+    let few = (o.frames / 40).max(30);
+    let ch = channel("upload");
+    rows.push(two_process(
+        "6a system-memory producer (upload)",
+        &format!(
+            "videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! imagefreeze num-buffers={} ! cudaipcsink name=ipcsink channel={ch} sync=false",
+            few + 10
+        ),
+        &format!(
+            "cudaipcsrc name=src channel={ch} connect-timeout=60000 ! cudaprocess operation=invert ! fakesink name=sink sync=false"
+        ),
+        10,
+        env,
+    ));
+    let ch = channel("download");
+    rows.push(two_process(
+        "6b system-memory consumer (download)",
+        &format!("{} ! cudaipcsink name=ipcsink channel={ch} sync=false", generate(few + 10)),
+        &format!(
+            "cudaipcsrc name=src channel={ch} connect-timeout=60000 ! video/x-raw,format=RGB ! fakesink name=sink sync=false"
+        ),
+        10,
+        env,
+    ));
+    rows
+}
+
+fn spawn_copy(iterations: u64, env: &[(String, String)]) -> Row {
+    let exe = std::env::current_exe().unwrap();
+    let child = Command::new(exe)
+        .args([
+            "--role",
+            "copy",
+            &(FRAME_BYTES as u64).to_string(),
+            &iterations.to_string(),
+        ])
+        .envs(env.iter().cloned())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    match result_of(child, "copy") {
+        Ok(c) => {
+            let mut row = row_from("2 device-to-device copy of a frame", &c, None);
+            row.note = format!("{:.0} GB/s read+write", 2.0 * row.gbps());
+            row
+        }
+        Err(e) => Row {
+            config: "2 device-to-device copy of a frame".into(),
+            note: e,
+            ..Default::default()
+        },
+    }
+}
+
+/// 60 frames per second, live: latency and CPU per process by wait mode.
+fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
+    let frames = 60 * o.paced_seconds;
+    let mut rows = Vec::new();
+    for wait in ["hybrid", "spin", "sleep"] {
+        let ch = channel(&format!("paced-{wait}"));
+        let (producer, consumer) = if gpu {
+            (
+                format!(
+                    "cudatestsrc is-live=true num-buffers={frames} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=60/1 ! cudaipcsink name=ipcsink channel={ch} wait-mode={wait}"
+                ),
+                format!(
+                    "cudaipcsrc name=src channel={ch} connect-timeout=60000 wait-mode={wait} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false"
+                ),
+            )
+        } else {
+            (
+                format!(
+                    "videotestsrc is-live=true num-buffers={frames} ! video/x-raw,format=RGB,width=320,height=240,framerate=60/1 ! cudaipcsink name=ipcsink channel={ch} transport=host wait-mode={wait}"
+                ),
+                format!(
+                    "cudaipcsrc name=src channel={ch} connect-timeout=60000 wait-mode={wait} ! fakesink name=sink sync=false"
+                ),
+            )
+        };
+        rows.push(two_process(
+            &format!("8 paced 60 FPS, wait-mode={wait}"),
+            &producer,
+            &consumer,
+            1,
+            &[],
+        ));
+    }
+    rows
+}
+
+/// Without a GPU (CI): the same pipelines on the host transport, small
+/// frames, so that the benchmark cannot rot. Figures are not asserted.
+fn host_rows(o: &Options) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let total = o.frames + o.warmup;
+    let source = format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width=320,height=240,framerate=0/1 ! imagefreeze num-buffers={total}"
+    );
+    let configs = [
+        (
+            "3 seed: slots=1 spin (host transport)",
+            "slots=1 wait-mode=spin",
+            "wait-mode=spin",
+        ),
+        (
+            "4 seed with sleep wait (host transport)",
+            "slots=1 wait-mode=sleep",
+            "wait-mode=sleep",
+        ),
+        ("5 default (host transport)", "", ""),
+    ];
+    for (config, sink_props, src_props) in configs {
+        let ch = channel(&format!("host{}", rows.len()));
+        rows.push(two_process(
+            config,
+            &format!("{source} ! cudaipcsink name=ipcsink channel={ch} transport=host sync=false {sink_props}"),
+            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
+            o.warmup,
+            &[],
+        ));
+    }
+    rows
+}
+
+// ---------------------------------------------------------------- output
+
+fn opt(v: Option<u64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn print_row(r: &Row) {
+    eprintln!(
+        "{:<44} mps={:<5} {:>9.0} FPS  {}",
+        r.config,
+        r.mps,
+        r.fps,
+        if r.note.is_empty() { "" } else { &r.note }
+    );
+}
+
+fn print_table(rows: &[Row], gpu: bool) {
+    println!(
+        "| configuration | MPS | FPS | GB/s | latency p50 / p99 / max (us) | CPU consumer / producer (cores) | corrupt / missing | note |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.0} | {:.1} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {} / {} | {} |",
+            r.config,
+            if r.mps { "on" } else { "off" },
+            r.fps,
+            r.gbps(),
+            r.latency_p50_us,
+            r.latency_p99_us,
+            r.latency_max_us,
+            r.consumer_cpu,
+            r.producer_cpu,
+            opt(r.corrupt),
+            opt(r.missing),
+            r.note
+        );
+    }
+    if gpu {
+        let find = |prefix: &str, mps: bool| {
+            rows.iter()
+                .find(|r| r.config.starts_with(prefix) && r.mps == mps)
+                .map(|r| r.fps)
+        };
+        for mps in [false, true] {
+            if let (Some(one), Some(default), Some(seed)) =
+                (find("1b", mps), find("5 default", mps), find("3 seed", mps))
+            {
+                println!(
+                    "\nMPS {}: default two-process = {:.0}% of one process (with verify), {:.1}x the seed configuration",
+                    if mps { "on" } else { "off" },
+                    100.0 * default / one.max(1.0),
+                    default / seed.max(1.0)
+                );
+            }
+        }
+    }
+}
+
+fn write_csv(path: &Path, rows: &[Row]) {
+    let mut out = String::from(
+        "configuration,mps,fps,gb_per_s,latency_p50_us,latency_p99_us,latency_max_us,cpu_consumer,cpu_producer,corrupt,missing,frames,note\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "\"{}\",{},{:.1},{:.3},{:.1},{:.1},{:.1},{:.3},{:.3},{},{},{},\"{}\"\n",
+            r.config,
+            r.mps,
+            r.fps,
+            r.gbps(),
+            r.latency_p50_us,
+            r.latency_p99_us,
+            r.latency_max_us,
+            r.consumer_cpu,
+            r.producer_cpu,
+            opt(r.corrupt),
+            opt(r.missing),
+            r.frames,
+            r.note.replace('"', "'").replace('\n', " ")
+        ));
+    }
+    std::fs::write(path, out).expect("cannot write the CSV");
+}
+
+/// Registers a TrueType font for the plot's text, from the usual places.
+fn load_font() -> Result<(), String> {
+    let mut candidates = vec![
+        PathBuf::from("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
+        PathBuf::from("/usr/share/fonts/TTF/DejaVuSans.ttf"),
+    ];
+    // matplotlib ships DejaVu Sans (the GPU hosts have it).
+    for root in ["/opt/torch/.venv/lib", "/usr/lib", "/usr/local/lib"] {
+        if let Ok(entries) = std::fs::read_dir(root) {
+            for e in entries.flatten() {
+                for site in ["site-packages", "dist-packages"] {
+                    candidates.push(
+                        e.path()
+                            .join(site)
+                            .join("matplotlib/mpl-data/fonts/ttf/DejaVuSans.ttf"),
+                    );
+                }
+            }
+        }
+    }
+    let bytes = candidates
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .ok_or("no TrueType font found (install fonts-dejavu-core)")?;
+    plotters::style::register_font(
+        "sans-serif",
+        plotters::style::FontStyle::Normal,
+        Box::leak(bytes.into_boxed_slice()),
+    )
+    .map_err(|_| "unusable font".to_string())
+}
+
+fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
+    use plotters::prelude::*;
+    load_font()?;
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.fps > 0.0).collect();
+    if rows.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let height = 120 + 26 * rows.len() as u32;
+    let root = BitMapBackend::new(path, (1400, height.max(400))).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (left, right) = root.split_horizontally(1000);
+    let max_fps = rows.iter().map(|r| r.fps).fold(0.0, f64::max) * 1.1;
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}{}", r.config, if r.mps { " [MPS]" } else { "" }))
+        .collect();
+    let mut chart = ChartBuilder::on(&left)
+        .caption(
+            "Frames per second (blue: without MPS, orange: with MPS)",
+            ("sans-serif", 20),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(420)
+        .build_cartesian_2d(0.0..max_fps, 0.0..rows.len() as f64)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(rows.len() * 2 + 1)
+        .y_label_formatter(&|v| {
+            // Labels sit at the middle of each bar.
+            let i = v.floor() as usize;
+            if (v - v.floor() - 0.5).abs() < 0.01 {
+                labels.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("frames per second")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, r)| {
+            let color = if r.mps {
+                RGBColor(230, 120, 30)
+            } else {
+                RGBColor(40, 110, 200)
+            };
+            Rectangle::new(
+                [(0.0, i as f64 + 0.15), (r.fps, i as f64 + 0.85)],
+                color.filled(),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    // Latency per configuration: median and p99 (bars), as far as measured.
+    let latency: Vec<(&Row, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.latency_p50_us > 0.0)
+        .map(|(i, r)| (*r, i))
+        .collect();
+    let max_lat = latency
+        .iter()
+        .map(|(r, _)| r.latency_p99_us)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(&right)
+        .caption(
+            "Publish-to-receive latency: median (green), p99 (grey), us",
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0.0..max_lat, 0.0..rows.len() as f64)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_label_formatter(&|_| String::new())
+        .x_desc("microseconds")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(latency.iter().map(|(r, i)| {
+            Rectangle::new(
+                [
+                    (0.0, *i as f64 + 0.15),
+                    (r.latency_p99_us, *i as f64 + 0.85),
+                ],
+                RGBColor(200, 200, 200).filled(),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(latency.iter().map(|(r, i)| {
+            Rectangle::new(
+                [
+                    (0.0, *i as f64 + 0.15),
+                    (r.latency_p50_us, *i as f64 + 0.85),
+                ],
+                RGBColor(60, 160, 90).filled(),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}

@@ -17,6 +17,6 @@ echo "== cargo test"
 cargo test --quiet 2>&1 | grep -vE "^\s*$"
 if [ -f examples/bench.rs ]; then
   echo "== benchmark smoke run (host transport, figures not asserted)"
-  cargo run --quiet --release --example bench -- --smoke
+  cargo run --quiet --release --example bench -- --smoke --out target/bench-smoke
 fi
 echo "== all tests passed"

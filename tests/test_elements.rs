@@ -980,7 +980,8 @@ fn cudatestsrc_explains_a_format_it_cannot_produce() {
         return;
     }
     let pipeline =
-        gst::parse::launch("cudatestsrc num-buffers=1 ! video/x-raw,format=YUY2 ! fakesink")
+        // identity links to anything, so the failure comes at negotiation.
+        gst::parse::launch("cudatestsrc num-buffers=1 ! identity ! video/x-raw,format=YUY2 ! fakesink")
             .unwrap();
     let error = run_to_end(&pipeline, Duration::from_secs(10)).expect_err("must fail");
     assert!(

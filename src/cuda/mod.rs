@@ -419,16 +419,24 @@ impl Stream<'_> {
         rows: usize,
     ) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: all-zero is a valid CUDA_MEMCPY2D; then filled in.
-        let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-        copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        copy.srcDevice = src;
-        copy.srcPitch = src_pitch;
-        copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        copy.dstDevice = dst;
-        copy.dstPitch = dst_pitch;
-        copy.WidthInBytes = width;
-        copy.Height = rows;
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width,
+            Height: rows,
+        };
         // SAFETY: the caller passes device regions valid for the pitches,
         // width and rows given.
         check("cuMemcpy2DAsync", unsafe {

@@ -514,6 +514,26 @@ impl BaseSrcImpl for CudaTestSrc {
 }
 
 impl PushSrcImpl for CudaTestSrc {
+    // GstPushSrc's C class has no create of its own to fall back on, so a
+    // subclass that fills buffers acquires them itself.
+    fn create(
+        &self,
+        buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<gst_base::subclass::base_src::CreateSuccess, gst::FlowError> {
+        use gst_base::subclass::base_src::CreateSuccess;
+        if let Some(buffer) = buffer {
+            PushSrcImpl::fill(self, buffer)?;
+            return Ok(CreateSuccess::FilledBuffer);
+        }
+        let pool = self
+            .obj()
+            .buffer_pool()
+            .ok_or(gst::FlowError::NotNegotiated)?;
+        let mut buffer = pool.acquire_buffer(None)?;
+        PushSrcImpl::fill(self, buffer.get_mut().ok_or(gst::FlowError::Error)?)?;
+        Ok(CreateSuccess::NewBuffer(buffer))
+    }
+
     fn fill(&self, buffer: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
         let Settings {
             pattern, is_live, ..

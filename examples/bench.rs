@@ -61,7 +61,7 @@ impl Options {
             mps: vec![false],
             smoke: false,
             out: PathBuf::from("bench-results"),
-            slots: vec![1, 2, 3, 4, 6, 8],
+            slots: vec![1, 2, 4, 6, 12, 16],
             paced_seconds: 5,
         };
         let mut i = 0;
@@ -104,7 +104,7 @@ impl Options {
         if o.smoke {
             o.frames = 60;
             o.warmup = 10;
-            o.slots = vec![1, 4];
+            o.slots = vec![1, 2];
             o.paced_seconds = 1;
         }
         o
@@ -153,11 +153,16 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
     if let Some(sink) = pipeline.by_name("sink") {
         let counted = counted.clone();
         let started = started.clone();
+        let source = pipeline.by_name("src");
         sink.static_pad("sink")
             .unwrap()
             .add_probe(gst::PadProbeType::BUFFER, move |_, _| {
                 if counted.fetch_add(1, Ordering::Relaxed) + 1 == warmup {
                     *started.lock().unwrap() = Some((Instant::now(), cpu_seconds()));
+                    // Latency figures leave the warm-up (start-up) out.
+                    if let Some(source) = source.as_ref() {
+                        source.emit_by_name::<()>("reset-stats", &[]);
+                    }
                 }
                 gst::PadProbeReturn::Ok
             });
@@ -271,6 +276,8 @@ struct Row {
     /// Bytes of one frame of this row.
     frame_bytes: f64,
     note: String,
+    /// Why the configuration could not be measured, if it could not.
+    error: String,
 }
 
 impl Row {
@@ -367,7 +374,7 @@ fn two_process(
         (Ok(p), Ok(c)) => row_from(config, &c, Some(&p)),
         (p, c) => Row {
             config: config.into(),
-            note: [p.err(), c.err()]
+            error: [p.err(), c.err()]
                 .into_iter()
                 .flatten()
                 .collect::<Vec<_>>()
@@ -423,7 +430,7 @@ fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -
         Ok(c) => row_from(config, &c, None),
         Err(e) => Row {
             config: config.into(),
-            note: e,
+            error: e,
             ..Default::default()
         },
     }
@@ -533,7 +540,7 @@ fn run_benchmark(o: &Options) -> i32 {
     println!("wrote {}", o.out.join("bench.csv").display());
     let failures = rows
         .iter()
-        .filter(|r| !r.note.is_empty() || r.corrupt.unwrap_or(0) > 0 || r.missing.unwrap_or(0) > 0)
+        .filter(|r| !r.error.is_empty() || r.corrupt.unwrap_or(0) > 0 || r.missing.unwrap_or(0) > 0)
         .count();
     if failures > 0 {
         eprintln!("{failures} configuration(s) failed or lost frames");
@@ -606,14 +613,14 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         "wait-mode=sleep",
     );
     two(
-        "5 default: slots=4 event hybrid".into(),
+        "5 default: slots=8 event hybrid".into(),
         o.frames,
         o.warmup,
         "",
         "",
     );
     for &slots in &o.slots {
-        if slots != 4 {
+        if slots != 8 {
             two(
                 format!("5 slots={slots} event hybrid"),
                 o.frames,
@@ -622,6 +629,22 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                 "",
             );
         }
+    }
+    // The transport alone: the consumer takes frames and drops them (no GPU
+    // work of its own), which bounds what the channel itself costs.
+    {
+        let ch = channel("transport");
+        let producer = format!(
+            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
+            generate(total)
+        );
+        rows.push(two_process(
+            "5t default, transport only (consumer drops frames)",
+            &producer,
+            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"),
+            o.warmup,
+            env,
+        ));
     }
     // System memory at the ends: one frame uploaded again and again (no CPU
     // generation cost in the figure), and a download into system memory.
@@ -674,7 +697,7 @@ fn spawn_copy(iterations: u64, env: &[(String, String)]) -> Row {
         }
         Err(e) => Row {
             config: "2 device-to-device copy of a frame".into(),
-            note: e,
+            error: e,
             ..Default::default()
         },
     }
@@ -762,7 +785,11 @@ fn print_row(r: &Row) {
         r.config,
         r.mps,
         r.fps,
-        if r.note.is_empty() { "" } else { &r.note }
+        if r.error.is_empty() {
+            &r.note
+        } else {
+            &r.error
+        }
     );
 }
 
@@ -785,7 +812,7 @@ fn print_table(rows: &[Row], gpu: bool) {
             r.producer_cpu,
             opt(r.corrupt),
             opt(r.missing),
-            r.note
+            format!("{}{}", r.note, r.error)
         );
     }
     if gpu {
@@ -828,7 +855,9 @@ fn write_csv(path: &Path, rows: &[Row]) {
             opt(r.corrupt),
             opt(r.missing),
             r.frames,
-            r.note.replace('"', "'").replace('\n', " ")
+            format!("{}{}", r.note, r.error)
+                .replace('"', "'")
+                .replace('\n', " ")
         ));
     }
     std::fs::write(path, out).expect("cannot write the CSV");

@@ -151,3 +151,84 @@ extern "C" __global__ void verify_counter(GEOMETRY_PARAMS, PLANE_PARAMS(src),
         finish_frame(st, report, frame, mask, reset);
     }
 }
+
+// verify=true with operation=invert in one pass: each chunk is checked
+// against the counter pattern and written inverted (colour bytes only,
+// planes in `active_planes`; others copied when out of place), so the frame
+// is read once instead of twice.
+__device__ __forceinline__ u32 invert_byte(u32 b, u32 x, u32 colour_mask) {
+    return ((colour_mask >> ((x & 3u) * 8u)) & 0xFFu) ? (b ^ 0xFFu) : b;
+}
+
+extern "C" __global__ void verify_counter_invert(GEOMETRY_PARAMS,
+                                                 PLANE_PARAMS(src),
+                                                 PLANE_PARAMS(dst),
+                                                 u32 active_planes,
+                                                 u32 colour_mask,
+                                                 VerifyState* state,
+                                                 u64* report, u32 reset) {
+    const Geometry g = MAKE_GEOMETRY();
+    const Planes in = MAKE_PLANES(src);
+    const Planes out = MAKE_PLANES(dst);
+    VerifyState* st = state;
+    __shared__ u32 frame_shared;
+    __shared__ bool last_block;
+    const u32 tid = thread_in_block();
+    if (tid == 0) frame_shared = encoded_frame(in.ptr0, g.row_bytes0);
+    __syncthreads();
+    const u32 frame = frame_shared;
+
+    u32 bad = 0;
+    const u32 rows = total_rows(g);
+    for (u32 global_row = first_row(); global_row < rows;
+         global_row += row_step()) {
+        const Row r = locate(g, global_row);
+        const u8* line = row_pointer(in, r);
+        u8* target = row_pointer(out, r);
+        const u32 mask = ((active_planes >> r.plane) & 1u) ? colour_mask : 0u;
+        if (r.wide) {
+            for (u32 x0 = first_chunk() * CHUNK; x0 < r.bytes;
+                 x0 += chunk_step() * CHUNK) {
+                if (x0 + CHUNK <= r.bytes) {
+                    uint4 v = *(const uint4*)(line + x0);
+                    const uint4 e = counter_chunk(frame, r.plane, r.row, x0, r.bytes);
+                    bad += nonzero_bytes(v.x ^ e.x) + nonzero_bytes(v.y ^ e.y) +
+                           nonzero_bytes(v.z ^ e.z) + nonzero_bytes(v.w ^ e.w);
+                    v.x ^= mask;
+                    v.y ^= mask;
+                    v.z ^= mask;
+                    v.w ^= mask;
+                    *(uint4*)(target + x0) = v;
+                } else {
+                    for (u32 x = x0; x < r.bytes; ++x) {
+                        const u32 b = line[x];
+                        bad += b != counter_byte(frame, r.plane, r.row, x, r.bytes);
+                        target[x] = (u8)invert_byte(b, x, mask);
+                    }
+                }
+            }
+        } else {
+            for (u32 x = first_chunk(); x < r.bytes; x += chunk_step()) {
+                const u32 b = line[x];
+                bad += b != counter_byte(frame, r.plane, r.row, x, r.bytes);
+                target[x] = (u8)invert_byte(b, x, mask);
+            }
+        }
+    }
+
+    if (bad != 0) {
+        atomicAdd(&st->mismatches, bad);
+        __threadfence();
+    }
+    __syncthreads();
+    if (tid == 0) {
+        const u32 blocks = gridDim.x * gridDim.y;
+        last_block = atomicAdd(&st->blocks_done, 1u) == blocks - 1u;
+    }
+    __syncthreads();
+    if (last_block && tid == 0) {
+        __threadfence();
+        const u32 mask = g.row_bytes0 >= HEADER_BYTES ? 0xFFFFFFFFu : 0xFFu;
+        finish_frame(st, report, frame, mask, reset);
+    }
+}

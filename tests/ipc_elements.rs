@@ -78,7 +78,7 @@ fn properties_have_documented_defaults() {
     init();
     let sink = gst::ElementFactory::make("cudaipcsink").build().unwrap();
     assert_eq!(sink.property::<String>("channel"), "default");
-    assert_eq!(sink.property::<u32>("slots"), 4);
+    assert_eq!(sink.property::<u32>("slots"), 8);
     assert_eq!(sink.property::<u32>("permissions"), 0o600);
     assert_eq!(sink.property::<i32>("cuda-device-id"), 0);
     for (property, nick) in [
@@ -178,6 +178,20 @@ fn sink_and_source_in_one_process_deliver_frames_and_stats() {
         "cudaipcsrc channel={channel} connect-timeout=5000"
     ));
     src.play();
+    // A consumer that attaches to a running channel starts with the next
+    // frame: wait until it is there before pushing.
+    let start = std::time::Instant::now();
+    while stats(&sink.element().unwrap())
+        .get::<u32>("consumers")
+        .unwrap()
+        < 1
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the source did not attach"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let size = 64 * 48 * 4;
     let pusher = std::thread::spawn(move || {
         for i in 0..20u8 {

@@ -980,9 +980,16 @@ fn cudatestsrc_explains_a_format_it_cannot_produce() {
         return;
     }
     let pipeline =
-        // identity links to anything, so the failure comes at negotiation.
-        gst::parse::launch("cudatestsrc num-buffers=1 ! identity ! video/x-raw,format=YUY2 ! fakesink")
+        gst::parse::launch("cudatestsrc num-buffers=1 ! capsfilter name=filter ! fakesink")
+            .unwrap()
+            .downcast::<gst::Bin>()
             .unwrap();
+    // Set after linking, so that the failure comes at negotiation.
+    pipeline.by_name("filter").unwrap().set_property(
+        "caps",
+        "video/x-raw,format=YUY2".parse::<gst::Caps>().unwrap(),
+    );
+    let pipeline = pipeline.upcast::<gst::Element>();
     let error = run_to_end(&pipeline, Duration::from_secs(10)).expect_err("must fail");
     assert!(
         error.contains("cudatestsrc cannot produce a format downstream accepts"),
@@ -1155,12 +1162,17 @@ fn verify_catches_a_planted_corrupt_frame_and_a_planted_gap() {
     // Frame 3 damaged, frame 5 missing; on both the passthrough and the
     // in-place path, and on read-only input processed out of place.
     type Configure = Box<dyn Fn(&gst::Element)>;
-    let cases: [(&str, Configure, bool); 3] = [
+    let cases: [(&str, Configure, bool); 4] = [
         ("passthrough", Box::new(|_: &gst::Element| ()), false),
         (
             "in place",
             Box::new(|e: &gst::Element| e.set_property_from_str("operation", "invert")),
             false,
+        ),
+        (
+            "read-only, checked and inverted in one pass",
+            Box::new(|e: &gst::Element| e.set_property_from_str("operation", "invert")),
+            true,
         ),
         (
             "read-only",
@@ -1292,4 +1304,55 @@ fn a_new_stream_starts_a_new_sequence() {
     }
     let stats = h.element().unwrap().property::<gst::Structure>("stats");
     assert_eq!(counters(&stats), (11, 11, 0, 0, -1), "{stats}");
+}
+
+/// verify=true with operation=invert runs one kernel that checks and
+/// inverts: its output must be the inverted frame, in place and from
+/// read-only input alike, in every format.
+#[test]
+fn checking_and_inverting_in_one_pass_matches_the_cpu_reference() {
+    init();
+    let Some(device) = gpu_or_skip("checking_and_inverting_in_one_pass_matches_the_cpu_reference")
+    else {
+        return;
+    };
+    for format in FORMATS {
+        for (width, height) in [(320, 240), (37, 19)] {
+            let info = video_info(format, width, height);
+            let layout = Layout::default_for(&info);
+            let planes = plane_layouts(&info, &layout);
+            let mut h = Harness::new("cudaprocess");
+            let element = h.element().unwrap();
+            element.set_property("verify", true);
+            element.set_property_from_str("operation", "invert");
+            h.set_src_caps(cuda_caps(&info));
+            for (number, readonly) in [(0u32, false), (1, true), (2, false), (3, true)] {
+                let context =
+                    format!("{format:?} {width}x{height} frame {number} read-only={readonly}");
+                let mut input = vec![0u8; layout.size];
+                pattern::fill_frame(Pattern::Counter, number, &info, &layout.planes, &mut input)
+                    .unwrap();
+                let (buffer, _memory) = upload(&device, &info, &layout, &input, readonly);
+                h.push(buffer)
+                    .unwrap_or_else(|e| panic!("{context}: {e:?}"));
+                let output = h.pull().unwrap();
+                let (data, _) = download(output.peek_memory(0));
+                let out_planes = pattern::buffer_planes(&info, &output).unwrap();
+                let out_layout = pattern::frame_layout(&info, &out_planes, data.len()).unwrap();
+                for (p, (src, dst)) in planes.iter().zip(&out_layout).enumerate() {
+                    for row in 0..src.rows {
+                        let expected = Op::Invert.reference(format, p, &input[src.row_range(row)]);
+                        assert_eq!(
+                            &data[dst.row_range(row)],
+                            expected.as_slice(),
+                            "{context}: plane {p} row {row}"
+                        );
+                    }
+                }
+            }
+            assert!(h.push_event(gst::event::Eos::new()));
+            let stats = element.property::<gst::Structure>("stats");
+            assert_eq!(counters(&stats), (4, 4, 0, 0, -1), "{format:?}: {stats}");
+        }
+    }
 }

@@ -26,7 +26,7 @@ pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 });
 
 const DEFAULT_CHANNEL: &str = "default";
-const DEFAULT_SLOTS: u32 = 4;
+const DEFAULT_SLOTS: u32 = 8;
 const DEFAULT_DEVICE_ID: i32 = 0;
 const DEFAULT_PERMISSIONS: u32 = 0o600;
 /// How long `stop` lets consumers finish reading before slots are freed.

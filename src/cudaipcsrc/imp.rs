@@ -621,12 +621,21 @@ fn copy_slot(
             let mut map = buffer
                 .map_writable()
                 .map_err(|_| "cannot map the output buffer")?;
-            let mut whole = vec![0u8; frame.size as usize];
-            device
-                .stream()
-                .download(&mut whole, *ptr)
-                .map_err(|e| e.to_string())?;
-            copy_to_default_layout(&whole, &mut map, info, &frame.planes);
+            let size = frame.size as usize;
+            if frame.planes == planes && map.len() >= size {
+                // Straight into the output buffer.
+                device
+                    .stream()
+                    .download(&mut map[..size], *ptr)
+                    .map_err(|e| e.to_string())?;
+            } else {
+                let mut whole = vec![0u8; size];
+                device
+                    .stream()
+                    .download(&mut whole, *ptr)
+                    .map_err(|e| e.to_string())?;
+                copy_to_default_layout(&whole, &mut map, info, &frame.planes);
+            }
         }
         (SlotMemory::Host { ptr, len }, _) => {
             let mut map = buffer
@@ -723,6 +732,29 @@ impl ObjectImpl for CudaIpcSrc {
             ]
         });
         PROPERTIES.as_ref()
+    }
+
+    fn signals() -> &'static [glib::subclass::Signal] {
+        static SIGNALS: LazyLock<Vec<glib::subclass::Signal>> = LazyLock::new(|| {
+            vec![
+                // Starts the statistics afresh, e.g. after a warm-up.
+                glib::subclass::Signal::builder("reset-stats")
+                    .action()
+                    .class_handler(|args| {
+                        let element = args[0].get::<super::CudaIpcSrc>().expect("signal arg");
+                        let imp = element.imp();
+                        let mut stats = imp.stats.lock().unwrap();
+                        let producer_pid = stats.producer_pid;
+                        *stats = Stats {
+                            producer_pid,
+                            ..Stats::default()
+                        };
+                        None
+                    })
+                    .build(),
+            ]
+        });
+        SIGNALS.as_ref()
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {

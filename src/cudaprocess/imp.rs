@@ -316,6 +316,24 @@ impl CudaProcess {
                 state.new_sequence = true;
             }
             let verifier = state.verifier.as_ref().unwrap();
+            if settings.operation == Operation::Invert
+                && let Some(dst) = dst.as_ref()
+            {
+                // One pass reads, checks and writes the frame.
+                let traits = state.traits;
+                verifier
+                    .check_and_invert(
+                        &geometry,
+                        &src,
+                        dst,
+                        traits.all_planes,
+                        traits.colour_mask,
+                        state.new_sequence,
+                    )
+                    .map_err(cuda_error("Frame verification failed"))?;
+                state.new_sequence = false;
+                return Ok(());
+            }
             verifier
                 .check(&geometry, &src, state.new_sequence)
                 .map_err(cuda_error("Frame verification failed"))?;

@@ -392,6 +392,42 @@ impl Verifier {
         }
     }
 
+    /// Enqueues the check of one frame fused with inverting it into `dst`
+    /// (the same planes: in place): the frame is read once for both.
+    pub fn check_and_invert(
+        &self,
+        geometry: &Geometry,
+        src: &Planes,
+        dst: &Planes,
+        active_planes: u32,
+        colour_mask: u32,
+        reset: bool,
+    ) -> cuda::Result<()> {
+        let wide = src.aligned_mask(geometry.n_planes) & dst.aligned_mask(geometry.n_planes);
+        let ((grid_x, grid_y, _), block) = geometry.launch_size(|p| wide_bytes(wide, p, 16, 1));
+        let grid = (grid_x, grid_y.min((VERIFY_MAX_BLOCKS / grid_x).max(1)), 1);
+        let args = dst
+            .push(src.push(geometry.push(KernelArgs::new(), wide)))
+            .u32(active_planes)
+            .u32(colour_mask)
+            .ptr(self.state.ptr())
+            .ptr(self.report.device_ptr())
+            .u32(reset as u32);
+        // SAFETY: the arguments follow `verify_counter_invert` in
+        // kernels/verify.cu; `src` and `dst` lie inside live device
+        // allocations of the frame's size (Planes::at); the state and report
+        // buffers live as long as `self`, whose Drop waits for the stream.
+        unsafe {
+            self.module.launch(
+                "verify_counter_invert",
+                grid,
+                block,
+                &self.device.stream(),
+                &args,
+            )
+        }
+    }
+
     fn report_words(&self) -> &[AtomicU64] {
         let words = self.report.words();
         let ptr = words.as_ptr() as *const AtomicU64;

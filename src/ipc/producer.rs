@@ -331,6 +331,7 @@ impl Producer {
         let wake = WakeSource {
             futex: &h.release_futex,
             sleepers: &h.producer_sleepers,
+            spin_window: None,
         };
         let mut outcome = WaitOutcome::default();
         wait::wait_for(

@@ -83,6 +83,10 @@ pub struct WakeSource<'a> {
     /// Count of sleepers, so the other side only makes the wake syscall
     /// when someone sleeps.
     pub sleepers: &'a AtomicU32,
+    /// When the change is expected (paced streams): hybrid waiting sleeps
+    /// until this window opens and spins across it, so that a periodic frame
+    /// costs little CPU and no wake-up latency.
+    pub spin_window: Option<(Instant, Instant)>,
 }
 
 /// Counts how often a side had to wait.
@@ -136,7 +140,14 @@ pub fn wait_for<T>(
         match mode {
             WaitMode::Spin => std::hint::spin_loop(),
             WaitMode::Sleep => std::thread::sleep(SLEEP_INTERVAL),
-            WaitMode::Hybrid if now.duration_since(start) < HYBRID_SPIN => std::hint::spin_loop(),
+            WaitMode::Hybrid
+                if now.duration_since(start) < HYBRID_SPIN
+                    || wake
+                        .spin_window
+                        .is_some_and(|(open, close)| now >= open && now < close) =>
+            {
+                std::hint::spin_loop()
+            }
             WaitMode::Hybrid => {
                 wake.sleepers.fetch_add(1, Ordering::SeqCst);
                 let seen = wake.futex.load(Ordering::SeqCst);
@@ -153,6 +164,12 @@ pub fn wait_for<T>(
                 let mut slice = FUTEX_SLICE.min(LIVENESS_PERIOD);
                 if let Some(d) = deadline {
                     slice = slice.min(d.saturating_duration_since(now));
+                }
+                if let Some((open, _)) = wake.spin_window
+                    && open > now
+                {
+                    // Wake up in time to spin across the expected change.
+                    slice = slice.min(open - now);
                 }
                 futex_wait(wake.futex, seen, slice.max(Duration::from_micros(1)));
                 wake.sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -203,6 +220,7 @@ mod tests {
         let wake = WakeSource {
             futex: &s.futex,
             sleepers: &s.sleepers,
+            spin_window: None,
         };
         let mut outcome = WaitOutcome::default();
         wait_for(

@@ -800,7 +800,7 @@ fn print_table(rows: &[Row], gpu: bool) {
     println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {:.0} | {:.1} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {} / {} | {} |",
+            "| {} | {} | {:.0} | {:.1} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {} / {} | {}{} |",
             r.config,
             if r.mps { "on" } else { "off" },
             r.fps,
@@ -812,7 +812,8 @@ fn print_table(rows: &[Row], gpu: bool) {
             r.producer_cpu,
             opt(r.corrupt),
             opt(r.missing),
-            format!("{}{}", r.note, r.error)
+            r.note,
+            r.error
         );
     }
     if gpu {

@@ -12,6 +12,8 @@ struct VerifyState {
     u32 blocks_done; // blocks of the current launch that finished
     u32 has_baseline;
     u32 last_frame;
+    u32 current_frame; // set by verify_begin for the fused kernel
+    u32 unused;
     u64 frames;
     u64 corrupt;
     u64 missing;
@@ -160,6 +162,13 @@ __device__ __forceinline__ u32 invert_byte(u32 b, u32 x, u32 colour_mask) {
     return ((colour_mask >> ((x & 3u) * 8u)) & 0xFFu) ? (b ^ 0xFFu) : b;
 }
 
+// Before verify_counter_invert: the frame number, read before any block of
+// an in-place pass can overwrite row 0's header.
+extern "C" __global__ void verify_begin(const u8* row0, u32 row_bytes0,
+                                        VerifyState* state) {
+    state->current_frame = encoded_frame(row0, row_bytes0);
+}
+
 extern "C" __global__ void verify_counter_invert(GEOMETRY_PARAMS,
                                                  PLANE_PARAMS(src),
                                                  PLANE_PARAMS(dst),
@@ -171,12 +180,11 @@ extern "C" __global__ void verify_counter_invert(GEOMETRY_PARAMS,
     const Planes in = MAKE_PLANES(src);
     const Planes out = MAKE_PLANES(dst);
     VerifyState* st = state;
-    __shared__ u32 frame_shared;
     __shared__ bool last_block;
     const u32 tid = thread_in_block();
-    if (tid == 0) frame_shared = encoded_frame(in.ptr0, g.row_bytes0);
-    __syncthreads();
-    const u32 frame = frame_shared;
+    // Not read from row 0 here: in place, another block may have inverted
+    // it already (verify_begin read it before this launch).
+    const u32 frame = *(volatile u32*)&st->current_frame;
 
     u32 bad = 0;
     const u32 rows = total_rows(g);

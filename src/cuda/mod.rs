@@ -145,6 +145,7 @@ pub struct Device {
     uuid: [u8; 16],
     name: String,
     compute_capability: (i32, i32),
+    mps: bool,
 }
 
 // SAFETY: CUDA contexts and streams may be used from any thread once made
@@ -212,6 +213,7 @@ impl Device {
         let mut uuid = sys::CUuuid { bytes: [0; 16] };
         let mut name = [0 as std::ffi::c_char; 256];
         let (mut major, mut minor) = (0, 0);
+        let mut mps = 0;
         // SAFETY: the driver is initialised and every pointer is a valid out
         // parameter of the right type.
         unsafe {
@@ -254,6 +256,15 @@ impl Device {
                 ),
             )?;
         }
+        // SAFETY: valid out pointer and device; older drivers without the
+        // attribute report an error, which means "no MPS".
+        let mps_known = unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut mps,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+                device,
+            )
+        } == sys::CUresult::CUDA_SUCCESS;
         // SAFETY: cuDeviceGetName wrote a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(name.as_ptr()) }
             .to_string_lossy()
@@ -266,6 +277,7 @@ impl Device {
             uuid: uuid.bytes.map(|b| b as u8),
             name,
             compute_capability: (major, minor),
+            mps: mps_known && mps != 0,
         })
     }
 
@@ -283,6 +295,12 @@ impl Device {
 
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
+    }
+
+    /// Whether this process's contexts on the device go through the NVIDIA
+    /// Multi-Process Service.
+    pub fn mps_enabled(&self) -> bool {
+        self.mps
     }
 
     /// Makes the primary context current on this thread (cheap if it is).

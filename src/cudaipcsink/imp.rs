@@ -26,7 +26,8 @@ pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 });
 
 const DEFAULT_CHANNEL: &str = "default";
-const DEFAULT_SLOTS: u32 = 8;
+/// 0: chosen by the transport (see `auto_slots`).
+const DEFAULT_SLOTS: u32 = 0;
 const DEFAULT_DEVICE_ID: i32 = 0;
 const DEFAULT_PERMISSIONS: u32 = 0o600;
 /// How long `stop` lets consumers finish reading before slots are freed.
@@ -196,11 +197,15 @@ impl CudaIpcSink {
         {
             return Ok(());
         }
+        let count = match settings.slots {
+            0 => auto_slots(channel.kind, channel.device.as_deref()),
+            n => n as usize,
+        };
         let request = SlotRequest {
             channel: settings.channel.clone(),
             session: channel.producer.session(),
             generation: channel.producer.pool_generation() + 1,
-            count: settings.slots as usize,
+            count,
             size,
             permissions: settings.permissions,
             gpu_sync: settings.gpu_sync.into(),
@@ -330,6 +335,7 @@ impl CudaIpcSink {
                 .field("waits", p.waits)
                 .field("zero-copy", c.zero_copy.load(Ordering::Relaxed))
                 .field("copied", c.copied.load(Ordering::Relaxed))
+                .field("slots", c.producer.slot_count() as u32)
                 .field("consumers", p.consumers)
                 .field("reclaimed-consumers", p.reclaimed_consumers)
                 .field(
@@ -346,11 +352,25 @@ impl CudaIpcSink {
                 .field("waits", 0u64)
                 .field("zero-copy", 0u64)
                 .field("copied", 0u64)
+                .field("slots", 0u32)
                 .field("consumers", 0u32)
                 .field("reclaimed-consumers", 0u64)
                 .field("transport", "none");
         }
         s.build()
+    }
+}
+
+/// The ring depth `slots=0` stands for. Without MPS the two processes'
+/// contexts take turns on the GPU, and a deep ring keeps each turn busy;
+/// with MPS their kernels run side by side, and a shallow ring keeps the
+/// frame in flight inside the L2 cache (and the latency low). Figures in
+/// docs/performance.md.
+fn auto_slots(kind: TransportKind, device: Option<&Device>) -> usize {
+    match (kind, device) {
+        (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
+        (TransportKind::Cuda, _) => 8,
+        (TransportKind::Host, _) => 4,
     }
 }
 
@@ -411,8 +431,8 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecUInt::builder("slots")
                     .nick("Slots")
-                    .blurb("Frames in the ring of shared buffers")
-                    .minimum(1)
+                    .blurb("Frames in the ring of shared buffers (0: automatic, 2 with NVIDIA MPS, 8 without, 4 on host memory)")
+                    .minimum(0)
                     .maximum(MAX_SLOTS as u32)
                     .default_value(DEFAULT_SLOTS)
                     .mutable_ready()

@@ -465,12 +465,24 @@ impl BaseSrcImpl for CudaTestSrc {
         let (Some(caps), _) = query.get_owned() else {
             return Err(gst::loggable_error!(CAT, "Allocation query without caps"));
         };
-        if !memory::caps_are_cuda(&caps) {
-            return self.parent_decide_allocation(query);
-        }
         let info = gst_video::VideoInfo::from_caps(&caps)
             .map_err(|_| gst::loggable_error!(CAT, "Invalid video caps {caps}"))?;
         let frame_size = info.size() as u32;
+        if !memory::caps_are_cuda(&caps) {
+            // System memory: a pool of whole frames (filled by a download).
+            let pool = gst_video::VideoBufferPool::new();
+            let mut config = pool.config();
+            config.set_params(Some(&caps), frame_size, 0, 0);
+            config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
+            pool.set_config(config)
+                .map_err(|e| gst::loggable_error!(CAT, "Cannot configure a buffer pool: {e}"))?;
+            if query.allocation_pools().next().is_some() {
+                query.set_nth_allocation_pool(0, Some(&pool), frame_size, 0, 0);
+            } else {
+                query.add_allocation_pool(Some(&pool), frame_size, 0, 0);
+            }
+            return Ok(());
+        }
         let downstream = query.allocation_pools().next();
         if let Some((Some(pool), size, min, max)) = downstream
             && Self::pool_holds_cuda_memory(&pool, query)

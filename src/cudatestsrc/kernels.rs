@@ -406,6 +406,22 @@ impl Verifier {
         let wide = src.aligned_mask(geometry.n_planes) & dst.aligned_mask(geometry.n_planes);
         let ((grid_x, grid_y, _), block) = geometry.launch_size(|p| wide_bytes(wide, p, 16, 1));
         let grid = (grid_x, grid_y.min((VERIFY_MAX_BLOCKS / grid_x).max(1)), 1);
+        let begin = KernelArgs::new()
+            .ptr(src.ptr[0])
+            .u32(geometry.row_bytes[0])
+            .ptr(self.state.ptr());
+        // SAFETY: the arguments follow `verify_begin` in kernels/verify.cu:
+        // plane 0's first row lies in a live allocation, and the state
+        // buffer (a VerifyState) lives as long as `self`.
+        unsafe {
+            self.module.launch(
+                "verify_begin",
+                (1, 1, 1),
+                (1, 1, 1),
+                &self.device.stream(),
+                &begin,
+            )?;
+        }
         let args = dst
             .push(src.push(geometry.push(KernelArgs::new(), wide)))
             .u32(active_planes)

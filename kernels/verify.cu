@@ -95,7 +95,15 @@ __device__ void finish_frame(VerifyState* st, volatile u64* report, u32 frame,
         st->first_bad_frame = bad_frame;
         st->first_bad_detail = detail;
     }
-    publish(st, report);
+    // Writes to host memory and system fences cost microseconds: bad news
+    // goes out at once, the running totals every 32 frames (verify_publish
+    // flushes them before the host needs exact figures).
+    if (kind != BAD_NONE || (st->frames & 31u) == 1u) publish(st, report);
+}
+
+// Publishes the totals now (before the host reads exact figures).
+extern "C" __global__ void verify_publish(VerifyState* state, u64* report) {
+    publish(state, report);
 }
 
 extern "C" __global__ void verify_counter(GEOMETRY_PARAMS, PLANE_PARAMS(src),
@@ -175,16 +183,22 @@ extern "C" __global__ void verify_counter_invert(GEOMETRY_PARAMS,
                                                  u32 active_planes,
                                                  u32 colour_mask,
                                                  VerifyState* state,
-                                                 u64* report, u32 reset) {
+                                                 u64* report, u32 reset,
+                                                 u32 in_place) {
     const Geometry g = MAKE_GEOMETRY();
     const Planes in = MAKE_PLANES(src);
     const Planes out = MAKE_PLANES(dst);
     VerifyState* st = state;
+    __shared__ u32 frame_shared;
     __shared__ bool last_block;
     const u32 tid = thread_in_block();
-    // Not read from row 0 here: in place, another block may have inverted
-    // it already (verify_begin read it before this launch).
-    const u32 frame = *(volatile u32*)&st->current_frame;
+    // In place, another block may have inverted row 0 already: verify_begin
+    // read its number before this launch. Out of place, row 0 is intact.
+    if (tid == 0)
+        frame_shared = in_place ? *(volatile u32*)&st->current_frame
+                                : encoded_frame(in.ptr0, g.row_bytes0);
+    __syncthreads();
+    const u32 frame = frame_shared;
 
     u32 bad = 0;
     const u32 rows = total_rows(g);

@@ -499,9 +499,6 @@ impl CudaIpcSrc {
         let mut stats = self.stats.lock().unwrap();
         stats.frames += 1;
         stats.missed += frame.missed_before;
-        stats
-            .latency
-            .record(crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns));
         Ok(Some(buffer))
     }
 
@@ -928,6 +925,10 @@ impl PushSrcImpl for CudaIpcSrc {
                     return Err(gst::FlowError::Eos);
                 }
                 Ok(Item::Frame(frame)) => {
+                    // Publish-to-receive: the frame is ours from here on.
+                    let latency =
+                        crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
+                    self.stats.lock().unwrap().latency.record(latency);
                     if let Some(buffer) = self.frame_to_buffer(&mut state, frame)? {
                         return Ok(CreateSuccess::NewBuffer(buffer));
                     }

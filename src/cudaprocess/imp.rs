@@ -249,10 +249,10 @@ impl CudaProcess {
         let Some(verifier) = state.verifier.as_ref() else {
             return Posts::default();
         };
-        if let Err(e) = verifier.device().stream().synchronize() {
-            gst::error!(CAT, imp = self, "cannot synchronise the stream: {e}");
+        match verifier.exact_report() {
+            Ok(report) => state.report = report,
+            Err(e) => gst::error!(CAT, imp = self, "cannot read the verification totals: {e}"),
         }
-        state.report = verifier.report();
         gst::debug!(CAT, imp = self, "verification totals: {:?}", state.report);
         let fatal = self.settings.lock().unwrap().verify_fatal;
         self.verdict(state, fatal)
@@ -606,10 +606,16 @@ impl ObjectImpl for CudaProcess {
                 let mut state = self.state.lock().unwrap();
                 if let Some(verifier) = state.verifier.as_ref() {
                     // Exact totals: wait for the frames already queued.
-                    if let Err(e) = verifier.device().stream().synchronize() {
-                        gst::warning!(CAT, imp = self, "cannot synchronise the stream: {e}");
+                    match verifier.exact_report() {
+                        Ok(report) => state.report = report,
+                        Err(e) => {
+                            gst::warning!(
+                                CAT,
+                                imp = self,
+                                "cannot read the verification totals: {e}"
+                            )
+                        }
                     }
-                    state.report = verifier.report();
                 }
                 let report = state.report;
                 gst::Structure::builder("cudaprocess-stats")

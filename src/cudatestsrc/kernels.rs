@@ -406,21 +406,25 @@ impl Verifier {
         let wide = src.aligned_mask(geometry.n_planes) & dst.aligned_mask(geometry.n_planes);
         let ((grid_x, grid_y, _), block) = geometry.launch_size(|p| wide_bytes(wide, p, 16, 1));
         let grid = (grid_x, grid_y.min((VERIFY_MAX_BLOCKS / grid_x).max(1)), 1);
-        let begin = KernelArgs::new()
-            .ptr(src.ptr[0])
-            .u32(geometry.row_bytes[0])
-            .ptr(self.state.ptr());
-        // SAFETY: the arguments follow `verify_begin` in kernels/verify.cu:
-        // plane 0's first row lies in a live allocation, and the state
-        // buffer (a VerifyState) lives as long as `self`.
-        unsafe {
-            self.module.launch(
-                "verify_begin",
-                (1, 1, 1),
-                (1, 1, 1),
-                &self.device.stream(),
-                &begin,
-            )?;
+        let in_place = src == dst;
+        if in_place {
+            let begin = KernelArgs::new()
+                .ptr(src.ptr[0])
+                .u32(geometry.row_bytes[0])
+                .ptr(self.state.ptr());
+            // SAFETY: the arguments follow `verify_begin` in
+            // kernels/verify.cu: plane 0's first row lies in a live
+            // allocation, and the state buffer (a VerifyState) lives as long
+            // as `self`.
+            unsafe {
+                self.module.launch(
+                    "verify_begin",
+                    (1, 1, 1),
+                    (1, 1, 1),
+                    &self.device.stream(),
+                    &begin,
+                )?;
+            }
         }
         let args = dst
             .push(src.push(geometry.push(KernelArgs::new(), wide)))
@@ -428,7 +432,8 @@ impl Verifier {
             .u32(colour_mask)
             .ptr(self.state.ptr())
             .ptr(self.report.device_ptr())
-            .u32(reset as u32);
+            .u32(reset as u32)
+            .u32(in_place as u32);
         // SAFETY: the arguments follow `verify_counter_invert` in
         // kernels/verify.cu; `src` and `dst` lie inside live device
         // allocations of the frame's size (Planes::at); the state and report
@@ -453,6 +458,27 @@ impl Verifier {
         // the layout of u64; the slice borrows `self.report`, which owns the
         // memory.
         unsafe { std::slice::from_raw_parts(ptr, REPORT_WORDS) }
+    }
+
+    /// The exact totals: publishes them on the GPU and waits for the
+    /// stream (EOS, stop, and reading the `stats` property).
+    pub fn exact_report(&self) -> cuda::Result<VerifyReport> {
+        let args = KernelArgs::new()
+            .ptr(self.state.ptr())
+            .ptr(self.report.device_ptr());
+        // SAFETY: the arguments follow `verify_publish` in kernels/verify.cu;
+        // both buffers live as long as `self`.
+        unsafe {
+            self.module.launch(
+                "verify_publish",
+                (1, 1, 1),
+                (1, 1, 1),
+                &self.device.stream(),
+                &args,
+            )?;
+        }
+        self.device.stream().synchronize()?;
+        Ok(self.report())
     }
 
     /// The totals as last published by the GPU (a few frames behind the

@@ -184,7 +184,7 @@ impl Pacing {
         if self.period_ns < Self::MIN_PERIOD_NS || self.next_ns == 0 {
             return None;
         }
-        let half = (2 * self.jitter_ns + 30_000).clamp(50_000, 400_000);
+        let half = (2 * self.jitter_ns + 30_000).clamp(100_000, 400_000);
         let now = shm::monotonic_ns();
         let close = self.next_ns + half;
         if close <= now {
@@ -824,7 +824,7 @@ mod pacing_tests {
         for i in 0..200u64 {
             t += if i % 2 == 0 { 16_937_000 } else { 16_397_000 };
             if i > 20 {
-                let half = (2 * p.jitter_ns + 30_000).clamp(50_000, 400_000);
+                let half = (2 * p.jitter_ns + 30_000).clamp(100_000, 400_000);
                 if t + half >= p.next_ns && t <= p.next_ns + half {
                     within += 1;
                 }

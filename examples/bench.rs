@@ -576,6 +576,15 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         o.warmup,
         env,
     ));
+    rows.push(single(
+        "1c one process: generate + verify (read only)",
+        &format!(
+            "{} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
+            generate(total)
+        ),
+        o.warmup,
+        env,
+    ));
     let copy = spawn_copy(total, env);
     rows.push(copy);
     let consumer = |src_props: &str| {
@@ -629,6 +638,24 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                 "",
             );
         }
+    }
+    // The consumer only checks (reads) the frames: no second buffer to
+    // write, so the frame can stay in the L2 cache between the processes.
+    {
+        let ch = channel("verifyonly");
+        let producer = format!(
+            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
+            generate(total)
+        );
+        rows.push(two_process(
+            "5v default, consumer verifies only (read only)",
+            &producer,
+            &format!(
+                "cudaipcsrc name=src channel={ch} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false"
+            ),
+            o.warmup,
+            env,
+        ));
     }
     // The transport alone: the consumer takes frames and drops them (no GPU
     // work of its own), which bounds what the channel itself costs.
@@ -829,10 +856,17 @@ fn print_table(rows: &[Row], gpu: bool) {
                 (find("1b", mps), find("5 default", mps), find("3 seed", mps))
             {
                 println!(
-                    "\nMPS {}: default two-process = {:.0}% of one process (with verify), {:.1}x the seed configuration",
+                    "\nMPS {}: default two-process = {:.0}% of one process (invert + verify), {:.1}x the seed configuration",
                     if mps { "on" } else { "off" },
                     100.0 * default / one.max(1.0),
                     default / seed.max(1.0)
+                );
+            }
+            if let (Some(one), Some(two)) = (find("1c", mps), find("5v", mps)) {
+                println!(
+                    "MPS {}: verify-only consumer = {:.0}% of one process (verify only)",
+                    if mps { "on" } else { "off" },
+                    100.0 * two / one.max(1.0)
                 );
             }
         }

@@ -328,6 +328,7 @@ impl CudaIpcSink {
             s = s
                 .field("frames", p.frames)
                 .field("dropped", p.dropped)
+                .field("overwritten", p.overwritten)
                 .field("waits", p.waits)
                 .field("zero-copy", c.zero_copy.load(Ordering::Relaxed))
                 .field("copied", c.copied.load(Ordering::Relaxed))
@@ -344,6 +345,7 @@ impl CudaIpcSink {
             s = s
                 .field("frames", 0u64)
                 .field("dropped", 0u64)
+                .field("overwritten", 0u64)
                 .field("waits", 0u64)
                 .field("zero-copy", 0u64)
                 .field("copied", 0u64)
@@ -454,7 +456,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, dropped, waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
+                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
                     .read_only()
                     .build(),
             ]

@@ -65,7 +65,11 @@ pub struct FrameMeta {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProducerStats {
     pub frames: u64,
+    /// Frames lost to `WhenFull::Drop`: not published because every slot
+    /// was held, or published and then overwritten before every every-frame
+    /// consumer took them (those are also counted in `overwritten`).
     pub dropped: u64,
+    pub overwritten: u64,
     /// Frames for which the producer had to wait for a free slot.
     pub waits: u64,
     pub consumers: u32,
@@ -91,6 +95,7 @@ pub struct Producer {
     /// Next sequence number; the lock also serialises publication.
     publish: Mutex<u64>,
     waits: AtomicU64,
+    overwritten: AtomicU64,
     reclaimed: AtomicU64,
     /// Until the first frame: consumers that were waiting for this producer
     /// and the deadline for them to attach.
@@ -148,6 +153,7 @@ impl Producer {
             next_slot_hint: AtomicUsize::new(0),
             publish: Mutex::new(0),
             waits: AtomicU64::new(0),
+            overwritten: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
             waiters_gate: Mutex::new(None),
             gate_open: AtomicBool::new(false),
@@ -434,7 +440,12 @@ impl Producer {
             }
         }
         match overwrite {
-            Some((i, seq)) if self.claim(i, seq) => Some(i),
+            Some((i, seq)) if self.claim(i, seq) => {
+                // A lagging consumer loses that frame: a drop too.
+                h.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                self.overwritten.fetch_add(1, Ordering::Relaxed);
+                Some(i)
+            }
             _ => None,
         }
     }
@@ -631,6 +642,7 @@ impl Producer {
             frames: h.frames_published.load(Ordering::Relaxed),
             dropped: h.frames_dropped.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
+            overwritten: self.overwritten.load(Ordering::Relaxed),
             consumers: h
                 .consumers
                 .iter()

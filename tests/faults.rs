@@ -579,7 +579,7 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
     );
     drop(copy);
     let done = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=500 ! fakesink"
+        "cudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
     ))
     .finish(LIMIT);
     assert!(!done.success);
@@ -692,7 +692,7 @@ fn other_user(t: Transport) {
             &NOBODY,
             &env,
             &format!(
-                "cudaipcsrc channel={channel} connect-timeout=5000 num-buffers=5 ! checksumsink"
+                "cudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 ! checksumsink"
             ),
         )
         .finish(LIMIT);
@@ -748,7 +748,7 @@ fn other_pid_namespace(t: Transport) {
     let done = launch_with(
         &["unshare", "--pid", "--fork", "--mount-proc"],
         &[],
-        &format!("cudaipcsrc channel={channel} connect-timeout=5000 ! fakesink"),
+        &format!("cudaipcsrc channel={channel} is-live=true connect-timeout=5000 ! fakesink"),
     )
     .finish(LIMIT);
     assert!(

@@ -14,9 +14,31 @@ pub fn plugin_dir() -> PathBuf {
             return PathBuf::from(dir);
         }
     }
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>
-    exe.parent().and_then(|p| p.parent()).unwrap().to_path_buf()
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        // target/<profile>/deps/<test> -> target/<profile>
+        let deps = exe.parent().unwrap();
+        let profile = deps.parent().unwrap();
+        // `cargo test` rebuilds the plugin in deps/ but copies it up only on
+        // `cargo build`; deps/ holds other libraries GStreamer must not
+        // scan. So the children get a folder holding a link to the fresh one.
+        let built = deps.join("libgstcudaipc.so");
+        if !built.exists() {
+            return profile.to_path_buf();
+        }
+        let dir = profile.join("plugin-under-test");
+        let link = dir.join("libgstcudaipc.so");
+        if std::fs::read_link(&link).ok().as_deref() != Some(built.as_path()) {
+            std::fs::create_dir_all(&dir).unwrap();
+            let temp = dir.join(format!(".link-{}", std::process::id()));
+            let _ = std::fs::remove_file(&temp);
+            std::os::unix::fs::symlink(&built, &temp).unwrap();
+            std::fs::rename(&temp, &link).unwrap();
+        }
+        dir
+    })
+    .clone()
 }
 
 pub fn unique_channel(tag: &str) -> String {
@@ -31,6 +53,8 @@ pub struct Launch {
 
 pub struct Finished {
     pub success: bool,
+    /// Exit code; `None` when a signal ended the process.
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -132,6 +156,7 @@ impl Launch {
         }
         Finished {
             success: status.success() && !killed,
+            code: status.code(),
             stdout: stdout.join().unwrap_or_default(),
             stderr,
         }
@@ -344,6 +369,7 @@ impl ChildEnd {
     pub fn checksums(&self) -> Vec<String> {
         Finished {
             success: self.success,
+            code: None,
             stdout: self.stdout.clone(),
             stderr: String::new(),
         }

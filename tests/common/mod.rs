@@ -448,10 +448,25 @@ impl PipelineChild {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self.lines.recv_timeout(left).ok()?;
             self.stdout.push(line.clone());
-            if let Some(json) = line.strip_prefix("REPORT ") {
+            if let Some((_, json)) = line.split_once("REPORT ") {
                 return Report::parse(json);
             }
         }
+    }
+
+    /// The newest REPORT printed so far, without waiting.
+    pub fn latest_report(&mut self) -> Option<Report> {
+        let mut latest = None;
+        while let Ok(line) = self.lines.try_recv() {
+            if let Some(r) = line
+                .split_once("REPORT ")
+                .and_then(|(_, j)| Report::parse(j))
+            {
+                latest = Some(r);
+            }
+            self.stdout.push(line);
+        }
+        latest
     }
 
     /// Waits for a report for which `cond` holds; fails the test after
@@ -509,7 +524,7 @@ impl PipelineChild {
             .stdout
             .iter()
             .rev()
-            .find_map(|l| l.strip_prefix("FINAL "))
+            .find_map(|l| l.split_once("FINAL ").map(|(_, j)| j))
             .and_then(Report::parse);
         ChildEnd {
             success: status.success() && !killed,
@@ -547,6 +562,8 @@ pub fn child_pipeline_main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100u64);
+    // The test harness has printed "test NAME ... " without a newline.
+    println!();
     gst::init().unwrap();
     gstcudaipc::plugin_register_static().unwrap();
     let pipeline = gst::parse::launch(&description)

@@ -155,18 +155,6 @@ fn assert_clear_error(consumer: Launch, expected: &str) {
 // ---------------------------------------------------------------------------
 // Blocks that are not ours at all
 
-fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// A file of `bytes` at the channel's name whose producer lock this test
 /// holds, so it looks alive.
 fn fake_channel(tag: &str, bytes: &[u8]) -> (String, std::fs::File) {

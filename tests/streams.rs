@@ -116,15 +116,6 @@ impl Drop for Producer {
     }
 }
 
-/// "PTS SHA-1" lines checksumsink printed.
-fn lines(done: &Finished) -> Vec<String> {
-    done.stdout
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1).is_some_and(|s| s.len() == 40))
-        .map(|l| l.trim().to_string())
-        .collect()
-}
-
 fn caps(format: &str, width: u32, height: u32) -> String {
     format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")
 }
@@ -161,7 +152,7 @@ fn caps_change(sink: &str, zero_copy: bool) {
     drop(producer);
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");
-    assert_eq!(lines(&done), expected);
+    assert_eq!(done.checksum_lines(), expected);
     for caps in [
         "format=(string)RGB, width=(int)320, height=(int)240",
         "format=(string)GRAY8, width=(int)160, height=(int)120",
@@ -198,7 +189,7 @@ fn eos_then_new_stream(sink: &str) {
     let stream1 = producer.take_records();
     let done = first.finish(LIMIT);
     done.assert_success("consumer of the first stream");
-    assert_eq!(lines(&done), stream1);
+    assert_eq!(done.checksum_lines(), stream1);
 
     let second = launch(&format!(
         "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
@@ -220,7 +211,7 @@ fn eos_then_new_stream(sink: &str) {
     drop(producer);
     let done = second.finish(LIMIT);
     done.assert_success("consumer of the second stream");
-    assert_eq!(lines(&done), stream2);
+    assert_eq!(done.checksum_lines(), stream2);
 }
 
 #[test]
@@ -262,7 +253,7 @@ fn flushing_seeks(sink: &str) {
     drop(producer);
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");
-    let got = lines(&done);
+    let got = done.checksum_lines();
     assert_eq!(got.len() as u64, published, "frames lost or invented");
     // A frame the flush caught between the probe and the sink is the only
     // one the sink may skip.
@@ -299,7 +290,7 @@ fn live_consumer(sink: &str) {
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
     let done = consumer.finish(LIMIT);
     done.assert_success("live consumer");
-    assert_eq!(lines(&done).len(), 10);
+    assert_eq!(done.checksum_lines().len(), 10);
     drop(producer);
 }
 

@@ -375,11 +375,9 @@ fn the_first_frame_waits_for_consumers_still_waiting() {
 #[test]
 fn a_consumer_in_another_pid_namespace_is_refused() {
     let channel = unique_channel("pidns");
-    let p = producer(&channel, WhenFull::Block);
-    let shared = shm::SharedFile::open(p.path()).unwrap();
-    // SAFETY: same layout, atomics only.
-    let h = unsafe { &*(shared.map.as_ptr() as *const ControlHeader) };
-    h.producer_pid_namespace.store(
+    let _p = producer(&channel, WhenFull::Block);
+    let block = crate::test_support::ControlBlock::open(&channel).unwrap();
+    block.header().producer_pid_namespace.store(
         shm::pid_namespace() + 1,
         std::sync::atomic::Ordering::SeqCst,
     );

@@ -68,6 +68,15 @@ impl Finished {
         );
     }
 
+    /// "PTS SHA-1" lines printed by checksumsink, in order.
+    pub fn checksum_lines(&self) -> Vec<String> {
+        self.stdout
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1).is_some_and(|s| s.len() == 40))
+            .map(|l| l.trim().to_string())
+            .collect()
+    }
+
     /// SHA-1 sums printed by checksumsink, in order.
     pub fn checksums(&self) -> Vec<String> {
         self.stdout
@@ -215,6 +224,19 @@ pub fn wait_for_waiting_consumers(channel: &str, n: usize, limit: Duration) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Reproducible pseudo-random bytes.
+pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 /// Waits until `cond` holds, failing the test with `what` after `limit`.

@@ -26,18 +26,6 @@ struct Frame {
     pts: gst::ClockTime,
 }
 
-fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn frames(format: &str, width: u32, height: u32, count: u64, first_pts_ms: u64) -> Vec<Frame> {
     init();
     let caps: gst::Caps =
@@ -63,14 +51,6 @@ fn expected_lines(frames: &[Frame]) -> Vec<String> {
     frames
         .iter()
         .map(|f| format!("{} {}", f.pts, sha1_hex(&f.data)))
-        .collect()
-}
-
-fn consumer_lines(done: &Finished) -> Vec<String> {
-    done.stdout
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1).is_some_and(|s| s.len() == 40))
-        .map(|l| l.trim().to_string())
         .collect()
 }
 
@@ -123,7 +103,7 @@ fn content_timestamps_caps_and_eos_travel() {
     produce(&channel, "transport=host", &all);
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");
-    assert_eq!(consumer_lines(&done), expected_lines(&all));
+    assert_eq!(done.checksum_lines(), expected_lines(&all));
     // The consumer's output caps followed the producer's.
     assert!(
         done.stdout
@@ -153,7 +133,7 @@ fn every_format_arrives_byte_identical() {
         produce(&channel, "transport=host slots=2", &all);
         let done = consumer.finish(LIMIT);
         done.assert_success(format);
-        assert_eq!(consumer_lines(&done), expected_lines(&all), "{format}");
+        assert_eq!(done.checksum_lines(), expected_lines(&all), "{format}");
     }
 }
 
@@ -224,11 +204,13 @@ fn a_second_producer_on_a_live_channel_fails_clearly() {
     let _ = first.finish(Duration::from_secs(10));
 }
 
+// Live, because gst-launch-1.0 1.22 sometimes hangs when a source fails
+// while the pipeline prerolls (filesrc too); a live source does not preroll.
 #[test]
 fn a_missing_producer_times_out_with_a_clear_error() {
     let channel = unique_channel("nobody");
     let done = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=300 ! fakesink"
+        "cudaipcsrc channel={channel} is-live=true connect-timeout=300 ! fakesink"
     ))
     .finish(LIMIT);
     assert!(!done.success);

@@ -74,6 +74,9 @@ pub(super) struct Channel {
     /// Set while the sink is unlocked (flushing or stopping).
     pub interrupt: AtomicBool,
     pub current: Mutex<Option<Arc<SlotSet>>>,
+    /// Replaced slot sets that consumers still read, with the consumers
+    /// (bits per slot record) that held them at the switch.
+    retired: Mutex<Vec<(Arc<SlotSet>, [u64; MAX_SLOTS])>>,
     /// Per slot: token of the pool buffer that reserved it (0: none) and
     /// the address of that buffer's GstMemory, to recognise it in render.
     pub tokens: [AtomicU64; MAX_SLOTS],
@@ -86,6 +89,23 @@ pub(super) struct Channel {
 impl Channel {
     pub fn current_set(&self) -> Option<Arc<SlotSet>> {
         self.current.lock().unwrap().clone()
+    }
+
+    /// Frees the retired slot sets that no consumer reads any more. A bit
+    /// once seen clear stays clear: a consumer that released a frame of a
+    /// retired set cannot take another one from it.
+    fn reap_retired(&self) {
+        let mut retired = self.retired.lock().unwrap();
+        if retired.is_empty() {
+            return;
+        }
+        let held = self.producer.held_slots();
+        retired.retain_mut(|(_, readers)| {
+            for (r, h) in readers.iter_mut().zip(held) {
+                *r &= h;
+            }
+            readers.iter().any(|&r| r != 0)
+        });
     }
 
     /// Records that a pool buffer reserved `slot`; returns its token.
@@ -244,7 +264,18 @@ impl CudaIpcSink {
             size,
             settings.channel
         );
-        *channel.current.lock().unwrap() = Some(Arc::new(SlotSet { slots }));
+        // Consumers holding frames of the old set keep it alive.
+        let readers = channel.producer.held_slots();
+        let old = channel
+            .current
+            .lock()
+            .unwrap()
+            .replace(Arc::new(SlotSet { slots }));
+        if let Some(old) = old
+            && readers.iter().any(|&r| r != 0)
+        {
+            channel.retired.lock().unwrap().push((old, readers));
+        }
         Ok(())
     }
 
@@ -332,6 +363,7 @@ impl CudaIpcSink {
             s = s
                 .field("frames", p.frames)
                 .field("dropped", p.dropped)
+                .field("overwritten", p.overwritten)
                 .field("waits", p.waits)
                 .field("zero-copy", c.zero_copy.load(Ordering::Relaxed))
                 .field("copied", c.copied.load(Ordering::Relaxed))
@@ -349,6 +381,7 @@ impl CudaIpcSink {
             s = s
                 .field("frames", 0u64)
                 .field("dropped", 0u64)
+                .field("overwritten", 0u64)
                 .field("waits", 0u64)
                 .field("zero-copy", 0u64)
                 .field("copied", 0u64)
@@ -473,7 +506,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, dropped, waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
+                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
                     .read_only()
                     .build(),
             ]
@@ -606,6 +639,7 @@ impl BaseSinkImpl for CudaIpcSink {
                 device,
                 interrupt: AtomicBool::new(false),
                 current: Mutex::new(None),
+                retired: Mutex::new(Vec::new()),
                 tokens: std::array::from_fn(|_| AtomicU64::new(0)),
                 memory_addr: std::array::from_fn(|_| AtomicUsize::new(0)),
                 next_token: AtomicU64::new(0),
@@ -634,6 +668,7 @@ impl BaseSinkImpl for CudaIpcSink {
         // The name goes now; the memory goes once upstream drops the pool.
         channel.producer.close();
         *channel.current.lock().unwrap() = None;
+        channel.retired.lock().unwrap().clear();
         Ok(())
     }
 
@@ -724,6 +759,7 @@ impl BaseSinkImpl for CudaIpcSink {
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (channel, info) = self.snapshot()?;
+        channel.reap_retired();
         let set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
         let meta = Self::frame_meta(buffer, &info);
         if let Some(slot) = channel.take_pool_reservation(buffer) {

@@ -24,7 +24,7 @@ impl SlotPool {
 }
 
 mod imp {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
     use gst::glib;
@@ -81,6 +81,9 @@ mod imp {
     pub struct SlotPool {
         pub(super) channel: Mutex<Option<Arc<Channel>>>,
         info: Mutex<Option<gst_video::VideoInfo>>,
+        /// This pool's own flushing state: upstream flushes or drops a pool
+        /// without touching the sink, which may go on with another pool.
+        flushing: AtomicBool,
     }
 
     #[glib::object_subclass]
@@ -145,7 +148,7 @@ mod imp {
             if channel.producer.is_closed() {
                 return Err(gst::FlowError::Flushing);
             }
-            let slot = match channel.producer.reserve(&channel.interrupt) {
+            let slot = match channel.producer.reserve(&self.flushing) {
                 Ok(Some(slot)) => slot,
                 Ok(None) | Err(ChannelError::Interrupted) => return Err(gst::FlowError::Flushing),
                 Err(e) => {
@@ -217,16 +220,14 @@ mod imp {
         }
 
         fn flush_start(&self) {
+            self.flushing.store(true, Ordering::SeqCst);
             if let Some(channel) = self.channel.lock().unwrap().as_ref() {
-                channel.interrupt.store(true, Ordering::SeqCst);
                 channel.producer.wake();
             }
         }
 
         fn flush_stop(&self) {
-            if let Some(channel) = self.channel.lock().unwrap().as_ref() {
-                channel.interrupt.store(false, Ordering::SeqCst);
-            }
+            self.flushing.store(false, Ordering::SeqCst);
         }
     }
 }

@@ -317,6 +317,17 @@ impl CudaIpcSrc {
         gst::FlowError::Error
     }
 
+    /// An error of a channel read outside `Consumer::next`.
+    fn read_error(&self, e: ChannelError) -> gst::FlowError {
+        match e {
+            ChannelError::Corrupt(what) => self.corrupt(what),
+            e => {
+                gst::element_imp_error!(self, gst::ResourceError::Read, ["{}", e]);
+                gst::FlowError::Error
+            }
+        }
+    }
+
     /// Turns a taken frame into a buffer; `Ok(None)`: skipped.
     fn frame_to_buffer(
         &self,
@@ -332,10 +343,24 @@ impl CudaIpcSrc {
 
         if connection.slots.is_none() || frame.pool_generation != connection.pool_generation {
             let pool = match connection.consumer.pool() {
+                // Replaced since the frame was taken: the frame is stale.
+                Ok(pool) if pool.generation > frame.pool_generation => {
+                    give_back(frame.slot);
+                    self.stats.lock().unwrap().missed += 1;
+                    return Ok(None);
+                }
+                // A pool older than its frame is a lie.
+                Ok(pool) if pool.generation < frame.pool_generation => {
+                    give_back(frame.slot);
+                    return Err(self.corrupt(format!(
+                        "frame {} of pool generation {}, but the pool is at {}",
+                        frame.seq, frame.pool_generation, pool.generation
+                    )));
+                }
                 Ok(pool) => pool,
                 Err(e) => {
                     give_back(frame.slot);
-                    return Err(self.corrupt(e.to_string()));
+                    return Err(self.read_error(e));
                 }
             };
             let slots = match transport::open_consumer_slots(
@@ -374,7 +399,7 @@ impl CudaIpcSrc {
                 Ok(c) => c,
                 Err(e) => {
                     give_back(frame.slot);
-                    return Err(self.corrupt(e.to_string()));
+                    return Err(self.read_error(e));
                 }
             };
             if generation != frame.caps_generation {
@@ -410,6 +435,17 @@ impl CudaIpcSrc {
             return Err(self.corrupt(format!("frame {} does not match the caps: {e}", frame.seq)));
         }
         let slots = connection.slots.clone().unwrap();
+        if frame.slot >= slots.slot_count() || frame.size > slots.slot_size() as u64 {
+            give_back(frame.slot);
+            return Err(self.corrupt(format!(
+                "frame {} (slot {}, {} bytes) lies outside the {} slots of {} bytes",
+                frame.seq,
+                frame.slot,
+                frame.size,
+                slots.slot_count(),
+                slots.slot_size()
+            )));
+        }
         if let Err(e) = slots.before_read(frame.slot) {
             give_back(frame.slot);
             gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
@@ -767,7 +803,14 @@ impl ObjectImpl for CudaIpcSrc {
             "wait-mode" => settings.wait_mode = value.get().unwrap(),
             "connect-timeout" => settings.connect_timeout_ms = value.get().unwrap(),
             "on-producer-lost" => settings.on_producer_lost = value.get().unwrap(),
-            "is-live" => settings.is_live = value.get().unwrap(),
+            "is-live" => {
+                settings.is_live = value.get().unwrap();
+                // BaseSrc decides whether to preroll before `start`: tell it
+                // now, or a live source never prerolls and the pipeline hangs.
+                let obj = self.obj();
+                obj.set_live(settings.is_live);
+                obj.set_do_timestamp(settings.is_live);
+            }
             "frames" => settings.frames = value.get().unwrap(),
             _ => unimplemented!(),
         }
@@ -833,9 +876,6 @@ impl BaseSrcImpl for CudaIpcSrc {
         let settings = self.settings.lock().unwrap().clone();
         crate::ipc::shm::validate_channel_name(&settings.channel)
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
-        let obj = self.obj();
-        obj.set_live(settings.is_live);
-        obj.set_do_timestamp(settings.is_live);
         *self.state.lock().unwrap() = State::default();
         *self.stats.lock().unwrap() = Stats::default();
         self.interrupt.store(false, Ordering::SeqCst);

@@ -606,7 +606,14 @@ impl Consumer {
             return Ok(None);
         }
         let frame = match self.read_frame(slot, target) {
-            Ok(frame) => frame,
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                // Its pool was replaced under it: gone like an overwritten one.
+                slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
+                wait::notify(&h.release_futex, &h.producer_sleepers);
+                self.advance(target + 1, skipped + 1);
+                return Ok(None);
+            }
             Err(e) => {
                 slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
                 return Err(e);
@@ -630,20 +637,25 @@ impl Consumer {
         self.cursor = cursor;
         if missed > 0 && self.config.mode == ConsumerMode::EveryFrame && cursor > self.silent_before
         {
-            self.missed += missed;
-            self.missed_pending += missed;
+            self.missed = self.missed.saturating_add(missed);
+            self.missed_pending = self.missed_pending.saturating_add(missed);
             record.frames_missed.fetch_add(missed, Ordering::Relaxed);
         }
         record.cursor.store(cursor, Ordering::SeqCst);
         wait::notify(&h.release_futex, &h.producer_sleepers);
     }
 
-    fn read_frame(&mut self, slot: usize, seq: u64) -> Result<Frame, ChannelError> {
+    /// `Ok(None)`: the frame belongs to a pool the producer replaced since
+    /// (it may do so while a latest-mode consumer is about to take a frame).
+    fn read_frame(&mut self, slot: usize, seq: u64) -> Result<Option<Frame>, ChannelError> {
         let r = &self.header().slots[slot];
         let time = |v: u64| (v != TIME_NONE).then_some(v);
         let pool_generation = r.pool_generation.load(Ordering::Relaxed);
         if pool_generation != self.pool_generation {
             self.pool()?;
+            if pool_generation < self.pool_generation {
+                return Ok(None);
+            }
             if pool_generation != self.pool_generation {
                 return Err(ChannelError::Corrupt(format!(
                     "frame of pool generation {pool_generation}, but the pool is at {}",
@@ -678,7 +690,7 @@ impl Consumer {
                 "plane offset {offset} is outside the frame of {size} bytes"
             )));
         }
-        Ok(Frame {
+        Ok(Some(Frame {
             seq,
             slot,
             caps_generation: r.caps_generation.load(Ordering::Relaxed),
@@ -693,7 +705,7 @@ impl Consumer {
             planes,
             publish_time_ns: r.publish_time_ns.load(Ordering::Relaxed),
             missed_before: 0,
-        })
+        }))
     }
 
     /// Gives back a held slot (same as through a `ReleaseHandle`).

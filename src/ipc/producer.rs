@@ -65,7 +65,11 @@ pub struct FrameMeta {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProducerStats {
     pub frames: u64,
+    /// Frames lost to `WhenFull::Drop`: not published because every slot
+    /// was held, or published and then overwritten before every every-frame
+    /// consumer took them (those are also counted in `overwritten`).
     pub dropped: u64,
+    pub overwritten: u64,
     /// Frames for which the producer had to wait for a free slot.
     pub waits: u64,
     pub consumers: u32,
@@ -91,10 +95,11 @@ pub struct Producer {
     /// Next sequence number; the lock also serialises publication.
     publish: Mutex<u64>,
     waits: AtomicU64,
+    overwritten: AtomicU64,
     reclaimed: AtomicU64,
-    /// Until the first frame: consumers that were waiting for this producer
-    /// and the deadline for them to attach.
-    waiters_gate: Mutex<Option<(usize, std::time::Instant)>>,
+    /// Until the first frame: the deadline for consumers that were waiting
+    /// for this producer to attach.
+    waiters_gate: Mutex<Option<std::time::Instant>>,
     gate_open: std::sync::atomic::AtomicBool,
 }
 
@@ -148,6 +153,7 @@ impl Producer {
             next_slot_hint: AtomicUsize::new(0),
             publish: Mutex::new(0),
             waits: AtomicU64::new(0),
+            overwritten: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
             waiters_gate: Mutex::new(None),
             gate_open: AtomicBool::new(false),
@@ -250,7 +256,11 @@ impl Producer {
     }
 
     /// Publishes a new slot pool. With a pool in place it first waits until
-    /// no consumer holds a slot or still needs a published frame.
+    /// every every-frame consumer took all published frames and no slot is
+    /// reserved. Consumers may still hold frames of the old pool (a sink
+    /// keeps its last buffer until the next one comes, which cannot come
+    /// before the new pool): their slot records stay busy until released
+    /// (see `held_slots`), and the caller keeps the old memory until then.
     pub fn configure_pool(
         &self,
         slot_size: u64,
@@ -348,19 +358,20 @@ impl Producer {
         )
     }
 
-    /// Waits until no slot is held and no every-frame consumer lags.
+    /// Waits until no every-frame consumer lags and no slot is reserved.
     fn drain(&self, interrupt: &AtomicBool) -> Result<(), ChannelError> {
         let published = self.header().published.load(Ordering::Acquire);
         self.wait_producer_side(interrupt, || {
-            let idle = self
-                .header()
-                .slots
-                .iter()
-                .all(|s| s.holders.load(Ordering::SeqCst) == 0)
-                && self.every_frame_cursors().all(|c| c >= published)
+            let idle = self.every_frame_cursors().all(|c| c >= published)
                 && self.reserved.load(Ordering::SeqCst) == 0;
             Ok(idle.then_some(()))
         })
+    }
+
+    /// Per slot record, the consumers (one bit each) holding its frame.
+    pub fn held_slots(&self) -> [u64; MAX_SLOTS] {
+        let h = self.header();
+        std::array::from_fn(|i| h.slots[i].holders.load(Ordering::SeqCst))
     }
 
     /// Reserves a slot to write the next frame into. `Ok(None)`: no slot is
@@ -385,19 +396,24 @@ impl Producer {
     }
 
     /// Before the first frame: lets consumers that were waiting for this
-    /// producer attach, so they get every frame from the first.
+    /// producer attach, so they get every frame from the first. A waiting
+    /// consumer drops its marker only once attached, so the gate opens when
+    /// no marker is left (or at the deadline). Comparing counts instead
+    /// would let a consumer that attached early stand in for one still
+    /// waiting.
     fn wait_for_early_consumers(&self, interrupt: &AtomicBool) -> Result<(), ChannelError> {
-        let (expected, deadline) = *self.waiters_gate.lock().unwrap().get_or_insert_with(|| {
-            (
-                shm::count_live_waiters(&self.config.channel),
-                std::time::Instant::now() + WAITER_GRACE,
-            )
-        });
-        while self.stats().consumers < expected as u32 && std::time::Instant::now() < deadline {
+        let deadline = *self
+            .waiters_gate
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| std::time::Instant::now() + WAITER_GRACE);
+        while shm::count_live_waiters(&self.config.channel) > 0
+            && std::time::Instant::now() < deadline
+        {
             if interrupt.load(Ordering::Acquire) {
                 return Err(ChannelError::Interrupted);
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
         self.gate_open.store(true, Ordering::Release);
         Ok(())
@@ -435,7 +451,12 @@ impl Producer {
             }
         }
         match overwrite {
-            Some((i, seq)) if self.claim(i, seq) => Some(i),
+            Some((i, seq)) if self.claim(i, seq) => {
+                // A lagging consumer loses that frame: a drop too.
+                h.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                self.overwritten.fetch_add(1, Ordering::Relaxed);
+                Some(i)
+            }
             _ => None,
         }
     }
@@ -632,6 +653,7 @@ impl Producer {
             frames: h.frames_published.load(Ordering::Relaxed),
             dropped: h.frames_dropped.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
+            overwritten: self.overwritten.load(Ordering::Relaxed),
             consumers: h
                 .consumers
                 .iter()

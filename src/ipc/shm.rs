@@ -64,12 +64,19 @@ pub struct WaiterMarker {
 
 impl WaiterMarker {
     pub fn create(channel: &str) -> Option<Self> {
-        let path = waiter_marker_path(channel, random_u64());
-        let file = SharedFile::create_exclusive(&path, 8, 0o600).ok()?;
-        if !try_lock_byte(&file.file, 0).unwrap_or(false) {
-            let _ = std::fs::remove_file(&path);
+        let session = random_u64();
+        let path = waiter_marker_path(channel, session);
+        // Locked before it gets its name: `count_live_waiters` removes
+        // unlocked markers as dead ones.
+        let temp = shm_dir().join(format!(".cudaipc-waiter-{session:016x}"));
+        let mut file = SharedFile::create_exclusive(&temp, 8, 0o600).ok()?;
+        let locked = try_lock_byte(&file.file, 0).unwrap_or(false);
+        let named = locked && link_exclusive(&temp, &path).is_ok();
+        let _ = std::fs::remove_file(&temp);
+        if !named {
             return None;
         }
+        file.path = path;
         Some(Self { file })
     }
 }
@@ -148,13 +155,20 @@ impl SharedFile {
         })
     }
 
-    /// Opens an existing file read-write and maps it whole.
+    /// Opens an existing regular file read-write and maps it whole. Links
+    /// are not followed: a name in a world-writable folder is not trusted.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
         // SAFETY: shared memory of another process; every access goes through
         // atomics and every value read is validated before use.
         let map = unsafe { MmapMut::map_mut(&file)? };

@@ -160,7 +160,10 @@ fn drop_mode_never_waits_and_counts() {
         );
         p.publish(slot, &meta(1, i)).unwrap();
     }
-    assert_eq!(p.stats().dropped, 0);
+    // Frames overwritten before the lagging consumer took them are drops.
+    let stats = p.stats();
+    assert!(stats.overwritten > 0, "{stats:?}");
+    assert_eq!(stats.dropped, stats.overwritten);
     // The consumer lagged: it misses what was overwritten and gets the rest.
     let Item::Frame(f) = c.next(&no, None).unwrap() else {
         panic!()
@@ -172,11 +175,16 @@ fn drop_mode_never_waits_and_counts() {
     while let Ok(Some(Item::Frame(f))) = c.try_next() {
         slots.push(f.slot);
     }
+    // It missed exactly the frames that were overwritten.
+    assert_eq!(c.frames_missed(), p.stats().overwritten);
     slots.sort();
     slots.dedup();
     if slots.len() == 4 {
+        let before = p.stats();
         assert_eq!(p.reserve(&no).unwrap(), None);
-        assert_eq!(p.stats().dropped, 1);
+        let after = p.stats();
+        assert_eq!(after.dropped, before.dropped + 1);
+        assert_eq!(after.overwritten, before.overwritten);
     }
 }
 
@@ -340,4 +348,86 @@ fn corrupt_fields_are_reported_not_trusted() {
     h.published.store(0, std::sync::atomic::Ordering::SeqCst);
     let err = c.next(&no, Some(Duration::from_secs(1))).unwrap_err();
     assert!(err.to_string().contains("backwards"), "{err}");
+}
+
+#[test]
+fn the_first_frame_waits_for_consumers_still_waiting() {
+    // One consumer attached already, another still waits (its marker is
+    // there): the first reservation waits for the second, not just for any
+    // one consumer.
+    let channel = unique_channel("gate");
+    let still_waiting = shm::WaiterMarker::create(&channel).unwrap();
+    let p = Arc::new(producer(&channel, WhenFull::Block));
+    let _attached = consumer(&channel, ConsumerMode::EveryFrame);
+    let p2 = p.clone();
+    let first = std::thread::spawn(move || p2.reserve(&AtomicBool::new(false)).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !first.is_finished(),
+        "the first frame went out before a waiting consumer attached"
+    );
+    drop(still_waiting);
+    let start = std::time::Instant::now();
+    assert!(first.join().unwrap().is_some());
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_consumer_in_another_pid_namespace_is_refused() {
+    let channel = unique_channel("pidns");
+    let _p = producer(&channel, WhenFull::Block);
+    let block = crate::test_support::ControlBlock::open(&channel).unwrap();
+    block.header().producer_pid_namespace.store(
+        shm::pid_namespace() + 1,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    let err = Consumer::attach(
+        ConsumerConfig {
+            channel,
+            connect_timeout: Some(Duration::from_secs(1)),
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ChannelError::Incompatible(_)), "{err}");
+    assert!(err.to_string().contains("another PID namespace"), "{err}");
+}
+
+#[test]
+fn a_new_pool_does_not_wait_for_frames_consumers_hold() {
+    // A consumer's sink keeps its last frame until the next one, which
+    // cannot come before the new pool: replacing the pool must not wait for
+    // that frame, and must not hand its slot record out while it is held.
+    let channel = unique_channel("repool");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    let slot = p.reserve(&no).unwrap().unwrap();
+    p.publish(slot, &meta(8, 0)).unwrap();
+    let Item::Frame(held) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+        panic!()
+    };
+    let give_up = Arc::new(AtomicBool::new(false));
+    let g = give_up.clone();
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        g.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    p.configure_pool(128, &[[1u8; SLOT_DESCRIPTOR_BYTES]; 4], b"pool2", &give_up)
+        .expect("the new pool waited for a held frame");
+    assert_eq!(p.held_slots()[held.slot], 1 << c.index());
+    for i in 1..10 {
+        let slot = p.reserve(&no).unwrap().unwrap();
+        assert_ne!(slot, held.slot, "a held slot record was reused");
+        p.publish(slot, &meta(100, i)).unwrap();
+        let Item::Frame(f) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+            panic!()
+        };
+        assert_eq!((f.seq, f.size, f.pool_generation), (i, 100, 2));
+        c.release(f.slot);
+    }
+    c.release(held.slot);
+    assert_eq!(p.held_slots()[held.slot], 0);
+    timer.join().unwrap();
 }

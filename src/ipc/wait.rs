@@ -135,7 +135,14 @@ pub fn wait_for<T>(
         }
         if now.duration_since(last_check) >= LIVENESS_PERIOD {
             last_check = now;
-            check()?;
+            if let Err(e) = check() {
+                // What the peer did before it went (closed, died) still
+                // counts: poll once more, after seeing it gone.
+                return match poll()? {
+                    Some(value) => Ok(value),
+                    None => Err(e),
+                };
+            }
         }
         match mode {
             WaitMode::Spin => std::hint::spin_loop(),
@@ -286,6 +293,42 @@ mod tests {
         let r = wait_value(&s, WaitMode::Hybrid, 1, None);
         assert!(matches!(r, Err(ChannelError::Interrupted)), "{r:?}");
         stopper.join().unwrap();
+    }
+
+    #[test]
+    fn what_a_peer_did_before_it_went_is_still_seen() {
+        // The peer publishes and closes between a poll and the liveness
+        // check: the value comes first, the loss after it.
+        let s = shared();
+        let wake = WakeSource {
+            futex: &s.futex,
+            sleepers: &s.sleepers,
+            spin_window: None,
+        };
+        let gone = std::cell::Cell::new(false);
+        let got = wait_for(
+            WaitMode::Hybrid,
+            &wake,
+            &s.interrupt,
+            Some(Instant::now() + Duration::from_secs(5)),
+            &mut WaitOutcome::default(),
+            || Ok(gone.get().then_some(7)),
+            || {
+                gone.set(true);
+                Err(ChannelError::Timeout)
+            },
+        );
+        assert!(matches!(got, Ok(7)), "{got:?}");
+        let got: Result<u32, _> = wait_for(
+            WaitMode::Hybrid,
+            &wake,
+            &s.interrupt,
+            Some(Instant::now() + Duration::from_secs(5)),
+            &mut WaitOutcome::default(),
+            || Ok(None),
+            || Err(ChannelError::Timeout),
+        );
+        assert!(matches!(got, Err(ChannelError::Timeout)), "{got:?}");
     }
 
     #[test]

@@ -117,11 +117,18 @@ impl HostConsumerSlots {
             )));
         }
         let path = shm::shm_dir().join(name);
+        // Neither a link to elsewhere nor a FIFO (whose open would block).
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
             .map_err(|e| TransportError::Io(format!("cannot open {}: {e}", path.display())))?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(TransportError::Invalid(format!(
+                "data file {} is not a regular file",
+                path.display()
+            )));
+        }
         let count = pool.slot_descriptors.len();
         let size = usize::try_from(pool.slot_size)
             .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;

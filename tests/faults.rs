@@ -1,0 +1,774 @@
+// Faults with real processes: peers killed with SIGKILL, stopped with
+// SIGSTOP, restarted; stale channels; permissions; liveness that does not
+// trust pids; PID namespaces. Each scenario runs on the host transport (CI)
+// and on the cuda transport where a GPU exists (SKIPPED elsewhere, failing
+// with CUDAIPC_REQUIRE_GPU=1). Time limits are generous bounds, except the
+// one-second bounds that the protocol promises.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use gstcudaipc::test_support::ControlBlock;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// What the protocol promises for noticing a dead peer.
+const NOTICE: Duration = Duration::from_secs(1);
+
+/// A transport under test: the sink's properties and frame caps.
+#[derive(Clone, Copy)]
+struct Transport {
+    sink: &'static str,
+    caps: &'static str,
+}
+
+const HOST: Transport = Transport {
+    sink: "transport=host",
+    caps: "video/x-raw,format=RGB,width=320,height=240,framerate=30/1",
+};
+
+const CUDA: Transport = Transport {
+    sink: "transport=cuda",
+    caps: "video/x-raw,format=RGB,width=1280,height=720,framerate=30/1",
+};
+
+fn gpu(test: &str) -> bool {
+    gstcudaipc::test_support::gpu_or_skip(test).is_some()
+}
+
+#[test]
+#[ignore = "entry point of the child pipelines (common::PipelineChild)"]
+fn child_pipeline() {
+    common::child_pipeline_main();
+}
+
+/// The control block of the live producer of `channel` (not the remains of
+/// a dead one).
+fn block(channel: &str) -> ControlBlock {
+    let mut block = None;
+    wait_until(
+        LIMIT,
+        &format!("a producer opens channel '{channel}'"),
+        || {
+            block = ControlBlock::open(channel).filter(|b| b.producer_alive());
+            block.is_some()
+        },
+    );
+    block.unwrap()
+}
+
+/// A live producer that streams until it is killed.
+fn live_producer(t: Transport, channel: &str) -> Launch {
+    launch(&format!(
+        "videotestsrc is-live=true pattern=ball ! {} ! cudaipcsink channel={channel} {}",
+        t.caps, t.sink
+    ))
+}
+
+fn source(t: Transport, frames: u32) -> String {
+    format!(
+        "videotestsrc num-buffers={frames} pattern=ball ! {}",
+        t.caps
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Producer killed mid-stream
+
+/// Three consumers, one per `on-producer-lost` policy, see the producer die:
+/// all notice within a second; `error` fails with a clear message, `eos`
+/// ends cleanly, `wait` picks up a restarted producer and gets every frame
+/// of it intact.
+fn producer_killed(t: Transport) {
+    let channel = unique_channel("pkill");
+    let consumers: Vec<(&str, Launch)> = ["error", "eos", "wait"]
+        .into_iter()
+        .map(|mode| {
+            (
+                mode,
+                launch(&format!(
+                    "cudaipcsrc channel={channel} on-producer-lost={mode} connect-timeout=30000 ! checksumsink"
+                )),
+            )
+        })
+        .collect();
+    wait_for_waiting_consumers(&channel, 3, LIMIT);
+    let producer = live_producer(t, &channel);
+    let cb = block(&channel);
+    wait_until(LIMIT, "three consumers get frames", || {
+        cb.active_consumers() == 3 && cb.published() >= 5
+    });
+    producer.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    drop(producer);
+    // Each consumer gives up its record once it noticed.
+    wait_until(LIMIT, "consumers notice the death", || {
+        cb.active_consumers() == 0
+    });
+    let noticed = killed.elapsed();
+    assert!(
+        noticed < NOTICE,
+        "consumers noticed the death after {noticed:?}"
+    );
+
+    let mut consumers = consumers.into_iter();
+    let (_, error) = consumers.next().unwrap();
+    let done = error.finish(LIMIT);
+    assert!(!done.success, "on-producer-lost=error must fail");
+    assert!(
+        done.stderr
+            .contains(&format!("the producer of channel '{channel}' died"))
+            || done
+                .stdout
+                .contains(&format!("the producer of channel '{channel}' died")),
+        "{}\n{}",
+        done.stdout,
+        done.stderr
+    );
+    assert!(!done.stderr.contains("panicked"), "{}", done.stderr);
+    let (_, eos) = consumers.next().unwrap();
+    let done = eos.finish(LIMIT);
+    done.assert_success("on-producer-lost=eos");
+    let before = done.checksums().len();
+    assert!(
+        before >= 1,
+        "the eos consumer got no frame before the death"
+    );
+
+    // `wait`: a new producer on the same channel is picked up.
+    let (_, wait) = consumers.next().unwrap();
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let src = source(t, 30);
+    let expected = reference_checksums(&src);
+    launch(&format!(
+        "{src} ! cudaipcsink channel={channel} {} sync=false",
+        t.sink
+    ))
+    .finish(LIMIT)
+    .assert_success("restarted producer");
+    let done = wait.finish(LIMIT);
+    done.assert_success("on-producer-lost=wait");
+    let got = done.checksums();
+    assert!(got.len() > expected.len(), "no frame of the first producer");
+    assert_eq!(got[got.len() - expected.len()..], expected[..]);
+}
+
+#[test]
+fn host_producer_killed_consumers_follow_their_policy() {
+    producer_killed(HOST);
+}
+
+#[test]
+fn cuda_producer_killed_consumers_follow_their_policy() {
+    if gpu("cuda_producer_killed_consumers_follow_their_policy") {
+        producer_killed(CUDA);
+    }
+}
+
+/// One `on-producer-lost=wait` consumer outlives three killed producers: it
+/// reattaches each time, frames flow again, and it keeps no mapping, file
+/// or handle of the dead ones.
+fn restarted_producers(t: Transport, host: bool) {
+    let channel = unique_channel("restart");
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} on-producer-lost=wait connect-timeout=30000 ! checksumsink"
+    ));
+    let pid = consumer.pid();
+    let mut fds = Vec::new();
+    for run in 0..3 {
+        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        let producer = live_producer(t, &channel);
+        let cb = block(&channel);
+        wait_until(LIMIT, &format!("frames flow in run {run}"), || {
+            cb.consumer_of(pid).is_some_and(|i| cb.cursor(i) >= 5)
+        });
+        if host {
+            // Every mapping of a dead producer's files is gone: the files
+            // were unlinked by the new producer, so a leak shows as
+            // "(deleted)".
+            let maps = proc_maps(pid);
+            let stale: Vec<&str> = maps
+                .lines()
+                .filter(|l| l.contains(&format!("cudaipc-{channel}")) && l.contains("(deleted)"))
+                .collect();
+            assert!(stale.is_empty(), "run {run}: stale mappings {stale:#?}");
+        }
+        fds.push(proc_fds(pid));
+        producer.signal(libc::SIGKILL);
+        drop(producer);
+    }
+    assert!(
+        fds[2] <= fds[0],
+        "the consumer's descriptors grew with reconnections: {fds:?}"
+    );
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let src = source(t, 30);
+    let expected = reference_checksums(&src);
+    launch(&format!(
+        "{src} ! cudaipcsink channel={channel} {} sync=false",
+        t.sink
+    ))
+    .finish(LIMIT)
+    .assert_success("last producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    let got = done.checksums();
+    assert_eq!(got[got.len() - expected.len()..], expected[..]);
+}
+
+#[test]
+fn host_wait_consumer_survives_restarts_without_leaks() {
+    restarted_producers(HOST, true);
+}
+
+#[test]
+fn cuda_wait_consumer_survives_restarts_without_leaks() {
+    if gpu("cuda_wait_consumer_survives_restarts_without_leaks") {
+        restarted_producers(CUDA, false);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Consumer killed while holding slots
+
+/// A slow consumer holds slots and holds the producer back (when-full=block);
+/// it is killed: the producer reclaims its slots within a second and
+/// finishes, and the other consumer gets every frame intact.
+fn consumer_killed(t: Transport) {
+    let channel = unique_channel("ckill");
+    let frames = 200;
+    let src = source(t, frames);
+    let expected = reference_checksums(&src);
+    let slow = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=30000 ! identity sleep-time=100000 ! fakesink"
+    ));
+    let fast = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 2, LIMIT);
+    let producer = PipelineChild::spawn(
+        &format!(
+            "{src} ! cudaipcsink name=sink channel={channel} slots=3 sync=false {}",
+            t.sink
+        ),
+        &["sink"],
+    );
+    let cb = block(&channel);
+    let slow_pid = slow.pid();
+    wait_until(LIMIT, "the slow consumer holds a slot", || {
+        cb.consumer_of(slow_pid)
+            .is_some_and(|i| cb.holds_slots(i) && cb.published() >= 3)
+    });
+    let index = cb.consumer_of(slow_pid).unwrap();
+    let stalled = cb.published();
+    assert!(
+        stalled < frames as u64,
+        "the slow consumer did not hold the producer back"
+    );
+    slow.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    drop(slow);
+    wait_until(LIMIT, "the dead consumer's slots are reclaimed", || {
+        !cb.holds_slots(index) && cb.consumer_of(slow_pid).is_none()
+    });
+    wait_until(LIMIT, "the producer carries on", || {
+        cb.published() > stalled + 3 || cb.published() > frames as u64
+    });
+    let resumed = killed.elapsed();
+    assert!(
+        resumed < NOTICE,
+        "the producer carried on only {resumed:?} after the kill"
+    );
+    let end = producer.finish(LIMIT);
+    end.assert_success("producer");
+    let report = end.report.expect("final report");
+    assert_eq!(report.num("sink.frames"), frames as u64);
+    assert_eq!(report.num("sink.dropped"), 0);
+    assert_eq!(report.num("sink.reclaimed-consumers"), 1);
+    let done = fast.finish(LIMIT);
+    done.assert_success("the other consumer");
+    assert_eq!(done.checksums(), expected);
+}
+
+#[test]
+fn host_killed_consumer_slots_are_reclaimed() {
+    consumer_killed(HOST);
+}
+
+#[test]
+fn cuda_killed_consumer_slots_are_reclaimed() {
+    if gpu("cuda_killed_consumer_slots_are_reclaimed") {
+        consumer_killed(CUDA);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Consumer stopped (SIGSTOP)
+
+/// when-full=block: a stopped consumer holds the producer; after SIGCONT
+/// every frame arrives intact.
+fn stopped_consumer_block(t: Transport) {
+    let channel = unique_channel("stop-block");
+    let frames = 150;
+    let src = source(t, frames);
+    let expected = reference_checksums(&src);
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let mut producer = PipelineChild::spawn(
+        &format!(
+            "{src} ! cudaipcsink name=sink channel={channel} when-full=block sync=false {}",
+            t.sink
+        ),
+        &["sink"],
+    );
+    let cb = block(&channel);
+    wait_until(LIMIT, "frames flow", || cb.published() >= 20);
+    consumer.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let held = cb.published();
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        cb.published(),
+        held,
+        "the producer went on past a stopped consumer"
+    );
+    assert!(held < frames as u64);
+    let report = producer.next_report(LIMIT).expect("a report");
+    assert!(report.num("sink.waits") >= 1, "{report:?}");
+    assert_eq!(report.num("sink.dropped"), 0);
+    consumer.signal(libc::SIGCONT);
+    let end = producer.finish(LIMIT);
+    end.assert_success("producer");
+    let report = end.report.expect("final report");
+    assert_eq!(report.num("sink.frames"), frames as u64);
+    assert_eq!(report.num("sink.dropped"), 0);
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected);
+}
+
+#[test]
+fn host_stopped_consumer_holds_a_blocking_producer_without_loss() {
+    stopped_consumer_block(HOST);
+}
+
+#[test]
+fn cuda_stopped_consumer_holds_a_blocking_producer_without_loss() {
+    if gpu("cuda_stopped_consumer_holds_a_blocking_producer_without_loss") {
+        stopped_consumer_block(CUDA);
+    }
+}
+
+/// Checks that descriptors stay equal and resident memory grows by less
+/// than `rss_slack_kb` between two reports of one process.
+fn assert_flat(what: &str, early: &Report, late: &Report, rss_slack_kb: u64) {
+    assert_eq!(
+        late.num("fds"),
+        early.num("fds"),
+        "{what}: descriptors changed\nearly {early:?}\nlate {late:?}"
+    );
+    assert!(
+        late.num("rss_kb") <= early.num("rss_kb") + rss_slack_kb,
+        "{what}: resident memory grew from {} to {} KiB",
+        early.num("rss_kb"),
+        late.num("rss_kb")
+    );
+}
+
+/// when-full=drop: a stopped consumer does not hold the producer, which
+/// counts what it drops; descriptors and memory stay flat over thousands of
+/// frames; after SIGCONT the consumer goes on with new frames.
+fn stopped_consumer_drop(t: Transport, small_caps: &str) {
+    let channel = unique_channel("stop-drop");
+    let consumer = PipelineChild::spawn(
+        &format!(
+            "cudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
+        ),
+        &["src"],
+    );
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let mut producer = PipelineChild::spawn(
+        &format!(
+            "videotestsrc pattern=ball ! {small_caps} ! cudaipcsink name=sink channel={channel} when-full=drop sync=false {}",
+            t.sink
+        ),
+        &["sink"],
+    );
+    let cb = block(&channel);
+    wait_until(LIMIT, "frames flow", || cb.published() >= 100);
+    let mut consumer = consumer;
+    let before_stop = consumer.wait_report(LIMIT, "the consumer gets frames", |r| {
+        r.num("src.frames") >= 50
+    });
+    consumer.signal(libc::SIGSTOP);
+    let early = producer.wait_report(LIMIT, "the producer goes on", |r| {
+        r.num("sink.frames") >= 500
+    });
+    let late = producer.wait_report(LIMIT, "the producer goes on at full rate", |r| {
+        r.num("sink.frames") >= early.num("sink.frames") + 5000
+    });
+    assert!(
+        late.num("sink.dropped") >= early.num("sink.dropped") + 1000,
+        "frames lost to the stopped consumer are not counted: {early:?} {late:?}"
+    );
+    assert_flat("producer", &early, &late, 4096);
+    consumer.signal(libc::SIGCONT);
+    // Reports written before the stop may still be in the pipe.
+    let resumed = consumer.wait_report(LIMIT, "the consumer goes on after SIGCONT", |r| {
+        r.num("src.frames") >= before_stop.num("src.frames") + 100
+    });
+    assert!(resumed.num("src.missed") > 0, "{resumed:?}");
+    producer.send("quit");
+    producer.finish(LIMIT).assert_success("producer");
+    let end = consumer.finish(LIMIT);
+    end.assert_success("consumer");
+    let report = end.report.expect("final report");
+    assert_eq!(report.get("state"), Some("eos"), "{report:?}");
+}
+
+#[test]
+fn host_stopped_consumer_does_not_hold_a_dropping_producer() {
+    stopped_consumer_drop(
+        HOST,
+        "video/x-raw,format=RGB,width=160,height=120,framerate=30/1",
+    );
+}
+
+#[test]
+fn cuda_stopped_consumer_does_not_hold_a_dropping_producer() {
+    if gpu("cuda_stopped_consumer_does_not_hold_a_dropping_producer") {
+        stopped_consumer_drop(
+            CUDA,
+            "video/x-raw,format=RGB,width=640,height=480,framerate=30/1",
+        );
+    }
+}
+
+/// Thousands of frames through a blocking producer and a consumer: both
+/// processes keep their descriptors and memory, and nothing is lost.
+fn resources_stay_flat(t: Transport, small_caps: &str) {
+    let channel = unique_channel("flat");
+    let mut consumer = PipelineChild::spawn(
+        &format!(
+            "cudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
+        ),
+        &["src"],
+    );
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let mut producer = PipelineChild::spawn(
+        &format!(
+            "videotestsrc pattern=ball ! {small_caps} ! cudaipcsink name=sink channel={channel} sync=false {}",
+            t.sink
+        ),
+        &["sink"],
+    );
+    let early_p = producer.wait_report(LIMIT, "frames flow", |r| r.num("sink.frames") >= 500);
+    let early_c = consumer.wait_report(LIMIT, "frames arrive", |r| r.num("src.frames") >= 500);
+    let late_p = producer.wait_report(LIMIT, "many frames flow", |r| {
+        r.num("sink.frames") >= early_p.num("sink.frames") + 5000
+    });
+    let late_c = consumer.wait_report(LIMIT, "many frames arrive", |r| {
+        r.num("src.frames") >= early_c.num("src.frames") + 5000
+    });
+    assert_flat("producer", &early_p, &late_p, 4096);
+    assert_flat("consumer", &early_c, &late_c, 4096);
+    producer.send("quit");
+    let end_p = producer.finish(LIMIT);
+    end_p.assert_success("producer");
+    let end_c = consumer.finish(LIMIT);
+    end_c.assert_success("consumer");
+    let (p, c) = (end_p.report.unwrap(), end_c.report.unwrap());
+    assert_eq!(p.num("sink.dropped"), 0);
+    assert_eq!(c.num("src.missed"), 0);
+    assert_eq!(c.num("src.frames"), p.num("sink.frames"));
+}
+
+#[test]
+fn host_resources_stay_flat_over_many_frames() {
+    resources_stay_flat(
+        HOST,
+        "video/x-raw,format=RGB,width=160,height=120,framerate=30/1",
+    );
+}
+
+#[test]
+fn cuda_resources_stay_flat_over_many_frames() {
+    if gpu("cuda_resources_stay_flat_over_many_frames") {
+        resources_stay_flat(
+            CUDA,
+            "video/x-raw,format=RGB,width=640,height=480,framerate=30/1",
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Channel ownership
+
+/// The channel of a SIGKILLed producer stays behind; a new producer replaces
+/// it, a consumer gets its frames, and its clean end leaves no file.
+fn stale_channel_replaced(t: Transport) {
+    let channel = unique_channel("stale");
+    let producer = live_producer(t, &channel);
+    let cb = block(&channel);
+    wait_until(LIMIT, "a frame is published", || cb.published() >= 1);
+    producer.signal(libc::SIGKILL);
+    drop(producer);
+    drop(cb);
+    let path = gstcudaipc::ipc::shm::control_path(&channel);
+    assert!(path.exists(), "a killed producer cannot remove its channel");
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let src = source(t, 20);
+    let expected = reference_checksums(&src);
+    launch(&format!(
+        "{src} ! cudaipcsink channel={channel} {} sync=false",
+        t.sink
+    ))
+    .finish(LIMIT)
+    .assert_success("a producer on a stale channel");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected);
+    assert!(!path.exists(), "the control block outlived a clean stop");
+    assert_eq!(data_files(&channel), Vec::<String>::new());
+}
+
+#[test]
+fn host_stale_channel_of_a_killed_producer_is_replaced() {
+    stale_channel_replaced(HOST);
+}
+
+#[test]
+fn cuda_stale_channel_of_a_killed_producer_is_replaced() {
+    if gpu("cuda_stale_channel_of_a_killed_producer_is_replaced") {
+        stale_channel_replaced(CUDA);
+    }
+}
+
+/// Liveness is the kernel's lock, not the pid: a control block that names a
+/// live process (this one, with its true start time) as its producer but
+/// whose lock nobody holds is stale. Consumers do not attach to it, and a
+/// new producer replaces it instead of reporting the channel in use.
+#[test]
+fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
+    use gstcudaipc::ipc::{Producer, ProducerConfig};
+    let donor = unique_channel("donor");
+    let channel = unique_channel("pidreuse");
+    let live = Producer::create(ProducerConfig {
+        channel: donor,
+        ..Default::default()
+    })
+    .unwrap();
+    let path = gstcudaipc::ipc::shm::control_path(&channel);
+    std::fs::copy(live.path(), &path).unwrap();
+    let copy = ControlBlock::open(&channel).unwrap();
+    let h = copy.header();
+    assert_eq!(
+        h.producer_pid.load(std::sync::atomic::Ordering::SeqCst),
+        std::process::id()
+    );
+    assert_eq!(
+        h.producer_start_time
+            .load(std::sync::atomic::Ordering::SeqCst),
+        gstcudaipc::ipc::shm::process_start_time(std::process::id()).unwrap()
+    );
+    drop(copy);
+    let done = launch(&format!(
+        "cudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
+    ))
+    .finish(LIMIT);
+    assert!(!done.success);
+    assert!(
+        format!("{}{}", done.stdout, done.stderr).contains("no producer appeared"),
+        "{}\n{}",
+        done.stdout,
+        done.stderr
+    );
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let src = source(HOST, 10);
+    launch(&format!(
+        "{src} ! cudaipcsink channel={channel} transport=host sync=false"
+    ))
+    .finish(LIMIT)
+    .assert_success("a producer replacing a block whose recorded pid lives");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), reference_checksums(&src));
+    drop(live);
+}
+
+// ---------------------------------------------------------------------------
+// Permissions
+
+const NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// Environment for a gst-launch run as nobody: a registry it may write.
+fn nobody_env() -> (tempdir::Dir, Vec<(String, String)>) {
+    let dir = tempdir::Dir::new("nobody");
+    let env = vec![
+        (
+            "GST_REGISTRY".to_string(),
+            dir.path.join("registry.bin").display().to_string(),
+        ),
+        ("HOME".to_string(), dir.path.display().to_string()),
+    ];
+    (dir, env)
+}
+
+mod tempdir {
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A folder any user may write, removed on drop.
+    pub struct Dir {
+        pub path: std::path::PathBuf,
+    }
+
+    impl Dir {
+        pub fn new(tag: &str) -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "cudaipc-{tag}-{:x}",
+                gstcudaipc::ipc::shm::random_u64()
+            ));
+            std::fs::create_dir(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+            Self { path }
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().mode() & 0o777
+}
+
+/// A consumer of another user cannot open a channel with the default mode
+/// 0600 and says why; with `permissions=438` (0o666) it can. The shared
+/// files' modes follow the property.
+fn other_user(t: Transport) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: other_user needs root to run a consumer as nobody");
+        return;
+    }
+    let (_dir, env) = nobody_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for (permissions, mode) in [(None, 0o600), (Some(438), 0o666)] {
+        let channel = unique_channel("perm");
+        let property = permissions
+            .map(|p| format!("permissions={p}"))
+            .unwrap_or_default();
+        let producer = launch(&format!(
+            "videotestsrc is-live=true pattern=ball ! {} ! cudaipcsink channel={channel} {} {property}",
+            t.caps, t.sink
+        ));
+        let cb = block(&channel);
+        wait_until(LIMIT, "a frame is published", || cb.published() >= 1);
+        let path = gstcudaipc::ipc::shm::control_path(&channel);
+        assert_eq!(mode_of(&path), mode, "control block of {property:?}");
+        for data in data_files(&channel) {
+            let data = gstcudaipc::ipc::shm::shm_dir().join(data);
+            assert_eq!(mode_of(&data), mode, "{} of {property:?}", data.display());
+        }
+        let done = launch_with(
+            &NOBODY,
+            &env,
+            &format!(
+                "cudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 ! checksumsink"
+            ),
+        )
+        .finish(LIMIT);
+        if mode == 0o600 {
+            assert!(!done.success, "nobody opened a 0600 channel");
+            let text = format!("{}{}", done.stdout, done.stderr);
+            assert!(text.contains("no permission to open channel"), "{text}");
+        } else {
+            done.assert_success("nobody on a 0666 channel");
+            assert_eq!(done.checksums().len(), 5);
+        }
+        producer.signal(libc::SIGINT);
+        let _ = producer.finish(LIMIT);
+    }
+}
+
+#[test]
+fn host_other_users_need_widened_permissions() {
+    other_user(HOST);
+}
+
+#[test]
+fn cuda_other_users_need_widened_permissions() {
+    if gpu("cuda_other_users_need_widened_permissions") {
+        other_user(CUDA);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// PID namespaces
+
+/// Whether this process may make PID namespaces (root, or a permissive
+/// container).
+fn can_unshare() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A consumer in another PID namespace is refused with a clear error.
+fn other_pid_namespace(t: Transport) {
+    if !can_unshare() {
+        eprintln!(
+            "SKIPPED: cannot create a PID namespace here (unshare failed); the check itself is unit-tested in src/ipc/tests.rs"
+        );
+        return;
+    }
+    let channel = unique_channel("pidns");
+    let producer = live_producer(t, &channel);
+    let cb = block(&channel);
+    wait_until(LIMIT, "a frame is published", || cb.published() >= 1);
+    let done = launch_with(
+        &["unshare", "--pid", "--fork", "--mount-proc"],
+        &[],
+        &format!("cudaipcsrc channel={channel} is-live=true connect-timeout=5000 ! fakesink"),
+    )
+    .finish(LIMIT);
+    assert!(
+        !done.success,
+        "a consumer in another PID namespace attached"
+    );
+    let text = format!("{}{}", done.stdout, done.stderr);
+    assert!(text.contains("another PID namespace"), "{text}");
+    producer.signal(libc::SIGINT);
+    let _ = producer.finish(LIMIT);
+}
+
+#[test]
+fn host_consumer_in_another_pid_namespace_fails_clearly() {
+    other_pid_namespace(HOST);
+}
+
+#[test]
+fn cuda_consumer_in_another_pid_namespace_fails_clearly() {
+    if gpu("cuda_consumer_in_another_pid_namespace_fails_clearly") {
+        other_pid_namespace(CUDA);
+    }
+}

@@ -1,0 +1,307 @@
+// Stream changes on the producer side, seen by consumers in other
+// processes: caps changes mid-stream, EOS followed by a new stream, flushing
+// seeks upstream of the sink. The producer runs in this process, so that a
+// probe can record exactly which frames (PTS and SHA-1) reached the sink;
+// the consumers are `gst-launch-1.0 ... ! checksumsink` children.
+
+mod common;
+
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use common::*;
+use gst::prelude::*;
+use gstcudaipc::test_support::ControlBlock;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().unwrap();
+        gstcudaipc::plugin_register_static().unwrap();
+    });
+}
+
+fn gpu(test: &str) -> bool {
+    gstcudaipc::test_support::gpu_or_skip(test).is_some()
+}
+
+const HOST: &str = "transport=host";
+const CUDA: &str = "transport=cuda";
+
+/// A producer pipeline in this process that records what its sink got.
+struct Producer {
+    pipeline: gst::Pipeline,
+    /// "PTS SHA-1" of every buffer that reached the sink, as checksumsink
+    /// prints them.
+    records: Arc<Mutex<Vec<String>>>,
+}
+
+impl Producer {
+    /// `videotestsrc ! capsfilter name=f ! identity ! cudaipcsink name=sink`.
+    fn start(channel: &str, caps: &str, sink: &str) -> Self {
+        init();
+        let pipeline = gst::parse::launch(&format!(
+            "videotestsrc pattern=ball ! capsfilter name=f caps={caps} ! identity sleep-time=2000 ! cudaipcsink name=sink channel={channel} sync=false {sink}"
+        ))
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let r = records.clone();
+        pipeline
+            .by_name("sink")
+            .unwrap()
+            .static_pad("sink")
+            .unwrap()
+            .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+                if let Some(buffer) = info.buffer() {
+                    let map = buffer.map_readable().unwrap();
+                    let sum = sha1_smol::Sha1::from(&map[..]).digest().to_string();
+                    r.lock()
+                        .unwrap()
+                        .push(format!("{} {sum}", buffer.pts().unwrap()));
+                }
+                gst::PadProbeReturn::Ok
+            });
+        pipeline.set_state(gst::State::Playing).unwrap();
+        Self { pipeline, records }
+    }
+
+    fn recorded(&self) -> usize {
+        self.records.lock().unwrap().len()
+    }
+
+    fn wait_recorded(&self, n: usize) {
+        wait_until(LIMIT, &format!("{n} frames reach the sink"), || {
+            self.recorded() >= n
+        });
+    }
+
+    /// Sends EOS and waits for it to come out at the sink.
+    fn eos(&self) {
+        self.pipeline.send_event(gst::event::Eos::new());
+        let msg = self
+            .pipeline
+            .bus()
+            .unwrap()
+            .timed_pop_filtered(
+                gst::ClockTime::from_seconds(60),
+                &[gst::MessageType::Eos, gst::MessageType::Error],
+            )
+            .expect("neither EOS nor an error");
+        if let gst::MessageView::Error(e) = msg.view() {
+            panic!("producer failed: {} ({:?})", e.error(), e.debug());
+        }
+    }
+
+    fn take_records(&self) -> Vec<String> {
+        std::mem::take(&mut *self.records.lock().unwrap())
+    }
+
+    fn stat(&self, field: &str) -> u64 {
+        self.pipeline
+            .by_name("sink")
+            .unwrap()
+            .property::<gst::Structure>("stats")
+            .get::<u64>(field)
+            .unwrap()
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let _ = self.pipeline.set_state(gst::State::Null);
+    }
+}
+
+fn caps(format: &str, width: u32, height: u32) -> String {
+    format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")
+}
+
+// ---------------------------------------------------------------------------
+
+/// Resolution and format change twice mid-stream (smaller, then larger than
+/// the slots): the consumer follows, every frame arrives intact and in
+/// order, none with caps it does not belong to.
+fn caps_change(sink: &str, zero_copy: bool) {
+    let channel = unique_channel("caps");
+    let consumer = launch(&format!(
+        "-v cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
+    let filter = producer.pipeline.by_name("f").unwrap();
+    producer.wait_recorded(15);
+    filter.set_property(
+        "caps",
+        caps("GRAY8", 160, 120).parse::<gst::Caps>().unwrap(),
+    );
+    producer.wait_recorded(30);
+    filter.set_property("caps", caps("RGBx", 400, 300).parse::<gst::Caps>().unwrap());
+    producer.wait_recorded(45);
+    producer.eos();
+    if zero_copy {
+        assert!(
+            producer.stat("zero-copy") > 0,
+            "upstream did not write into the slots"
+        );
+    }
+    let expected = producer.take_records();
+    drop(producer);
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksum_lines(), expected);
+    for caps in [
+        "format=(string)RGB, width=(int)320, height=(int)240",
+        "format=(string)GRAY8, width=(int)160, height=(int)120",
+        "format=(string)RGBx, width=(int)400, height=(int)300",
+    ] {
+        assert!(done.stdout.contains(caps), "{caps} not negotiated");
+    }
+}
+
+#[test]
+fn host_caps_changes_mid_stream_reach_the_consumer() {
+    caps_change(HOST, true);
+}
+
+#[test]
+fn cuda_caps_changes_mid_stream_reach_the_consumer() {
+    if gpu("cuda_caps_changes_mid_stream_reach_the_consumer") {
+        caps_change(CUDA, false);
+    }
+}
+
+/// The producer sends EOS, then streams again (a flushing seek restarts
+/// it). The consumer of the first stream ends with it (EOS: exit 0); a new
+/// consumer session gets the second stream, and nothing of the first.
+fn eos_then_new_stream(sink: &str) {
+    let channel = unique_channel("eos");
+    let first = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
+    producer.wait_recorded(20);
+    producer.eos();
+    let stream1 = producer.take_records();
+    let done = first.finish(LIMIT);
+    done.assert_success("consumer of the first stream");
+    assert_eq!(done.checksum_lines(), stream1);
+
+    let second = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    let block = ControlBlock::open(&channel).expect("the channel stays open after EOS");
+    let pid = second.pid();
+    wait_until(LIMIT, "the second consumer attaches", || {
+        block.consumer_of(pid).is_some()
+    });
+    assert!(
+        producer
+            .pipeline
+            .seek_simple(gst::SeekFlags::FLUSH, gst::ClockTime::ZERO)
+            .is_ok()
+    );
+    producer.wait_recorded(20);
+    producer.eos();
+    let stream2 = producer.take_records();
+    drop(producer);
+    let done = second.finish(LIMIT);
+    done.assert_success("consumer of the second stream");
+    assert_eq!(done.checksum_lines(), stream2);
+}
+
+#[test]
+fn host_eos_ends_a_session_and_a_new_one_gets_the_next_stream() {
+    eos_then_new_stream(HOST);
+}
+
+#[test]
+fn cuda_eos_ends_a_session_and_a_new_one_gets_the_next_stream() {
+    if gpu("cuda_eos_ends_a_session_and_a_new_one_gets_the_next_stream") {
+        eos_then_new_stream(CUDA);
+    }
+}
+
+/// Flushing seeks upstream of the sink, while it waits for a slot that a
+/// slow consumer holds: the consumer gets exactly the frames the sink
+/// published, in order and intact; a frame upstream was writing when the
+/// flush came is never published.
+fn flushing_seeks(sink: &str) {
+    let channel = unique_channel("seek");
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=20000 ! identity sleep-time=5000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
+    for round in 1..=3 {
+        producer.wait_recorded(20 * round);
+        assert!(
+            producer
+                .pipeline
+                .seek_simple(gst::SeekFlags::FLUSH, gst::ClockTime::ZERO)
+                .is_ok()
+        );
+    }
+    producer.wait_recorded(80);
+    producer.eos();
+    let published = producer.stat("frames");
+    let recorded = producer.take_records();
+    drop(producer);
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    let got = done.checksum_lines();
+    assert_eq!(got.len() as u64, published, "frames lost or invented");
+    // A frame the flush caught between the probe and the sink is the only
+    // one the sink may skip.
+    assert!(got.len() + 3 >= recorded.len());
+    let mut rest = recorded.iter();
+    for line in &got {
+        assert!(
+            rest.any(|r| r == line),
+            "{line} was not sent, or came out of order"
+        );
+    }
+}
+
+#[test]
+fn host_flushing_seeks_upstream_push_no_stale_frame() {
+    flushing_seeks(HOST);
+}
+
+#[test]
+fn cuda_flushing_seeks_upstream_push_no_stale_frame() {
+    if gpu("cuda_flushing_seeks_upstream_push_no_stale_frame") {
+        flushing_seeks(CUDA);
+    }
+}
+
+/// A live consumer (`is-live=true`, timestamps by arrival) does not preroll:
+/// it must say so before it starts, or its pipeline never leaves PAUSED.
+fn live_consumer(sink: &str) {
+    let channel = unique_channel("live");
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} is-live=true num-buffers=10 connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
+    let done = consumer.finish(LIMIT);
+    done.assert_success("live consumer");
+    assert_eq!(done.checksum_lines().len(), 10);
+    drop(producer);
+}
+
+#[test]
+fn host_live_consumer_starts() {
+    live_consumer(HOST);
+}
+
+#[test]
+fn cuda_live_consumer_starts() {
+    if gpu("cuda_live_consumer_starts") {
+        live_consumer(CUDA);
+    }
+}

@@ -671,13 +671,24 @@ fn other_user(t: Transport) {
     }
     let (_dir, env) = nobody_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    for (permissions, mode) in [(None, 0o600), (Some(438), 0o666)] {
+    // CUDA's interprocess events live in files only their creator's user can
+    // map, so between users the cuda transport needs gpu-sync=host; with
+    // events the consumer must say so.
+    let mut cases = vec![(None, 0o600, ""), (Some(438), 0o666, "")];
+    if t.sink.contains("cuda") {
+        cases = vec![
+            (None, 0o600, ""),
+            (Some(438), 0o666, "gpu-sync=event"),
+            (Some(438), 0o666, "gpu-sync=host"),
+        ];
+    }
+    for (permissions, mode, sync) in cases {
         let channel = unique_channel("perm");
         let property = permissions
             .map(|p| format!("permissions={p}"))
             .unwrap_or_default();
         let producer = launch(&format!(
-            "videotestsrc is-live=true pattern=ball ! {} ! cudaipcsink channel={channel} {} {property}",
+            "videotestsrc is-live=true pattern=ball ! {} ! cudaipcsink channel={channel} {} {property} {sync}",
             t.caps, t.sink
         ));
         let cb = block(&channel);
@@ -700,6 +711,10 @@ fn other_user(t: Transport) {
             assert!(!done.success, "nobody opened a 0600 channel");
             let text = format!("{}{}", done.stdout, done.stderr);
             assert!(text.contains("no permission to open channel"), "{text}");
+        } else if sync == "gpu-sync=event" {
+            assert!(!done.success, "CUDA events cannot cross users");
+            let text = format!("{}{}", done.stdout, done.stderr);
+            assert!(text.contains("need gpu-sync=host on the sink"), "{text}");
         } else {
             done.assert_success("nobody on a 0666 channel");
             assert_eq!(done.checksums().len(), 5);

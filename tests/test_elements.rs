@@ -423,10 +423,20 @@ fn counter_check_finds_flipped_swapped_torn_and_misplaced_rows() {
         let plane = &planes[random.next() as usize % planes.len()];
         let at = plane.row_range(random.next() as usize % plane.rows).start
             + random.next() as usize % plane.row_bytes;
+        // (Not the frame number of row 0, which the check reads the frame's
+        // number from: flipping that is tested just below.)
+        let number = planes[0].row_range(0).start..planes[0].row_range(0).start + 4;
+        let at = if number.contains(&at) { at + 4 } else { at };
         let mut flipped = good.clone();
         flipped[at] ^= 1 << (random.next() % 8);
         let error = pattern::verify_frame(&info, &layout.planes, &flipped).unwrap_err();
         assert!(error.contains("1 byte(s) differ"), "{context}: {error}");
+        let mut renumbered = good.clone();
+        renumbered[number.start] ^= 1;
+        assert!(
+            pattern::verify_frame(&info, &layout.planes, &renumbered).is_err(),
+            "{context}: a changed frame number in row 0 goes unnoticed"
+        );
 
         // Two rows swapped.
         let mut swapped = good.clone();

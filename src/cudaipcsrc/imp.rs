@@ -138,6 +138,8 @@ struct State {
     /// The next buffer starts a discontinuity.
     discont: bool,
     connected_before: bool,
+    /// The producer was found gone while handling a frame.
+    gone: Option<ProducerGone>,
 }
 
 #[derive(Default)]
@@ -372,6 +374,13 @@ impl CudaIpcSrc {
                 Ok(slots) => slots,
                 Err(e) => {
                     give_back(frame.slot);
+                    // A producer that died meanwhile takes its device memory
+                    // with it: that is its death, handled by the policy.
+                    if let Some(gone) = connection.consumer.producer_gone() {
+                        gst::debug!(CAT, imp = self, "slots gone with the producer: {}", e);
+                        state.gone = Some(gone);
+                        return Ok(None);
+                    }
                     gst::element_imp_error!(
                         self,
                         gst::ResourceError::OpenRead,
@@ -971,6 +980,12 @@ impl PushSrcImpl for CudaIpcSrc {
                     self.stats.lock().unwrap().latency.record(latency);
                     if let Some(buffer) = self.frame_to_buffer(&mut state, frame)? {
                         return Ok(CreateSuccess::NewBuffer(buffer));
+                    }
+                    if let Some(gone) = state.gone.take() {
+                        match self.producer_lost(&mut state, gone)? {
+                            Lost::Eos => return Err(gst::FlowError::Eos),
+                            Lost::Reconnect => continue,
+                        }
                     }
                 }
                 Err(ChannelError::Interrupted) => return Err(gst::FlowError::Flushing),

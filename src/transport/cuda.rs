@@ -198,7 +198,15 @@ impl CudaConsumerSlots {
                 ))
             })?;
             memory.push(imported);
-            ready.push(Event::open_ipc(device, &event_handle)?);
+            if sync == GpuSync::Host {
+                // Stream synchronisation on both sides: no events at all.
+                continue;
+            }
+            ready.push(Event::open_ipc(device, &event_handle).map_err(|e| {
+                TransportError::Invalid(format!(
+                    "cannot open the producer's event of slot {i}: {e}. CUDA keeps interprocess events in files only their creator's user can map: a producer and a consumer of different users need gpu-sync=host on the sink"
+                ))
+            })?);
             let release = Event::new(device, true)?;
             let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
             descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&release.ipc_handle()?);

@@ -59,6 +59,18 @@ impl ControlBlock {
             .count()
     }
 
+    /// The fewest frames any attached consumer has taken.
+    pub fn min_frames_received(&self) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.header()
+            .consumers
+            .iter()
+            .filter(|c| c.state.load(Ordering::SeqCst) == crate::ipc::layout::CONSUMER_ACTIVE)
+            .map(|c| c.frames_received.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Items (frames and EOS markers) published so far.
     pub fn published(&self) -> u64 {
         self.header()

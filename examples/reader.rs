@@ -5,11 +5,13 @@
 //!
 //! - CUDA memory (cuda transport): the device pointer, size and device
 //!   through `gstcudaipc::memory::buffer_device_memory`, the row pitch
-//!   through the `CudaIpcMeta` meta. The frame is the producer's slot, not a
-//!   copy; your kernels use it on the plugin's stream
-//!   (`info.device.stream()`), which orders them after the producer's work
-//!   and the slot's release after them. Mapping such a buffer for reading
-//!   downloads it: done here for the checksum, skipped with `--pointers-only`.
+//!   through the `CudaIpcMeta` meta. The frame is the producer's slot (or,
+//!   when downstream holds too many buffers, a copy the source made: `copied`
+//!   in the summary). Run your kernels on it on the plugin's stream
+//!   (`device.stream()` of what `buffer_device_memory` returns), which orders
+//!   them after the producer's work, and the slot's release after them.
+//!   Mapping such a buffer for reading downloads it: done here for the
+//!   checksum, skipped with `--pointers-only`.
 //! - system memory (host transport, or `--system-memory`): the bytes,
 //!   through a readable map (with the host transport, a view of the shared
 //!   memory: no copy either).

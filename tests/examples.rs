@@ -22,22 +22,25 @@ use common::{Finished, Launch, plugin_dir, unique_channel};
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);
 
-/// A Rust example built next to this test binary.
+/// A Rust example: in target/<profile>/examples/ as `cargo test` builds it,
+/// or beside this binary where the GPU host's staging puts both.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
-    let path = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
-        path.display()
-    );
-    path
+    let here = exe.parent().unwrap();
+    let candidates = [
+        here.parent().unwrap().join("examples").join(name),
+        here.join(name),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
+                candidates[0].display()
+            )
+        })
+        .clone()
 }
 
 fn start(program: impl Into<PathBuf>, args: &[&str]) -> Launch {
@@ -269,8 +272,15 @@ fn python_with_gi(test: &str) -> Option<String> {
     None
 }
 
+/// examples/python/reader.py of this source tree, or of the current folder
+/// (the repository root, where test binaries run away from their build).
 fn python_reader() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/reader.py").to_string()
+    let built = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/reader.py");
+    if std::path::Path::new(built).exists() {
+        built.to_string()
+    } else {
+        "examples/python/reader.py".to_string()
+    }
 }
 
 #[test]

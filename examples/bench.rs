@@ -36,6 +36,21 @@ fn main() {
     if args.get(1).map(String::as_str) == Some("--role") {
         std::process::exit(run_role(&args[2..]));
     }
+    if args.get(1).map(String::as_str) == Some("--replot") {
+        // Draws the plot (and prints the table) of a CSV an earlier run
+        // wrote, e.g. one fetched from a GPU host without fonts.
+        let (csv, png) = (PathBuf::from(&args[2]), PathBuf::from(&args[3]));
+        let rows = read_csv(&csv);
+        print_table(&rows, true);
+        match plot(&png, &rows) {
+            Ok(()) => println!("wrote {}", png.display()),
+            Err(e) => {
+                eprintln!("no plot: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let options = Options::parse(&args[1..]);
     std::process::exit(run_benchmark(&options));
 }
@@ -900,6 +915,43 @@ fn write_csv(path: &Path, rows: &[Row]) {
     std::fs::write(path, out).expect("cannot write the CSV");
 }
 
+/// Reads a CSV written by `write_csv`.
+fn read_csv(path: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).expect("cannot read the CSV");
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            // The configuration and the note are quoted; the rest are plain.
+            let (config, rest) = line[1..].split_once("\",").expect("a quoted configuration");
+            let (numbers, note) = rest.split_once(",\"").unwrap_or((rest, "\""));
+            let f: Vec<&str> = numbers.split(',').collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            let count = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            Row {
+                config: config.to_string(),
+                mps: f.first() == Some(&"true"),
+                fps: num(1),
+                latency_p50_us: num(3),
+                latency_p99_us: num(4),
+                latency_max_us: num(5),
+                consumer_cpu: num(6),
+                producer_cpu: num(7),
+                corrupt: count(8),
+                missing: count(9),
+                frames: count(10).unwrap_or(0),
+                frame_bytes: if num(1) > 0.0 {
+                    num(2) * 1e9 / num(1)
+                } else {
+                    FRAME_BYTES
+                },
+                note: note.trim_end_matches('"').to_string(),
+                error: String::new(),
+            }
+        })
+        .collect()
+}
+
 /// Registers a TrueType font for the plot's text, from the usual places.
 fn load_font() -> Result<(), String> {
     let mut candidates = vec![
@@ -994,8 +1046,11 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
         .filter(|(_, r)| r.latency_p50_us > 0.0)
         .map(|(i, r)| (*r, i))
         .collect();
+    // The scale follows the GPU rows: downloads (6b) take milliseconds and
+    // are drawn cut at the right edge.
     let max_lat = latency
         .iter()
+        .filter(|(r, _)| !r.config.starts_with('6'))
         .map(|(r, _)| r.latency_p99_us)
         .fold(1.0, f64::max)
         * 1.1;

@@ -501,6 +501,23 @@ impl CudaIpcSrc {
                 );
                 return Err(gst::FlowError::Error);
             }
+            if let Some(copy) = memory::buffer_device_memory(&buffer) {
+                // A copy in CUDA memory carries the meta as a wrapped slot
+                // does, in the default layout of the caps.
+                let pitch = video::planes(&info)
+                    .first()
+                    .map(|p| p.1 as i32)
+                    .unwrap_or(0);
+                CudaIpcMeta::add(
+                    buffer.get_mut().unwrap(),
+                    CudaIpcMeta {
+                        device_ptr: copy.ptr,
+                        pitch,
+                        size: copy.size as u64,
+                        device_id: copy.device.ordinal(),
+                    },
+                );
+            }
             self.stats.lock().unwrap().copied += 1;
             buffer
         };

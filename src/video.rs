@@ -1,4 +1,3 @@
-#![allow(dead_code)] // Used by the elements, which land next.
 // Video formats and frame layouts shared by the elements.
 
 use gst_video::VideoFormat;
@@ -106,6 +105,30 @@ pub fn layout_fits(
     Ok(())
 }
 
+/// Copies a frame from one layout of `info` to another (whole when the
+/// layouts are the same, row by row otherwise; padding is not copied).
+pub fn copy_planes(
+    src: &[u8],
+    dst: &mut [u8],
+    info: &gst_video::VideoInfo,
+    src_planes: &[(u64, u32)],
+    dst_planes: &[(u64, u32)],
+) {
+    if src_planes == dst_planes {
+        let n = info.size().min(src.len()).min(dst.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    for (p, (&(so, ss), &(d_o, ds))) in src_planes.iter().zip(dst_planes).enumerate() {
+        let width = row_bytes(info, p);
+        for row in 0..rows(info, p) {
+            let s = so as usize + row * ss as usize;
+            let d = d_o as usize + row * ds as usize;
+            dst[d..d + width].copy_from_slice(&src[s..s + width]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +162,35 @@ mod tests {
                 "{format:?}"
             );
         }
+    }
+
+    #[test]
+    fn frames_move_between_layouts_intact() {
+        gst::init().unwrap();
+        let info = gst_video::VideoInfo::builder(VideoFormat::I420, 6, 4)
+            .build()
+            .unwrap();
+        let tight = planes(&info);
+        // Rows padded to 16 bytes, planes one after the other.
+        let mut padded = Vec::new();
+        let mut offset = 0u64;
+        for p in 0..tight.len() {
+            padded.push((offset, 16u32));
+            offset += 16 * rows(&info, p) as u64;
+        }
+        let frame: Vec<u8> = (0..info.size()).map(|i| (i * 7 + 3) as u8).collect();
+        let mut spread = vec![0xEEu8; offset as usize];
+        copy_planes(&frame, &mut spread, &info, &tight, &padded);
+        let mut back = vec![0u8; info.size()];
+        copy_planes(&spread, &mut back, &info, &padded, &tight);
+        for (p, &(offset, stride)) in tight.iter().enumerate() {
+            for row in 0..rows(&info, p) {
+                let start = offset as usize + row * stride as usize;
+                let pixels = start..start + row_bytes(&info, p);
+                assert_eq!(back[pixels.clone()], frame[pixels], "plane {p} row {row}");
+            }
+        }
+        // Padding is not pixel data: it stays as it was.
+        assert_eq!(spread[6..16], [0xEE; 10]);
     }
 }

@@ -340,13 +340,13 @@ impl CudaIpcSink {
                             .stream()
                             .download(&mut whole, src.ptr)
                             .map_err(|e| e.to_string())?;
-                        copy_planes(&whole, dst, info, &src_planes, &dst_planes);
+                        video::copy_planes(&whole, dst, info, &src_planes, &dst_planes);
                     }
                     None => {
                         let map = buffer
                             .map_readable()
                             .map_err(|_| "cannot map the input buffer".to_string())?;
-                        copy_planes(&map, dst, info, &src_planes, &dst_planes);
+                        video::copy_planes(&map, dst, info, &src_planes, &dst_planes);
                     }
                 }
             }
@@ -407,29 +407,6 @@ fn auto_slots(kind: TransportKind, device: Option<&Device>) -> usize {
     }
 }
 
-/// Copies a frame between two layouts of the same video info.
-fn copy_planes(
-    src: &[u8],
-    dst: &mut [u8],
-    info: &gst_video::VideoInfo,
-    src_planes: &[(u64, u32)],
-    dst_planes: &[(u64, u32)],
-) {
-    if src_planes == dst_planes {
-        let n = info.size().min(src.len()).min(dst.len());
-        dst[..n].copy_from_slice(&src[..n]);
-        return;
-    }
-    for (p, (&(so, ss), &(d_o, ds))) in src_planes.iter().zip(dst_planes).enumerate() {
-        let width = video::row_bytes(info, p);
-        for row in 0..video::rows(info, p) {
-            let s = so as usize + row * ss as usize;
-            let d = d_o as usize + row * ds as usize;
-            dst[d..d + width].copy_from_slice(&src[s..s + width]);
-        }
-    }
-}
-
 /// The frame in the default layout when `src_planes` differ from it.
 fn relayout(
     src: &[u8],
@@ -441,7 +418,7 @@ fn relayout(
         return None;
     }
     let mut out = vec![0u8; info.size()];
-    copy_planes(src, &mut out, info, src_planes, dst_planes);
+    video::copy_planes(src, &mut out, info, src_planes, dst_planes);
     Some(out)
 }
 

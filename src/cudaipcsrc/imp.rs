@@ -693,7 +693,7 @@ fn copy_slot(
                     .stream()
                     .download(&mut whole, *ptr)
                     .map_err(|e| e.to_string())?;
-                copy_to_default_layout(&whole, &mut map, info, &frame.planes);
+                video::copy_planes(&whole, &mut map, info, &frame.planes, &video::planes(info));
             }
         }
         (SlotMemory::Host { ptr, len }, _) => {
@@ -702,33 +702,10 @@ fn copy_slot(
                 .map_err(|_| "cannot map the output buffer")?;
             // SAFETY: we hold the slot; the mapping is `len` bytes long.
             let src = unsafe { std::slice::from_raw_parts(*ptr, *len) };
-            copy_to_default_layout(src, &mut map, info, &frame.planes);
+            video::copy_planes(src, &mut map, info, &frame.planes, &video::planes(info));
         }
     }
     Ok(())
-}
-
-/// Copies a frame laid out as `planes` into the caps' default layout.
-fn copy_to_default_layout(
-    src: &[u8],
-    dst: &mut [u8],
-    info: &gst_video::VideoInfo,
-    planes: &[(u64, u32)],
-) {
-    let default = video::planes(info);
-    if planes == default {
-        let n = info.size().min(src.len()).min(dst.len());
-        dst[..n].copy_from_slice(&src[..n]);
-        return;
-    }
-    for (p, (&(so, ss), &(d_o, ds))) in planes.iter().zip(&default).enumerate() {
-        let width = video::row_bytes(info, p);
-        for row in 0..video::rows(info, p) {
-            let s = so as usize + row * ss as usize;
-            let d = d_o as usize + row * ds as usize;
-            dst[d..d + width].copy_from_slice(&src[s..s + width]);
-        }
-    }
 }
 
 #[glib::object_subclass]

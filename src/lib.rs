@@ -18,6 +18,7 @@ pub mod cudatestsrc;
 mod enums;
 pub mod ipc;
 pub mod memory;
+mod periodic;
 pub mod transport;
 mod video;
 

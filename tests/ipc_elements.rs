@@ -329,3 +329,48 @@ fn drop_mode_drops_and_counts_instead_of_waiting() {
         3
     );
 }
+
+/// `stats-interval` posts the stats structure on the bus while frames flow.
+#[test]
+fn stats_are_posted_on_the_bus_at_the_interval() {
+    init();
+    let channel = unique_channel("statsmsg");
+    let producer = gst::parse::launch(&format!(
+        "videotestsrc is-live=true num-buffers=40 ! video/x-raw,width=64,height=48,framerate=100/1 ! cudaipcsink channel={channel} transport=host stats-interval=100"
+    ))
+    .unwrap();
+    let consumer = gst::parse::launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=5000 stats-interval=100 ! fakesink"
+    ))
+    .unwrap();
+    consumer.set_state(gst::State::Playing).unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for (pipeline, name) in [
+        (&consumer, "cudaipcsrc-stats"),
+        (&producer, "cudaipcsink-stats"),
+    ] {
+        let bus = pipeline.bus().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            let Some(msg) = bus.timed_pop_filtered(
+                gst::ClockTime::from_mseconds(100),
+                &[gst::MessageType::Element, gst::MessageType::Error],
+            ) else {
+                continue;
+            };
+            if let gst::MessageView::Error(e) = msg.view() {
+                panic!("{}", e.error());
+            }
+            let s = msg.structure().unwrap();
+            if s.name() == name {
+                assert!(s.get::<u64>("frames").unwrap() > 0, "{s}");
+                seen.insert(name);
+                break;
+            }
+        }
+    }
+    producer.set_state(gst::State::Null).unwrap();
+    consumer.set_state(gst::State::Null).unwrap();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}

@@ -157,6 +157,7 @@ struct State {
 pub struct CudaIpcSink {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
+    ticker: crate::periodic::StatsTicker,
 }
 
 impl CudaIpcSink {
@@ -354,6 +355,64 @@ impl CudaIpcSink {
         Ok(())
     }
 
+    /// Publishes one frame: without a copy when upstream wrote it into a
+    /// slot of our pool, else copied into a free slot.
+    fn render_frame(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let (channel, info) = self.snapshot()?;
+        channel.reap_retired();
+        let set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
+        let meta = Self::frame_meta(buffer, &info);
+        if let Some(slot) = channel.take_pool_reservation(buffer) {
+            // Upstream wrote into the slot itself.
+            if let Err(e) = set.slots.after_write(slot) {
+                channel.producer.cancel(slot);
+                return Err(self.transport_error(e));
+            }
+            channel
+                .producer
+                .publish(slot, &meta)
+                .map_err(|e| self.channel_error(e))?;
+            channel.zero_copy.fetch_add(1, Ordering::Relaxed);
+            gst::trace!(CAT, imp = self, "published slot {} without a copy", slot);
+            return Ok(gst::FlowSuccess::Ok);
+        }
+        let Some(slot) = channel
+            .producer
+            .reserve(&channel.interrupt)
+            .map_err(|e| self.channel_error(e))?
+        else {
+            gst::trace!(
+                CAT,
+                imp = self,
+                "all slots busy: dropped {:?}",
+                buffer.pts()
+            );
+            return Ok(gst::FlowSuccess::Ok);
+        };
+        let copied = set
+            .slots
+            .before_write(slot, &channel.producer)
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.copy_into_slot(buffer, &info, &set.slots.slot_memory(slot)))
+            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()));
+        if let Err(e) = copied {
+            channel.producer.cancel(slot);
+            gst::element_imp_error!(
+                self,
+                gst::ResourceError::Write,
+                ("cannot copy the frame into slot {}: {}", slot, e)
+            );
+            return Err(gst::FlowError::Error);
+        }
+        channel
+            .producer
+            .publish(slot, &meta)
+            .map_err(|e| self.channel_error(e))?;
+        channel.copied.fetch_add(1, Ordering::Relaxed);
+        gst::trace!(CAT, imp = self, "copied into slot {} and published", slot);
+        Ok(gst::FlowSuccess::Ok)
+    }
+
     fn stats(&self) -> gst::Structure {
         let state = self.state.lock().unwrap();
         let mut s = gst::Structure::builder("cudaipcsink-stats");
@@ -481,6 +540,7 @@ impl ObjectImpl for CudaIpcSink {
                     .default_value(DEFAULT_PERMISSIONS)
                     .mutable_ready()
                     .build(),
+                crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
                     .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
@@ -507,6 +567,7 @@ impl ObjectImpl for CudaIpcSink {
             "wait-mode" => settings.wait_mode = value.get().unwrap(),
             "gpu-sync" => settings.gpu_sync = value.get().unwrap(),
             "permissions" => settings.permissions = value.get().unwrap(),
+            "stats-interval" => self.ticker.set_interval_ms(value.get().unwrap()),
             _ => unimplemented!(),
         }
     }
@@ -522,6 +583,7 @@ impl ObjectImpl for CudaIpcSink {
             "wait-mode" => settings.wait_mode.to_value(),
             "gpu-sync" => settings.gpu_sync.to_value(),
             "permissions" => settings.permissions.to_value(),
+            "stats-interval" => self.ticker.interval_ms().to_value(),
             "stats" => {
                 drop(settings);
                 self.stats().to_value()
@@ -735,59 +797,15 @@ impl BaseSinkImpl for CudaIpcSink {
     }
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
-        let (channel, info) = self.snapshot()?;
-        channel.reap_retired();
-        let set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
-        let meta = Self::frame_meta(buffer, &info);
-        if let Some(slot) = channel.take_pool_reservation(buffer) {
-            // Upstream wrote into the slot itself.
-            if let Err(e) = set.slots.after_write(slot) {
-                channel.producer.cancel(slot);
-                return Err(self.transport_error(e));
-            }
-            channel
-                .producer
-                .publish(slot, &meta)
-                .map_err(|e| self.channel_error(e))?;
-            channel.zero_copy.fetch_add(1, Ordering::Relaxed);
-            gst::trace!(CAT, imp = self, "published slot {} without a copy", slot);
-            return Ok(gst::FlowSuccess::Ok);
-        }
-        let Some(slot) = channel
-            .producer
-            .reserve(&channel.interrupt)
-            .map_err(|e| self.channel_error(e))?
-        else {
-            gst::trace!(
-                CAT,
-                imp = self,
-                "all slots busy: dropped {:?}",
-                buffer.pts()
+        let result = self.render_frame(buffer);
+        if result.is_ok() && self.ticker.due() {
+            let _ = self.obj().post_message(
+                gst::message::Element::builder(self.stats())
+                    .src(&*self.obj())
+                    .build(),
             );
-            return Ok(gst::FlowSuccess::Ok);
-        };
-        let copied = set
-            .slots
-            .before_write(slot, &channel.producer)
-            .map_err(|e| e.to_string())
-            .and_then(|()| self.copy_into_slot(buffer, &info, &set.slots.slot_memory(slot)))
-            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()));
-        if let Err(e) = copied {
-            channel.producer.cancel(slot);
-            gst::element_imp_error!(
-                self,
-                gst::ResourceError::Write,
-                ("cannot copy the frame into slot {}: {}", slot, e)
-            );
-            return Err(gst::FlowError::Error);
         }
-        channel
-            .producer
-            .publish(slot, &meta)
-            .map_err(|e| self.channel_error(e))?;
-        channel.copied.fetch_add(1, Ordering::Relaxed);
-        gst::trace!(CAT, imp = self, "copied into slot {} and published", slot);
-        Ok(gst::FlowSuccess::Ok)
+        result
     }
 
     fn event(&self, event: gst::Event) -> bool {

@@ -151,6 +151,7 @@ pub struct CudaIpcSrc {
     waker: Mutex<Option<ConsumerWaker>>,
     /// Slots held by buffers of ours downstream.
     held: Arc<AtomicUsize>,
+    ticker: crate::periodic::StatsTicker,
 }
 
 enum Lost {
@@ -760,6 +761,7 @@ impl ObjectImpl for CudaIpcSrc {
                     .blurb("Every frame in order (the producer may wait for us) or only the latest")
                     .mutable_ready()
                     .build(),
+                crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
                     .blurb("frames, missed, waits, reconnects, producer-pid, latency-{count,min,mean,p50,p99,max}[-ns] (publish to receive)")
@@ -815,6 +817,7 @@ impl ObjectImpl for CudaIpcSrc {
                 obj.set_do_timestamp(settings.is_live);
             }
             "frames" => settings.frames = value.get().unwrap(),
+            "stats-interval" => self.ticker.set_interval_ms(value.get().unwrap()),
             _ => unimplemented!(),
         }
     }
@@ -829,6 +832,7 @@ impl ObjectImpl for CudaIpcSrc {
             "on-producer-lost" => settings.on_producer_lost.to_value(),
             "is-live" => settings.is_live.to_value(),
             "frames" => settings.frames.to_value(),
+            "stats-interval" => self.ticker.interval_ms().to_value(),
             "stats" => {
                 drop(settings);
                 self.stats_structure().to_value()
@@ -973,6 +977,13 @@ impl PushSrcImpl for CudaIpcSrc {
                         crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
                     self.stats.lock().unwrap().latency.record(latency);
                     if let Some(buffer) = self.frame_to_buffer(&mut state, frame)? {
+                        if self.ticker.due() {
+                            let _ = self.obj().post_message(
+                                gst::message::Element::builder(self.stats_structure())
+                                    .src(&*self.obj())
+                                    .build(),
+                            );
+                        }
                         return Ok(CreateSuccess::NewBuffer(buffer));
                     }
                     if let Some(gone) = state.gone.take() {

@@ -1071,27 +1071,21 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
         .x_desc("microseconds")
         .draw()
         .map_err(|e| e.to_string())?;
-    chart
-        .draw_series(latency.iter().map(|(r, i)| {
-            Rectangle::new(
-                [
-                    (0.0, *i as f64 + 0.15),
-                    (r.latency_p99_us, *i as f64 + 0.85),
-                ],
-                RGBColor(200, 200, 200).filled(),
-            )
-        }))
-        .map_err(|e| e.to_string())?;
-    chart
-        .draw_series(latency.iter().map(|(r, i)| {
-            Rectangle::new(
-                [
-                    (0.0, *i as f64 + 0.15),
-                    (r.latency_p50_us, *i as f64 + 0.85),
-                ],
-                RGBColor(60, 160, 90).filled(),
-            )
-        }))
-        .map_err(|e| e.to_string())?;
+    // p99 first, the median drawn over it.
+    let p99 = |r: &Row| r.latency_p99_us;
+    let p50 = |r: &Row| r.latency_p50_us;
+    for (value, colour) in [
+        (&p99 as &dyn Fn(&Row) -> f64, RGBColor(200, 200, 200)),
+        (&p50, RGBColor(60, 160, 90)),
+    ] {
+        chart
+            .draw_series(latency.iter().map(|(r, i)| {
+                Rectangle::new(
+                    [(0.0, *i as f64 + 0.15), (value(r), *i as f64 + 0.85)],
+                    colour.filled(),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+    }
     root.present().map_err(|e| e.to_string())
 }

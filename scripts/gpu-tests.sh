@@ -15,6 +15,10 @@ for t in .gpu-host/build/*; do
   name=$(basename "$t")
   "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1
   rc=$?
+  # Children a failed test may have left (stopped or orphaned pipelines)
+  # must not load the GPU while the next binary runs.
+  pkill -KILL -f "gst-launch-1.0" 2>/dev/null
+  pkill -KILL -f ".gpu-host/build/test-" 2>/dev/null
   summary=$(grep -E "^test result" "$logdir/$name.log" | tail -1)
   echo "$name: rc=$rc $summary"
   if [ $rc -ne 0 ]; then

@@ -64,6 +64,26 @@ fn run(program: impl Into<PathBuf>, args: &[&str]) -> Finished {
     start(program, args).finish(LIMIT)
 }
 
+/// The publisher, rendering `frames` frames on the CPU as fast as it can
+/// once one consumer waits on `channel`.
+fn publish_on_cpu(channel: &str, frames: u32) -> Finished {
+    run(
+        example("publisher"),
+        &[
+            "--channel",
+            channel,
+            "--frames",
+            &frames.to_string(),
+            "--size",
+            &size_arg(),
+            "--unpaced",
+            "--cpu",
+            "--wait-consumers",
+            "1",
+        ],
+    )
+}
+
 /// The `frame=N … sha1=…` lines of a program's output: (N, SHA-1, line).
 fn frames(out: &Finished) -> Vec<(u32, String, String)> {
     out.stdout
@@ -164,21 +184,7 @@ fn publisher_and_reader_agree_on_every_frame() {
         example("reader"),
         &["--channel", &channel, "--timeout-ms", "30000"],
     );
-    let publisher = run(
-        example("publisher"),
-        &[
-            "--channel",
-            &channel,
-            "--frames",
-            "30",
-            "--size",
-            &size_arg(),
-            "--unpaced",
-            "--cpu",
-            "--wait-consumers",
-            "1",
-        ],
-    );
+    let publisher = publish_on_cpu(&channel, 30);
     let reader = reader.finish(LIMIT);
     publisher.assert_success("publisher");
     reader.assert_success("reader");
@@ -299,21 +305,7 @@ fn python_reader_gets_every_frame_the_publisher_sent() {
             "30000",
         ],
     );
-    let publisher = run(
-        example("publisher"),
-        &[
-            "--channel",
-            &channel,
-            "--frames",
-            "30",
-            "--size",
-            &size_arg(),
-            "--unpaced",
-            "--cpu",
-            "--wait-consumers",
-            "1",
-        ],
-    );
+    let publisher = publish_on_cpu(&channel, 30);
     let reader = reader.finish(LIMIT);
     publisher.assert_success("publisher");
     reader.assert_success("python reader");

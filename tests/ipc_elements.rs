@@ -55,6 +55,19 @@ fn harness(description: &str) -> gst_check::Harness {
     )
 }
 
+/// A channel-level consumer (no element), for tests that hold frames.
+fn attach(channel: &str) -> Consumer {
+    Consumer::attach(
+        ConsumerConfig {
+            channel: channel.to_string(),
+            connect_timeout: Some(Duration::from_secs(5)),
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    )
+    .unwrap()
+}
+
 fn stats(element: &gst::Element) -> gst::Structure {
     element.property::<gst::Structure>("stats")
 }
@@ -250,15 +263,7 @@ fn the_sink_proposes_a_pool_whose_buffers_are_the_slots() {
     assert_eq!(size, 32 * 16);
     pool.set_active(true).unwrap();
     let no = AtomicBool::new(false);
-    let mut consumer = Consumer::attach(
-        ConsumerConfig {
-            channel: channel.clone(),
-            connect_timeout: Some(Duration::from_secs(5)),
-            ..Default::default()
-        },
-        &no,
-    )
-    .unwrap();
+    let mut consumer = attach(&channel);
     for i in 0..6u8 {
         let mut buffer = pool.acquire_buffer(None).unwrap();
         buffer.get_mut().unwrap().map_writable().unwrap().fill(i);
@@ -291,15 +296,7 @@ fn drop_mode_drops_and_counts_instead_of_waiting() {
     h.set_src_caps(caps("GRAY8", 16, 16));
     h.play();
     let no = AtomicBool::new(false);
-    let mut consumer = Consumer::attach(
-        ConsumerConfig {
-            channel: channel.clone(),
-            connect_timeout: Some(Duration::from_secs(5)),
-            ..Default::default()
-        },
-        &no,
-    )
-    .unwrap();
+    let mut consumer = attach(&channel);
     // The consumer takes the first two frames and never gives them back.
     let mut held = vec![];
     for i in 0..2u8 {

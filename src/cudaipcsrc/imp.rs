@@ -105,6 +105,8 @@ impl AsRef<[u8]> for HostSlotRead {
 
 /// An attachment to a producer.
 struct Connection {
+    /// The channel this connection is attached to.
+    channel: String,
     consumer: Consumer,
     kind: TransportKind,
     device: Option<Arc<Device>>,
@@ -218,6 +220,7 @@ impl CudaIpcSrc {
         }
         state.connected_before = true;
         state.connection = Some(Connection {
+            channel: settings.channel.clone(),
             consumer,
             kind,
             device,
@@ -337,7 +340,8 @@ impl CudaIpcSrc {
         state: &mut State,
         frame: Frame,
     ) -> Result<Option<gst::Buffer>, gst::FlowError> {
-        let settings = self.settings.lock().unwrap().clone();
+        // Per frame: copy the one setting needed, no clone of them all.
+        let is_live = self.settings.lock().unwrap().is_live;
         let connection = state.connection.as_mut().unwrap();
         let release = connection.consumer.release_handle();
         // Until a SlotHold owns it, the slot is given back on every early
@@ -367,7 +371,7 @@ impl CudaIpcSrc {
                 }
             };
             let slots = match transport::open_consumer_slots(
-                &settings.channel,
+                &connection.channel,
                 connection.consumer.info(),
                 &pool,
                 connection.device.as_ref(),
@@ -538,7 +542,7 @@ impl CudaIpcSrc {
                 )
                 .map_err(|_| gst::FlowError::Error)?;
             }
-            if !settings.is_live {
+            if !is_live {
                 b.set_pts(frame.pts.map(gst::ClockTime::from_nseconds));
                 b.set_dts(frame.dts.map(gst::ClockTime::from_nseconds));
             }

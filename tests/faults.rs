@@ -66,6 +66,26 @@ fn live_producer(t: Transport, channel: &str) -> Launch {
     ))
 }
 
+/// Once a consumer waits on `channel`, runs a producer of `frames` frames
+/// to its end; returns the checksums the consumer should print.
+fn produce_for_waiting_consumer(
+    t: Transport,
+    channel: &str,
+    frames: u32,
+    what: &str,
+) -> Vec<String> {
+    wait_for_waiting_consumers(channel, 1, LIMIT);
+    let src = source(t, frames);
+    let expected = reference_checksums(&src);
+    launch(&format!(
+        "{src} ! cudaipcsink channel={channel} {} sync=false",
+        t.sink
+    ))
+    .finish(LIMIT)
+    .assert_success(what);
+    expected
+}
+
 fn source(t: Transport, frames: u32) -> String {
     format!(
         "videotestsrc num-buffers={frames} pattern=ball ! {}",
@@ -140,15 +160,7 @@ fn producer_killed(t: Transport) {
 
     // `wait`: a new producer on the same channel is picked up.
     let (_, wait) = consumers.next().unwrap();
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
-    let src = source(t, 30);
-    let expected = reference_checksums(&src);
-    launch(&format!(
-        "{src} ! cudaipcsink channel={channel} {} sync=false",
-        t.sink
-    ))
-    .finish(LIMIT)
-    .assert_success("restarted producer");
+    let expected = produce_for_waiting_consumer(t, &channel, 30, "restarted producer");
     let done = wait.finish(LIMIT);
     done.assert_success("on-producer-lost=wait");
     let got = done.checksums();
@@ -204,15 +216,7 @@ fn restarted_producers(t: Transport, host: bool) {
         fds[2] <= fds[0],
         "the consumer's descriptors grew with reconnections: {fds:?}"
     );
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
-    let src = source(t, 30);
-    let expected = reference_checksums(&src);
-    launch(&format!(
-        "{src} ! cudaipcsink channel={channel} {} sync=false",
-        t.sink
-    ))
-    .finish(LIMIT)
-    .assert_success("last producer");
+    let expected = produce_for_waiting_consumer(t, &channel, 30, "last producer");
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");
     let got = done.checksums();
@@ -524,15 +528,7 @@ fn stale_channel_replaced(t: Transport) {
     let consumer = launch(&format!(
         "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
     ));
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
-    let src = source(t, 20);
-    let expected = reference_checksums(&src);
-    launch(&format!(
-        "{src} ! cudaipcsink channel={channel} {} sync=false",
-        t.sink
-    ))
-    .finish(LIMIT)
-    .assert_success("a producer on a stale channel");
+    let expected = produce_for_waiting_consumer(t, &channel, 20, "a producer on a stale channel");
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");
     assert_eq!(done.checksums(), expected);

@@ -4,6 +4,8 @@
 //! ```text
 //! cargo run --release --example bench -- [--frames N] [--mps off|on|both] [--out DIR]
 //! cargo run --release --example bench -- --smoke      # a few frames on the host transport (CI)
+//! cargo run --release --example bench -- --consumer-device 1   # every consumer reads from GPU 1
+//! cargo run --release --example bench -- --two-gpu     # consumer on GPU 0 and on GPU 1, side by side
 //! ```
 //!
 //! Each row reports frames per second, GB/s of frame data (frame bytes times
@@ -13,6 +15,13 @@
 //! verify` counts. Results go to stdout (a table), DIR/bench.csv and
 //! DIR/bench.png. With `--mps` the benchmark starts and stops its own MPS
 //! daemon with a private pipe directory.
+//!
+//! The producer always runs on GPU 0. `--consumer-device N` sets
+//! `cuda-device-id=N` on every consumer's `cudaipcsrc` (another GPU reads the
+//! slots through peer access) and copies row 2's frame to GPU N. `--two-gpu`
+//! runs only the copy and the default configuration (2 slots under MPS),
+//! once with the consumer on GPU 0 and once on GPU 1; with fewer than two
+//! devices it prints SKIPPED and exits 0. Rows name the consumer's GPU.
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -66,6 +75,10 @@ struct Options {
     out: PathBuf,
     slots: Vec<u32>,
     paced_seconds: u64,
+    /// `cuda-device-id` of the consumers' `cudaipcsrc`; `None`: the
+    /// producer's GPU (0).
+    consumer_device: Option<i32>,
+    two_gpu: bool,
 }
 
 impl Options {
@@ -78,6 +91,8 @@ impl Options {
             out: PathBuf::from("bench-results"),
             slots: vec![1, 2, 4, 8, 16],
             paced_seconds: 5,
+            consumer_device: None,
+            two_gpu: false,
         };
         let mut i = 0;
         while i < args.len() {
@@ -87,6 +102,9 @@ impl Options {
                 "--warmup" => o.warmup = value.parse().expect("--warmup N"),
                 "--out" => o.out = PathBuf::from(value),
                 "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
+                "--consumer-device" => {
+                    o.consumer_device = Some(value.parse().expect("--consumer-device N"))
+                }
                 "--slots" => {
                     o.slots = value
                         .split(',')
@@ -101,14 +119,15 @@ impl Options {
                         _ => panic!("--mps off|on|both"),
                     }
                 }
-                "--smoke" => {
-                    o.smoke = true;
+                "--smoke" | "--two-gpu" => {
+                    o.smoke |= args[i] == "--smoke";
+                    o.two_gpu |= args[i] == "--two-gpu";
                     i += 1;
                     continue;
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--out DIR] [--smoke]"
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--out DIR] [--smoke]"
                     );
                     std::process::exit(0);
                 }
@@ -134,7 +153,11 @@ fn run_role(args: &[String]) -> i32 {
     gst::init().unwrap();
     gstcudaipc::plugin_register_static().unwrap();
     match args[0].as_str() {
-        "copy" => run_copy(args[1].parse().unwrap(), args[2].parse().unwrap()),
+        "copy" => run_copy(
+            args[1].parse().unwrap(),
+            args[2].parse().unwrap(),
+            args[3].parse().unwrap(),
+        ),
         "pipeline" => run_pipeline(args[1].parse().unwrap(), &args[2]),
         other => {
             eprintln!("unknown role {other}");
@@ -196,9 +219,14 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
             _ => {}
         }
     }
-    // The CPU runs ahead of the GPU: the clock stops once the GPU is done.
+    // The CPU runs ahead of the GPU: the clock stops once the GPU is done
+    // (a consumer's: the one its source reads on; -1 is the producer's, 0).
+    let ordinal = pipeline
+        .by_name("src")
+        .filter(|s| s.find_property("cuda-device-id").is_some())
+        .map_or(0, |s| s.property::<i32>("cuda-device-id").max(0));
     if gstcudaipc::cuda::is_available()
-        && let Ok(device) = gstcudaipc::cuda::Device::get(0)
+        && let Ok(device) = gstcudaipc::cuda::Device::get(ordinal)
     {
         let _ = device.stream().synchronize();
     }
@@ -237,21 +265,24 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
     if ok { 0 } else { 1 }
 }
 
-/// Device-to-device copies of one 4K RGB frame between rotating buffers:
-/// the memory limit for moving these bytes.
-fn run_copy(bytes: usize, iterations: u64) -> i32 {
+/// Device-to-device copies of one 4K RGB frame between rotating buffers,
+/// from GPU 0 to GPU `to` (on `to`'s stream; another GPU through unified
+/// addressing): the memory (or link) limit for moving these bytes.
+fn run_copy(bytes: usize, iterations: u64, to: i32) -> i32 {
     use gstcudaipc::cuda::{Device, DeviceBuffer};
-    let Ok(device) = Device::get(0) else {
+    let (Ok(from), Ok(device)) = (Device::get(0), Device::get(to)) else {
         println!("RESULT measured=0 seconds=0");
         return 0;
     };
+    let peer = to != 0 && device.enable_peer_access(&from).is_ok();
     let buffers: Vec<DeviceBuffer> = (0..8)
-        .map(|_| DeviceBuffer::new(&device, bytes).unwrap())
+        .map(|i| DeviceBuffer::new(if i < 4 { &from } else { &device }, bytes).unwrap())
         .collect();
-    let stream = device.stream();
     for b in &buffers {
-        stream.memset(b.ptr(), 0x5a, bytes).unwrap();
+        b.device().stream().memset(b.ptr(), 0x5a, bytes).unwrap();
     }
+    from.stream().synchronize().unwrap();
+    let stream = device.stream();
     let copy = |i: u64| {
         let src = &buffers[(i % 4) as usize];
         let dst = &buffers[4 + (i % 4) as usize];
@@ -269,7 +300,8 @@ fn run_copy(bytes: usize, iterations: u64) -> i32 {
     }
     stream.synchronize().unwrap();
     let seconds = start.elapsed().as_secs_f64();
-    println!("RESULT measured={iterations} seconds={seconds:.6} cpu_s=0");
+    let peer = peer as u8;
+    println!("RESULT measured={iterations} seconds={seconds:.6} cpu_s=0 peer={peer}");
     0
 }
 
@@ -356,19 +388,29 @@ fn number(fields: &BTreeMap<String, String>, key: &str) -> Option<f64> {
 }
 
 /// Runs a producer and a consumer process; the consumer's clock makes the
-/// row.
+/// row. `consumer_device`: `cuda-device-id` of the consumer's `cudaipcsrc`,
+/// named in the row.
 fn two_process(
     config: &str,
     producer: &str,
     consumer: &str,
     warmup: u64,
     env: &[(String, String)],
+    consumer_device: Option<i32>,
 ) -> Row {
+    let (config, consumer) = match consumer_device {
+        Some(d) => (
+            format!("{config} [consumer GPU {d}]"),
+            consumer.replacen("cudaipcsrc ", &format!("cudaipcsrc cuda-device-id={d} "), 1),
+        ),
+        None => (config.to_string(), consumer.to_string()),
+    };
+    let config = config.as_str();
     let consumer_child = spawn(
         &Child {
             role: "pipeline",
             warmup,
-            pipeline: consumer.to_string(),
+            pipeline: consumer,
         },
         env,
     );
@@ -510,7 +552,12 @@ fn channel(tag: &str) -> String {
 
 fn run_benchmark(o: &Options) -> i32 {
     gst::init().unwrap();
-    let gpu = !o.smoke && gstcudaipc::cuda::is_available();
+    let devices = gstcudaipc::cuda::device_count();
+    if o.two_gpu && devices < 2 {
+        eprintln!("SKIPPED: needs two CUDA devices ({devices} visible): no --two-gpu rows");
+        return 0;
+    }
+    let gpu = !o.smoke && devices > 0;
     std::fs::create_dir_all(&o.out).expect("cannot create the output folder");
     let mut rows = Vec::new();
     if gpu {
@@ -527,16 +574,30 @@ fn run_benchmark(o: &Options) -> i32 {
                 None
             };
             let env = _daemon.as_ref().map(|d| d.env.clone()).unwrap_or_default();
-            for mut row in gpu_rows(o, &env) {
-                row.mps = mps;
+            // --two-gpu: the same rows with the consumer on GPU 0, then on 1.
+            let consumers = if o.two_gpu {
+                vec![Some(0), Some(1)]
+            } else {
+                vec![o.consumer_device]
+            };
+            for consumer_device in consumers {
+                let o = Options {
+                    consumer_device,
+                    ..o.clone()
+                };
+                for mut row in gpu_rows(&o, &env) {
+                    row.mps = mps;
+                    print_row(&row);
+                    rows.push(row);
+                }
+            }
+        }
+        if !o.two_gpu {
+            for mut row in paced_rows(o, true) {
+                row.mps = false;
                 print_row(&row);
                 rows.push(row);
             }
-        }
-        for mut row in paced_rows(o, true) {
-            row.mps = false;
-            print_row(&row);
-            rows.push(row);
         }
     } else {
         for mut row in host_rows(o).into_iter().chain(paced_rows(o, false)) {
@@ -573,35 +634,37 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     let generate =
         |frames: u64| format!("cudatestsrc num-buffers={frames} pattern=counter ! {caps}");
     let mut rows = Vec::new();
-    rows.push(single(
-        "1a one process: generate + invert",
-        &format!(
-            "{} ! cudaprocess operation=invert ! fakesink name=sink sync=false",
-            generate(total)
-        ),
-        o.warmup,
-        env,
-    ));
-    rows.push(single(
-        "1b one process: generate + invert + verify",
-        &format!(
-            "{} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false",
-            generate(total)
-        ),
-        o.warmup,
-        env,
-    ));
-    rows.push(single(
-        "1c one process: generate + verify (read only)",
-        &format!(
-            "{} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
-            generate(total)
-        ),
-        o.warmup,
-        env,
-    ));
-    let copy = spawn_copy(total, env);
-    rows.push(copy);
+    // --two-gpu: only rows 2 and 5 default.
+    if !o.two_gpu {
+        rows.push(single(
+            "1a one process: generate + invert",
+            &format!(
+                "{} ! cudaprocess operation=invert ! fakesink name=sink sync=false",
+                generate(total)
+            ),
+            o.warmup,
+            env,
+        ));
+        rows.push(single(
+            "1b one process: generate + invert + verify",
+            &format!(
+                "{} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false",
+                generate(total)
+            ),
+            o.warmup,
+            env,
+        ));
+        rows.push(single(
+            "1c one process: generate + verify (read only)",
+            &format!(
+                "{} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
+                generate(total)
+            ),
+            o.warmup,
+            env,
+        ));
+    }
+    rows.push(spawn_copy(total, env, o.consumer_device));
     let consumer = |src_props: &str| {
         format!(
             "cudaipcsrc name=src channel=CH connect-timeout=60000 {src_props} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false"
@@ -619,23 +682,26 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
             &consumer(src_props).replace("CH", &ch),
             warmup,
             env,
+            o.consumer_device,
         ));
     };
     let slow = (o.frames / 4).max(50);
-    two(
-        "3 seed: slots=1 gpu-sync=host spin".into(),
-        slow,
-        o.warmup / 4,
-        "slots=1 gpu-sync=host wait-mode=spin",
-        "wait-mode=spin",
-    );
-    two(
-        "4 seed with sleep wait".into(),
-        slow,
-        o.warmup / 4,
-        "slots=1 gpu-sync=host wait-mode=sleep",
-        "wait-mode=sleep",
-    );
+    if !o.two_gpu {
+        two(
+            "3 seed: slots=1 gpu-sync=host spin".into(),
+            slow,
+            o.warmup / 4,
+            "slots=1 gpu-sync=host wait-mode=spin",
+            "wait-mode=spin",
+        );
+        two(
+            "4 seed with sleep wait".into(),
+            slow,
+            o.warmup / 4,
+            "slots=1 gpu-sync=host wait-mode=sleep",
+            "wait-mode=sleep",
+        );
+    }
     two(
         "5 default: slots=auto event hybrid".into(),
         o.frames,
@@ -643,6 +709,9 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         "",
         "",
     );
+    if o.two_gpu {
+        return rows;
+    }
     for &slots in &o.slots {
         {
             two(
@@ -670,6 +739,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
             ),
             o.warmup,
             env,
+            o.consumer_device,
         ));
     }
     // The transport alone: the consumer takes frames and drops them (no GPU
@@ -686,6 +756,25 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
             &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"),
             o.warmup,
             env,
+            o.consumer_device,
+        ));
+    }
+    // For GStreamer's CUDA elements (nvcodec): the consumer copies every
+    // frame into GstCudaMemory (GStreamer 1.22 cannot wrap the slots); to
+    // compare with 5t.
+    if gstcudaipc::gstcuda::available() {
+        let ch = channel("gstcuda");
+        let producer = format!(
+            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
+            generate(total)
+        );
+        rows.push(two_process(
+            "5g default, consumer outputs GstCudaMemory (one copy)",
+            &producer,
+            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 output-memory=gstcuda ! fakesink name=sink sync=false"),
+            o.warmup,
+            env,
+            o.consumer_device,
         ));
     }
     // System memory at the ends: one frame uploaded again and again (no CPU
@@ -703,6 +792,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         ),
         10,
         env,
+        o.consumer_device,
     ));
     let ch = channel("download");
     rows.push(two_process(
@@ -713,11 +803,17 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         ),
         10,
         env,
+        o.consumer_device,
     ));
     rows
 }
 
-fn spawn_copy(iterations: u64, env: &[(String, String)]) -> Row {
+/// Row 2: copies of a frame from GPU 0 to the consumer's GPU (`None`: 0).
+fn spawn_copy(iterations: u64, env: &[(String, String)], to: Option<i32>) -> Row {
+    let config = match to {
+        Some(to) => format!("2 device-to-device copy of a frame [GPU 0 -> GPU {to}]"),
+        None => "2 device-to-device copy of a frame".to_string(),
+    };
     let exe = std::env::current_exe().unwrap();
     let child = Command::new(exe)
         .args([
@@ -725,6 +821,7 @@ fn spawn_copy(iterations: u64, env: &[(String, String)]) -> Row {
             "copy",
             &(FRAME_BYTES as u64).to_string(),
             &iterations.to_string(),
+            &to.unwrap_or(0).to_string(),
         ])
         .envs(env.iter().cloned())
         .stdout(Stdio::piped())
@@ -733,12 +830,24 @@ fn spawn_copy(iterations: u64, env: &[(String, String)]) -> Row {
         .unwrap();
     match result_of(child, "copy") {
         Ok(c) => {
-            let mut row = row_from("2 device-to-device copy of a frame", &c, None);
-            row.note = format!("{:.0} GB/s read+write", 2.0 * row.gbps());
+            let mut row = row_from(&config, &c, None);
+            row.note = if to.unwrap_or(0) == 0 {
+                format!("{:.0} GB/s read+write", 2.0 * row.gbps())
+            } else {
+                format!(
+                    "GPU to GPU, {:.0} GB/s; peer access {}",
+                    row.gbps(),
+                    if number(&c, "peer") == Some(1.0) {
+                        "enabled"
+                    } else {
+                        "unavailable (staged through the host)"
+                    }
+                )
+            };
             row
         }
         Err(e) => Row {
-            config: "2 device-to-device copy of a frame".into(),
+            config,
             error: e,
             ..Default::default()
         },
@@ -778,6 +887,7 @@ fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
             &consumer,
             30.min(frames / 2),
             &[],
+            o.consumer_device.filter(|_| gpu),
         ));
     }
     rows
@@ -812,6 +922,7 @@ fn host_rows(o: &Options) -> Vec<Row> {
             &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
             o.warmup,
             &[],
+            None,
         ));
     }
     rows

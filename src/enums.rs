@@ -135,3 +135,25 @@ impl From<Frames> for ConsumerMode {
         }
     }
 }
+
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstRsCudaIpcOutputMemory")]
+pub enum OutputMemory {
+    #[default]
+    #[enum_value(
+        name = "Auto: GstCudaMemory when downstream is an element of GStreamer's CUDA library (it proposes a GstCudaBufferPool), else the plugin's own memory",
+        nick = "auto"
+    )]
+    Auto,
+    #[enum_value(
+        name = "The plugin's own CudaIpcMemory (cudaipcsrc: the shared slots, no copy)",
+        nick = "cudaipc"
+    )]
+    CudaIpc,
+    #[enum_value(
+        name = "GstCudaMemory of GStreamer's CUDA library (one device-to-device copy on GStreamer 1.22)",
+        nick = "gstcuda"
+    )]
+    GstCuda,
+}

@@ -6,7 +6,8 @@
 //! Layers, lowest first: [`ipc`] (the channel in shared memory; no GStreamer,
 //! no CUDA), [`cuda`] (driver wrappers), [`transport`] (where slots live:
 //! CUDA device memory or shared host memory), [`memory`] (CUDA memory in
-//! GStreamer buffers), then one module per element.
+//! GStreamer buffers) and [`gstcuda`] (GStreamer's own CUDA library, when it
+//! is installed), then one module per element.
 
 use gst::glib;
 
@@ -16,6 +17,7 @@ pub mod cudaipcsrc;
 pub mod cudaprocess;
 pub mod cudatestsrc;
 mod enums;
+pub mod gstcuda;
 pub mod ipc;
 pub mod memory;
 mod periodic;

@@ -119,6 +119,31 @@ fn content_timestamps_caps_and_eos_travel() {
     );
 }
 
+/// Decoders and parsers put a multiview flag set into their caps; a
+/// consumer process that never saw that type must still parse them.
+#[test]
+fn caps_with_a_multiview_flag_set_reach_a_fresh_process() {
+    let channel = unique_channel("multiview");
+    let consumer = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let mut all = frames("NV12", 320, 240, 4, 0);
+    // This process has the type: the plugin registered it.
+    let caps: gst::Caps = "video/x-raw,format=NV12,width=320,height=240,framerate=30/1,multiview-mode=mono,multiview-flags=(GstVideoMultiviewFlagsSet)0:ffffffff"
+        .parse()
+        .unwrap();
+    let field = caps.structure(0).unwrap().value("multiview-flags").unwrap();
+    assert_eq!(field.type_().name(), "GstVideoMultiviewFlagsSet");
+    for frame in &mut all {
+        frame.caps = caps.clone();
+    }
+    produce(&channel, "transport=host", &all);
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksum_lines(), expected_lines(&all));
+}
+
 #[test]
 fn every_format_arrives_byte_identical() {
     for format in [

@@ -112,3 +112,80 @@ fn the_source_wraps_the_slots_without_copying() {
     assert_eq!(frames, 40);
     assert_eq!(pointers.len(), 3, "every frame must be one of the 3 slots");
 }
+
+/// A consumer on GPU 1 reads the slots of a producer on GPU 0 through peer
+/// access (`cuda-device-id=1`): its buffers are GPU 1 memory, and every
+/// counter frame arrives intact (checked on GPU 1 by `cudaprocess verify`).
+#[test]
+fn a_consumer_on_another_gpu_reads_every_frame_through_peer_access() {
+    const TEST: &str = "a_consumer_on_another_gpu_reads_every_frame_through_peer_access";
+    const FRAMES: u64 = 240;
+    let Some(gpu0) = gstcudaipc::test_support::gpu_or_skip(TEST) else {
+        return;
+    };
+    // CUDAIPC_REQUIRE_GPU=1 asks for one GPU, not two: skipped, not failed.
+    let skip = match gstcudaipc::cuda::Device::get(1) {
+        Err(e) => Some(format!("needs two CUDA devices ({e})")),
+        Ok(gpu1) if !gpu1.can_access_peer(&gpu0).unwrap_or(false) => {
+            Some("needs two CUDA devices with peer access (GPU 1 cannot map GPU 0's memory)".into())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = skip {
+        // Past the harness's capture, as gpu_or_skip prints.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {why} ({TEST})");
+        return;
+    }
+    init();
+    let channel = unique_channel("peer");
+    let pipeline = gst::parse::launch(&format!(
+        "cudaipcsrc channel={channel} cuda-device-id=1 connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let check = pipeline.by_name("check").unwrap();
+    let devices = std::sync::Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let seen = devices.clone();
+    check
+        .static_pad("sink")
+        .unwrap()
+        .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+            if let Some(buffer) = info.buffer() {
+                let device = gstcudaipc::memory::buffer_device_memory(buffer)
+                    .map_or(-1, |m| m.device.ordinal());
+                seen.lock().unwrap().insert(device);
+            }
+            gst::PadProbeReturn::Ok
+        });
+    pipeline.set_state(gst::State::Playing).unwrap();
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = launch(&format!(
+        "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! cudaipcsink channel={channel} sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    let end = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(LIMIT.as_secs()),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the consumer on GPU 1 reaches EOS");
+    if let gst::MessageView::Error(e) = end.view() {
+        panic!("consumer on GPU 1: {} ({:?})", e.error(), e.debug());
+    }
+    let stats = check.property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let count = |field: &str| stats.get::<u64>(field).unwrap();
+    assert_eq!(count("frames"), FRAMES, "{stats}");
+    assert_eq!(count("verified"), FRAMES, "{stats}");
+    assert_eq!(count("corrupt"), 0, "{stats}");
+    assert_eq!(count("missing"), 0, "{stats}");
+    assert_eq!(
+        *devices.lock().unwrap(),
+        HashSet::from([1]),
+        "the consumer reads on GPU 1"
+    );
+}

@@ -334,6 +334,23 @@ impl Device {
         self.context
     }
 
+    pub fn raw_device(&self) -> sys::CUdevice {
+        self.device
+    }
+
+    /// Lets this device's context use every allocation of `peer`'s context
+    /// directly (peer access); Ok if it already can.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        self.bind()?;
+        // SAFETY: both primary contexts are retained for the life of the
+        // process.
+        let code = unsafe { sys::cuCtxEnablePeerAccess(peer.context, 0) };
+        if code == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        check("cuCtxEnablePeerAccess", code)
+    }
+
     /// Whether this device can map memory of `peer`.
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         let mut can = 0;

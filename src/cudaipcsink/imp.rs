@@ -11,6 +11,7 @@ use gst_base::subclass::prelude::*;
 use super::pool::SlotPool;
 use crate::cuda::Device;
 use crate::enums::{Sync, Transport, Wait, WhenFullMode};
+use crate::gstcuda;
 use crate::ipc::layout::{GPU_SYNC_EVENT, GPU_SYNC_HOST, MAX_SLOTS};
 use crate::ipc::{ChannelError, FrameMeta, Producer, ProducerConfig, WhenFull};
 use crate::memory::{self, CudaAllocator};
@@ -158,6 +159,8 @@ pub struct CudaIpcSink {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     ticker: crate::periodic::StatsTicker,
+    /// Shared with GStreamer's CUDA elements (`gst.cuda.context`).
+    cuda_context: gstcuda::ContextShare,
 }
 
 impl CudaIpcSink {
@@ -280,6 +283,21 @@ impl CudaIpcSink {
         Ok(())
     }
 
+    /// Shares a `GstCudaContext` of our device with GStreamer's CUDA
+    /// elements, when that library is there and we use the cuda transport.
+    fn share_cuda_context(&self) {
+        if !gstcuda::available() {
+            return;
+        }
+        let settings = self.settings.lock().unwrap().clone();
+        if TransportKind::resolve(settings.transport.into()) != TransportKind::Cuda {
+            return;
+        }
+        if let Ok(device) = Device::get(settings.device_id) {
+            self.cuda_context.ensure(self.obj().upcast_ref(), &device);
+        }
+    }
+
     /// Copies (or uploads, or downloads) `buffer` into a free slot.
     fn copy_into_slot(
         &self,
@@ -288,35 +306,44 @@ impl CudaIpcSink {
         memory: &SlotMemory,
     ) -> Result<(), String> {
         let dst_planes = video::planes(info);
-        let src_planes: Vec<(u64, u32)> = match buffer.meta::<gst_video::VideoMeta>() {
-            Some(meta) => meta
+        // GstCudaMemory of GStreamer's CUDA elements, mapped on the device
+        // when our slots are on one too.
+        let gst_cuda = match memory {
+            SlotMemory::Device { .. } => gstcuda::MappedCudaMemory::of_buffer(buffer, false),
+            SlotMemory::Host { .. } => None,
+        };
+        let src_planes: Vec<(u64, u32)> = match (buffer.meta::<gst_video::VideoMeta>(), &gst_cuda) {
+            (Some(meta), _) => meta
                 .offset()
                 .iter()
                 .zip(meta.stride())
                 .take(meta.n_planes() as usize)
                 .map(|(o, s)| (*o as u64, *s as u32))
                 .collect(),
-            None => dst_planes.clone(),
+            (None, Some(mapped)) => mapped.planes.clone(),
+            (None, None) => dst_planes.clone(),
         };
         video::layout_fits(info, &src_planes, buffer.size() as u64)?;
+        if let (SlotMemory::Device { ptr, device, .. }, Some(src)) = (memory, &gst_cuda) {
+            let stream = device.stream();
+            video::copy_planes_device(&stream, *ptr, &dst_planes, src.ptr, &src_planes, info)
+                .map_err(|e| e.to_string())?;
+            // Upstream rewrites its memory on its own stream once we return
+            // the buffer: the copy must be done by then.
+            return stream.synchronize().map_err(|e| e.to_string());
+        }
         let source_device = memory::buffer_device_memory(buffer);
         match (memory, source_device) {
             (SlotMemory::Device { ptr, device, .. }, Some(src)) => {
-                let stream = device.stream();
-                for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
-                    src_planes.iter().zip(&dst_planes).enumerate()
-                {
-                    stream
-                        .copy_2d_device(
-                            ptr + dst_off,
-                            dst_stride as usize,
-                            src.ptr + src_off,
-                            src_stride as usize,
-                            video::row_bytes(info, p),
-                            video::rows(info, p),
-                        )
-                        .map_err(|e| e.to_string())?;
-                }
+                video::copy_planes_device(
+                    &device.stream(),
+                    *ptr,
+                    &dst_planes,
+                    src.ptr,
+                    &src_planes,
+                    info,
+                )
+                .map_err(|e| e.to_string())?;
             }
             (SlotMemory::Device { ptr, device, .. }, None) => {
                 let map = buffer
@@ -622,9 +649,37 @@ impl ElementImpl for CudaIpcSink {
         });
         PAD_TEMPLATES.as_ref()
     }
+
+    fn set_context(&self, context: &gst::Context) {
+        let device_id = self.settings.lock().unwrap().device_id;
+        self.cuda_context
+            .set_context(self.obj().upcast_ref(), context, device_id);
+        self.parent_set_context(context)
+    }
+
+    fn change_state(
+        &self,
+        transition: gst::StateChange,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        if transition == gst::StateChange::NullToReady {
+            // Before upstream CUDA elements (they go to READY after us) look
+            // for a context: they then share ours.
+            self.share_cuda_context();
+        }
+        let success = self.parent_change_state(transition)?;
+        if transition == gst::StateChange::ReadyToNull {
+            self.cuda_context.clear();
+        }
+        Ok(success)
+    }
 }
 
 impl BaseSinkImpl for CudaIpcSink {
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        self.cuda_context.query(self.obj().upcast_ref(), query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = self.settings.lock().unwrap().clone();
         let kind = TransportKind::resolve(settings.transport.into());

@@ -13,7 +13,8 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use crate::cuda::Device;
-use crate::enums::{Frames, ProducerLost, Wait};
+use crate::enums::{Frames, OutputMemory, ProducerLost, Wait};
+use crate::gstcuda::{self, MappedCudaMemory};
 use crate::ipc::stats::LatencyHistogram;
 use crate::ipc::{
     ChannelError, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, ProducerGone, ReleaseHandle,
@@ -44,6 +45,7 @@ struct Settings {
     on_producer_lost: ProducerLost,
     is_live: bool,
     frames: Frames,
+    output_memory: OutputMemory,
 }
 
 impl Default for Settings {
@@ -56,6 +58,7 @@ impl Default for Settings {
             on_producer_lost: ProducerLost::default(),
             is_live: DEFAULT_IS_LIVE,
             frames: Frames::default(),
+            output_memory: OutputMemory::default(),
         }
     }
 }
@@ -154,6 +157,11 @@ pub struct CudaIpcSrc {
     /// Slots held by buffers of ours downstream.
     held: Arc<AtomicUsize>,
     ticker: crate::periodic::StatsTicker,
+    /// Shared with GStreamer's CUDA elements (`gst.cuda.context`).
+    cuda_context: gstcuda::ContextShare,
+    /// The active `GstCudaBufferPool` frames are copied into (see
+    /// output-memory), chosen when the output caps are set.
+    gst_cuda_pool: Mutex<Option<gst::BufferPool>>,
 }
 
 enum Lost {
@@ -290,6 +298,12 @@ impl CudaIpcSrc {
             return Err(gst::FlowError::NotNegotiated);
         };
         connection.output_cuda = memory::caps_are_cuda(&chosen);
+        if connection.output_cuda
+            && let Some(device) = connection.device.as_ref()
+        {
+            // Before the allocation query, so that a pool of ours shares it.
+            self.cuda_context.ensure(obj.upcast_ref(), device);
+        }
         let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::Error)?;
         let pool = gst_video::VideoBufferPool::new();
         let mut config = pool.config();
@@ -311,7 +325,70 @@ impl CudaIpcSrc {
                 ("downstream refused caps {}", chosen)
             );
             gst::FlowError::NotNegotiated
-        })
+        })?;
+        // BaseSrc queries downstream's allocation only when it negotiates
+        // itself; these caps come from the channel, so ask here.
+        if let Some(old) = self.gst_cuda_pool.lock().unwrap().take() {
+            let _ = old.set_active(false);
+        }
+        let pool = if connection.output_cuda {
+            self.gst_cuda_output_pool(&chosen).map_err(|e| {
+                gst::element_imp_error!(self, gst::CoreError::Negotiation, ("{}", e));
+                gst::FlowError::NotNegotiated
+            })?
+        } else {
+            None
+        };
+        *self.gst_cuda_pool.lock().unwrap() = pool;
+        Ok(())
+    }
+
+    /// The `GstCudaBufferPool` (configured, active) to copy frames into for
+    /// `caps` (CUDA memory); `None`: output the slots themselves.
+    fn gst_cuda_output_pool(&self, caps: &gst::Caps) -> Result<Option<gst::BufferPool>, String> {
+        let output_memory = self.settings.lock().unwrap().output_memory;
+        if output_memory == OutputMemory::CudaIpc || !gstcuda::available() {
+            return Ok(None);
+        }
+        let mut query = gst::query::Allocation::new(Some(caps), true);
+        let _ = self.obj().src_pad().peer_query(&mut query);
+        let size = gst_video::VideoInfo::from_caps(caps)
+            .map_err(|_| format!("invalid video caps {caps}"))?
+            .size() as u32;
+        // A GstCudaBufferPool downstream: an element of GStreamer's CUDA
+        // library, which needs GstCudaMemory.
+        let downstream = query
+            .allocation_pools()
+            .next()
+            .and_then(|(pool, size, min, max)| Some((pool?, size, min, max)))
+            .filter(|(pool, ..)| gstcuda::is_cuda_buffer_pool(pool));
+        let candidate = match downstream {
+            Some(found) => Some(found),
+            None if output_memory == OutputMemory::GstCuda => self
+                .cuda_context
+                .get()
+                .and_then(|ctx| ctx.new_buffer_pool())
+                .map(|pool| (pool, size, 0, 0)),
+            None => None,
+        };
+        let Some((pool, pool_size, min, max)) = candidate else {
+            if output_memory == OutputMemory::GstCuda {
+                return Err("output-memory=gstcuda: no GstCudaBufferPool to write into".into());
+            }
+            return Ok(None);
+        };
+        if !gstcuda::configure_pool(&pool, caps, pool_size.max(size), min, max)
+            || pool.set_active(true).is_err()
+        {
+            return Err(format!("{} refused {caps}", pool.name()));
+        }
+        gst::info!(
+            CAT,
+            imp = self,
+            "copying frames into GstCudaMemory of {}",
+            pool.name()
+        );
+        Ok(Some(pool))
     }
 
     fn corrupt(&self, what: String) -> gst::FlowError {
@@ -477,7 +554,9 @@ impl CudaIpcSrc {
         // until downstream drops it. Like v4l2src with its pool, copy instead
         // when we would otherwise leave the producer no slot to write into
         // (a sink keeping its last buffer, a queue, or slots=1).
-        let wrap = connection.output_cuda || connection.kind == TransportKind::Host;
+        let gst_cuda_pool = self.gst_cuda_pool.lock().unwrap().clone();
+        let wrap = (connection.output_cuda && gst_cuda_pool.is_none())
+            || connection.kind == TransportKind::Host;
         let wrap = wrap && self.held.load(Ordering::SeqCst) < slots.slot_count();
         gst::trace!(
             CAT,
@@ -492,9 +571,15 @@ impl CudaIpcSrc {
         let mut buffer = if wrap {
             wrap_slot(memory, &frame, hold)
         } else {
-            let pool = connection.copy_pool.as_ref().unwrap();
+            let pool = gst_cuda_pool
+                .as_ref()
+                .unwrap_or_else(|| connection.copy_pool.as_ref().unwrap());
             let mut buffer = pool.acquire_buffer(None)?;
-            let copied = copy_slot(&memory, &frame, &info, buffer.get_mut().unwrap());
+            let copied = if gst_cuda_pool.is_some() {
+                copy_slot_to_gst_cuda(&memory, &frame, &info, buffer.get_mut().unwrap())
+            } else {
+                copy_slot(&memory, &frame, &info, buffer.get_mut().unwrap())
+            };
             // Give the slot back once the copy is queued (after it, on the
             // GPU).
             drop(hold);
@@ -665,21 +750,15 @@ fn copy_slot(
     let planes = video::planes(info);
     match (memory, memory::buffer_device_memory(buffer)) {
         (SlotMemory::Device { ptr, device, .. }, Some(dst)) => {
-            let stream = device.stream();
-            for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
-                frame.planes.iter().zip(&planes).enumerate()
-            {
-                stream
-                    .copy_2d_device(
-                        dst.ptr + dst_off,
-                        dst_stride as usize,
-                        ptr + src_off,
-                        src_stride as usize,
-                        video::row_bytes(info, p),
-                        video::rows(info, p),
-                    )
-                    .map_err(|e| e.to_string())?;
-            }
+            video::copy_planes_device(
+                &device.stream(),
+                dst.ptr,
+                &planes,
+                *ptr,
+                &frame.planes,
+                info,
+            )
+            .map_err(|e| e.to_string())?;
         }
         (SlotMemory::Device { ptr, device, .. }, None) => {
             let mut map = buffer
@@ -711,6 +790,25 @@ fn copy_slot(
         }
     }
     Ok(())
+}
+
+/// Copies the frame in a slot into a buffer of `GstCudaMemory`, done when
+/// this returns: GStreamer 1.22's CUDA elements take pushed memory as ready.
+fn copy_slot_to_gst_cuda(
+    memory: &SlotMemory,
+    frame: &Frame,
+    info: &gst_video::VideoInfo,
+    buffer: &mut gst::BufferRef,
+) -> Result<(), String> {
+    let SlotMemory::Device { ptr, device, .. } = memory else {
+        return Err("GstCudaMemory output needs the cuda transport".into());
+    };
+    let dst = MappedCudaMemory::of_buffer(buffer, true)
+        .ok_or("the output buffer holds no GstCudaMemory that maps")?;
+    let stream = device.stream();
+    video::copy_planes_device(&stream, dst.ptr, &dst.planes, *ptr, &frame.planes, info)
+        .and_then(|()| stream.synchronize())
+        .map_err(|e| e.to_string())
 }
 
 #[glib::object_subclass]
@@ -763,6 +861,11 @@ impl ObjectImpl for CudaIpcSrc {
                 glib::ParamSpecEnum::builder_with_default("frames", Frames::default())
                     .nick("Frames")
                     .blurb("Every frame in order (the producer may wait for us) or only the latest")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("output-memory", OutputMemory::default())
+                    .nick("Output memory")
+                    .blurb("Memory of CUDA output buffers: the shared slots themselves, or GstCudaMemory for GStreamer's CUDA elements (nvcodec)")
                     .mutable_ready()
                     .build(),
                 crate::periodic::interval_property(),
@@ -821,6 +924,7 @@ impl ObjectImpl for CudaIpcSrc {
                 obj.set_do_timestamp(settings.is_live);
             }
             "frames" => settings.frames = value.get().unwrap(),
+            "output-memory" => settings.output_memory = value.get().unwrap(),
             "stats-interval" => self.ticker.set_interval_ms(value.get().unwrap()),
             _ => unimplemented!(),
         }
@@ -836,6 +940,7 @@ impl ObjectImpl for CudaIpcSrc {
             "on-producer-lost" => settings.on_producer_lost.to_value(),
             "is-live" => settings.is_live.to_value(),
             "frames" => settings.frames.to_value(),
+            "output-memory" => settings.output_memory.to_value(),
             "stats-interval" => self.ticker.interval_ms().to_value(),
             "stats" => {
                 drop(settings);
@@ -880,6 +985,29 @@ impl ElementImpl for CudaIpcSrc {
         });
         PAD_TEMPLATES.as_ref()
     }
+
+    fn set_context(&self, context: &gst::Context) {
+        let device_id = self.settings.lock().unwrap().device_id;
+        self.cuda_context
+            .set_context(self.obj().upcast_ref(), context, device_id);
+        self.parent_set_context(context)
+    }
+
+    fn change_state(
+        &self,
+        transition: gst::StateChange,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        if transition == gst::StateChange::NullToReady {
+            // Downstream CUDA elements went to READY first: share theirs.
+            let device_id = self.settings.lock().unwrap().device_id;
+            self.cuda_context.adopt(self.obj().upcast_ref(), device_id);
+        }
+        let success = self.parent_change_state(transition)?;
+        if transition == gst::StateChange::ReadyToNull {
+            self.cuda_context.clear();
+        }
+        Ok(success)
+    }
 }
 
 impl BaseSrcImpl for CudaIpcSrc {
@@ -887,6 +1015,13 @@ impl BaseSrcImpl for CudaIpcSrc {
         let settings = self.settings.lock().unwrap().clone();
         crate::ipc::shm::validate_channel_name(&settings.channel)
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        if settings.output_memory == OutputMemory::GstCuda && !gstcuda::available() {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                ("output-memory=gstcuda needs GStreamer's CUDA library (libgstcuda-1.0, gst-plugins-bad) and a CUDA driver")
+            ));
+        }
+        *self.gst_cuda_pool.lock().unwrap() = None;
         *self.state.lock().unwrap() = State::default();
         *self.stats.lock().unwrap() = Stats::default();
         self.interrupt.store(false, Ordering::SeqCst);
@@ -896,12 +1031,20 @@ impl BaseSrcImpl for CudaIpcSrc {
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         // Buffers still downstream keep their slots until they are dropped.
         *self.waker.lock().unwrap() = None;
+        if let Some(pool) = self.gst_cuda_pool.lock().unwrap().take() {
+            let _ = pool.set_active(false);
+        }
         *self.state.lock().unwrap() = State::default();
         Ok(())
     }
 
     fn is_seekable(&self) -> bool {
         false
+    }
+
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        self.cuda_context.query(self.obj().upcast_ref(), query)
+            || BaseSrcImplExt::parent_query(self, query)
     }
 
     fn negotiate(&self) -> Result<(), gst::LoggableError> {

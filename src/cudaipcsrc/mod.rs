@@ -27,6 +27,10 @@ glib::wrapper! {
 }
 
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    // Caps from the channel may carry a GstVideoMultiviewFlagsSet (decoders
+    // and parsers add one); parsing them needs that type registered.
+    // SAFETY: a GType getter, callable any time after gst_init.
+    unsafe { gst_video::ffi::gst_video_multiview_flagset_get_type() };
     gst::Element::register(
         Some(plugin),
         "cudaipcsrc",

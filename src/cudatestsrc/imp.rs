@@ -11,6 +11,8 @@ use gst_base::subclass::prelude::*;
 use super::kernels::{self, Geometry, Planes};
 use super::pattern::{self, Pattern};
 use crate::cuda::{Device, DeviceBuffer, Module};
+use crate::enums::OutputMemory;
+use crate::gstcuda::{self, MappedCudaMemory};
 use crate::memory::{self, CudaAllocator};
 use crate::video;
 
@@ -40,6 +42,7 @@ struct Settings {
     pattern: Pattern,
     is_live: bool,
     cuda_device_id: i32,
+    output_memory: OutputMemory,
 }
 
 impl Default for Settings {
@@ -48,6 +51,7 @@ impl Default for Settings {
             pattern: DEFAULT_PATTERN,
             is_live: DEFAULT_IS_LIVE,
             cuda_device_id: DEFAULT_CUDA_DEVICE_ID,
+            output_memory: OutputMemory::default(),
         }
     }
 }
@@ -90,6 +94,8 @@ fn frames_to_time(frames: u64, fps: gst::Fraction) -> gst::ClockTime {
 pub struct CudaTestSrc {
     settings: Mutex<Settings>,
     state: Mutex<State>,
+    /// Shared with GStreamer's CUDA elements (`gst.cuda.context`).
+    cuda_context: gstcuda::ContextShare,
 }
 
 impl CudaTestSrc {
@@ -158,9 +164,47 @@ impl CudaTestSrc {
         let gpu_error = |e: crate::cuda::CudaError| {
             gst::error_msg!(gst::StreamError::Failed, ("GPU work failed: {e}"))
         };
-        let layout = pattern::buffer_planes(info, buffer).map_err(layout_error)?;
         // The pattern's frame number wraps at 2^32 (verify expects that).
         let frame = *frames as u32;
+        if let Some(mapped) = MappedCudaMemory::of_buffer(buffer, true) {
+            // GstCudaMemory of GStreamer's CUDA library.
+            let layout: Vec<(usize, usize)> = mapped
+                .planes
+                .iter()
+                .map(|&(offset, stride)| (offset as usize, stride as usize))
+                .collect();
+            let stream = gpu.device.stream();
+            if mapped.context.is_primary_of(&gpu.device) {
+                let planes =
+                    Planes::at(info, mapped.ptr, mapped.size, &layout).map_err(layout_error)?;
+                kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
+                    .map_err(gpu_error)?;
+            } else {
+                // Memory of another CUDA context: our kernels cannot touch
+                // it, a copy can.
+                let size = info.size();
+                if scratch.as_ref().is_none_or(|s| s.size() < size) {
+                    *scratch = Some(DeviceBuffer::new(&gpu.device, size).map_err(gpu_error)?);
+                }
+                let scratch = scratch.as_ref().unwrap();
+                let planes = Planes::at(info, scratch.ptr(), size, &pattern::default_planes(info))
+                    .map_err(layout_error)?;
+                kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
+                    .map_err(gpu_error)?;
+                video::copy_planes_device(
+                    &stream,
+                    mapped.ptr,
+                    &mapped.planes,
+                    scratch.ptr(),
+                    &video::planes(info),
+                    info,
+                )
+                .map_err(gpu_error)?;
+            }
+            // GStreamer 1.22's CUDA elements take pushed memory as ready.
+            return stream.synchronize().map_err(gpu_error);
+        }
+        let layout = pattern::buffer_planes(info, buffer).map_err(layout_error)?;
         if *cuda_memory {
             let Some(mem) = memory::buffer_device_memory(buffer) else {
                 return Err(gst::error_msg!(
@@ -270,6 +314,11 @@ impl ObjectImpl for CudaTestSrc {
                     .default_value(DEFAULT_CUDA_DEVICE_ID)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecEnum::builder_with_default("output-memory", OutputMemory::default())
+                    .nick("Output memory")
+                    .blurb("Memory of CUDA output buffers: the plugin's own, or GstCudaMemory for GStreamer's CUDA elements (nvcodec)")
+                    .mutable_ready()
+                    .build(),
             ]
         });
         PROPERTIES.as_ref()
@@ -291,6 +340,9 @@ impl ObjectImpl for CudaTestSrc {
             "cuda-device-id" => {
                 settings.cuda_device_id = value.get().expect("type checked upstream");
             }
+            "output-memory" => {
+                settings.output_memory = value.get().expect("type checked upstream");
+            }
             _ => unimplemented!(),
         }
     }
@@ -301,6 +353,7 @@ impl ObjectImpl for CudaTestSrc {
             "pattern" => settings.pattern.to_value(),
             "is-live" => settings.is_live.to_value(),
             "cuda-device-id" => settings.cuda_device_id.to_value(),
+            "output-memory" => settings.output_memory.to_value(),
             _ => unimplemented!(),
         }
     }
@@ -343,11 +396,44 @@ impl ElementImpl for CudaTestSrc {
         });
         PAD_TEMPLATES.as_ref()
     }
+
+    fn set_context(&self, context: &gst::Context) {
+        let device_id = self.settings.lock().unwrap().cuda_device_id;
+        self.cuda_context
+            .set_context(self.obj().upcast_ref(), context, device_id);
+        self.parent_set_context(context)
+    }
+
+    fn change_state(
+        &self,
+        transition: gst::StateChange,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        if transition == gst::StateChange::NullToReady {
+            // Downstream CUDA elements went to READY first: share theirs.
+            let device_id = self.settings.lock().unwrap().cuda_device_id;
+            self.cuda_context.adopt(self.obj().upcast_ref(), device_id);
+        }
+        let success = self.parent_change_state(transition)?;
+        if transition == gst::StateChange::ReadyToNull {
+            self.cuda_context.clear();
+        }
+        Ok(success)
+    }
 }
 
 impl BaseSrcImpl for CudaTestSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
-        let id = self.settings.lock().unwrap().cuda_device_id;
+        let Settings {
+            cuda_device_id: id,
+            output_memory,
+            ..
+        } = *self.settings.lock().unwrap();
+        if output_memory == OutputMemory::GstCuda && !gstcuda::available() {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                ("output-memory=gstcuda needs GStreamer's CUDA library (libgstcuda-1.0, gst-plugins-bad) and a CUDA driver")
+            ));
+        }
         let device = Device::get(id).map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::NotFound,
@@ -366,6 +452,7 @@ impl BaseSrcImpl for CudaTestSrc {
             "generating on CUDA device {id} ({})",
             device.name()
         );
+        self.cuda_context.ensure(self.obj().upcast_ref(), &device);
         *self.state.lock().unwrap() = State {
             gpu: Some(Gpu { device, module }),
             ..Default::default()
@@ -447,6 +534,9 @@ impl BaseSrcImpl for CudaTestSrc {
     }
 
     fn query(&self, query: &mut gst::QueryRef) -> bool {
+        if self.cuda_context.query(self.obj().upcast_ref(), query) {
+            return true;
+        }
         if let gst::QueryViewMut::Latency(q) = query.view_mut() {
             let fps = self.state.lock().unwrap().info.as_ref().map(|i| i.fps());
             if let Some(fps) = fps.filter(|f| f.numer() > 0) {
@@ -483,7 +573,51 @@ impl BaseSrcImpl for CudaTestSrc {
             }
             return Ok(());
         }
+        let output_memory = self.settings.lock().unwrap().output_memory;
         let downstream = query.allocation_pools().next();
+        if let Some((Some(pool), size, min, max)) = &downstream
+            && output_memory != OutputMemory::CudaIpc
+            && gstcuda::available()
+            && gstcuda::is_cuda_buffer_pool(pool)
+        {
+            // An element of GStreamer's CUDA library: GstCudaMemory.
+            let size = (*size).max(frame_size);
+            if gstcuda::configure_pool(pool, &caps, size, *min, *max) {
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "writing into GstCudaMemory of {}",
+                    pool.name()
+                );
+                query.set_nth_allocation_pool(0, Some(pool), size, *min, *max);
+                return Ok(());
+            }
+            gst::warning!(CAT, imp = self, "{} refused {caps}", pool.name());
+        }
+        if output_memory == OutputMemory::GstCuda {
+            let pool = self
+                .cuda_context
+                .get()
+                .and_then(|ctx| ctx.new_buffer_pool())
+                .filter(|pool| gstcuda::configure_pool(pool, &caps, frame_size, 0, 0))
+                .ok_or_else(|| {
+                    gst::loggable_error!(
+                        CAT,
+                        "output-memory=gstcuda: cannot make a GstCudaBufferPool for {caps}"
+                    )
+                })?;
+            gst::info!(
+                CAT,
+                imp = self,
+                "writing into GstCudaMemory of our own pool"
+            );
+            if downstream.is_some() {
+                query.set_nth_allocation_pool(0, Some(&pool), frame_size, 0, 0);
+            } else {
+                query.add_allocation_pool(Some(&pool), frame_size, 0, 0);
+            }
+            return Ok(());
+        }
         if let Some((Some(pool), size, min, max)) = downstream
             && Self::pool_holds_cuda_memory(&pool, query)
         {

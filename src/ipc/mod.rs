@@ -17,7 +17,9 @@ use std::fmt;
 pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
 };
-pub use producer::{FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull};
+pub use producer::{
+    ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
+};
 pub use wait::WaitMode;
 
 /// Which frames a consumer wants.

@@ -84,6 +84,11 @@ pub struct ConsumerReleaseInfo {
     pub descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]>,
 }
 
+/// See [`Producer::consumer_fingerprint`]: (session, release seqlock) of each
+/// active consumer record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerSetFingerprint([Option<(u64, u64)>; MAX_CONSUMERS]);
+
 pub struct Producer {
     shared: SharedFile,
     config: ProducerConfig,
@@ -596,10 +601,13 @@ impl Producer {
         reclaimed
     }
 
-    /// The release descriptors of every attached consumer that has any.
-    pub fn consumer_release_info(&self) -> Vec<ConsumerReleaseInfo> {
+    /// The release descriptors of every attached consumer that has any, and
+    /// the records that could not be read (being rewritten: read them again
+    /// later).
+    pub fn consumer_release_info(&self) -> (Vec<ConsumerReleaseInfo>, Vec<usize>) {
         let h = self.header();
         let mut out = Vec::new();
+        let mut unread = Vec::new();
         for (index, record) in h.consumers.iter().enumerate() {
             if record.state.load(Ordering::SeqCst) != CONSUMER_ACTIVE {
                 continue;
@@ -617,34 +625,38 @@ impl Producer {
                     .collect();
                 (session, descriptors)
             });
-            if let Some((session, descriptors)) = read
-                && !descriptors.is_empty()
-            {
-                out.push(ConsumerReleaseInfo {
-                    index,
-                    session,
-                    descriptors,
-                });
+            match read {
+                Some((session, descriptors)) if !descriptors.is_empty() => {
+                    out.push(ConsumerReleaseInfo {
+                        index,
+                        session,
+                        descriptors,
+                    })
+                }
+                Some(_) => {}
+                None => unread.push(index),
             }
         }
-        out
+        (out, unread)
     }
 
-    /// Cheap fingerprint of the set of attached consumers: changes when one
-    /// attaches, leaves or publishes new release descriptors.
-    pub fn consumer_fingerprint(&self) -> u64 {
+    /// The set of attached consumers and of the release descriptors they
+    /// published: equal fingerprints mean nothing changed. Exact, one entry
+    /// per consumer record: a change can never cancel out another (a hash of
+    /// the records could, and the producer would then not order its writes
+    /// after those consumers' reads).
+    pub fn consumer_fingerprint(&self) -> ConsumerSetFingerprint {
         let h = self.header();
-        let mut x = 0u64;
-        for (i, record) in h.consumers.iter().enumerate() {
-            if record.state.load(Ordering::Relaxed) == CONSUMER_ACTIVE {
-                x ^= record
-                    .session
-                    .load(Ordering::Relaxed)
-                    .rotate_left(i as u32)
-                    .wrapping_add(record.release_seqlock.load(Ordering::Relaxed));
+        let mut entries = [None; MAX_CONSUMERS];
+        for (entry, record) in entries.iter_mut().zip(h.consumers.iter()) {
+            if record.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE {
+                *entry = Some((
+                    record.session.load(Ordering::SeqCst),
+                    record.release_seqlock.load(Ordering::SeqCst),
+                ));
             }
         }
-        x
+        ConsumerSetFingerprint(entries)
     }
 
     pub fn stats(&self) -> ProducerStats {

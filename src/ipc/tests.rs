@@ -431,3 +431,38 @@ fn a_new_pool_does_not_wait_for_frames_consumers_hold() {
     assert_eq!(p.held_slots()[held.slot], 0);
     timer.join().unwrap();
 }
+
+/// The producer orders its writes after the reads of every consumer whose
+/// release descriptors it has seen: a change in the consumer set must always
+/// show in the fingerprint, including two consumers publishing at once (a
+/// hash of the records let such changes cancel out, about one run in three).
+#[test]
+fn consumers_publishing_release_descriptors_together_are_always_noticed() {
+    for round in 0..64u8 {
+        let channel = unique_channel("fingerprint");
+        let p = producer(&channel, WhenFull::Block);
+        let consumers = [
+            consumer(&channel, ConsumerMode::EveryFrame),
+            consumer(&channel, ConsumerMode::EveryFrame),
+        ];
+        let before = p.consumer_fingerprint();
+        assert_eq!(p.consumer_release_info(), (vec![], vec![]));
+        for (n, c) in consumers.iter().enumerate() {
+            c.set_release_descriptors(&[[round ^ n as u8; RELEASE_DESCRIPTOR_BYTES]; 4]);
+        }
+        assert_ne!(p.consumer_fingerprint(), before, "round {round}");
+        let (infos, unread) = p.consumer_release_info();
+        assert!(unread.is_empty());
+        assert_eq!(infos.len(), 2);
+        for (info, n) in infos.iter().zip(0u8..) {
+            assert_eq!(
+                info.descriptors,
+                vec![[round ^ n; RELEASE_DESCRIPTOR_BYTES]; 4]
+            );
+        }
+        // New descriptors of the same length (a new pool) are a change too.
+        let published = p.consumer_fingerprint();
+        consumers[0].set_release_descriptors(&[[!round; RELEASE_DESCRIPTOR_BYTES]; 4]);
+        assert_ne!(p.consumer_fingerprint(), published, "round {round}");
+    }
+}

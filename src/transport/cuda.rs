@@ -8,13 +8,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::{
     ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind,
 };
 use crate::cuda::{Device, DeviceBuffer, Event, IPC_HANDLE_BYTES, ImportedMemory};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use crate::ipc::{ChannelInfo, PoolInfo, Producer};
+use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, PoolInfo, Producer};
 
 fn split_descriptor(
     d: &[u8; SLOT_DESCRIPTOR_BYTES],
@@ -26,10 +27,21 @@ fn split_descriptor(
     (memory, event)
 }
 
-/// A consumer's release events, opened once per attachment.
+/// A consumer's release events, opened once per descriptor it publishes.
 struct ConsumerEvents {
     session: u64,
-    events: Vec<Option<Event>>,
+    /// Per slot: the published descriptor and its event, opened.
+    events: Vec<([u8; RELEASE_DESCRIPTOR_BYTES], Option<Event>)>,
+}
+
+/// The release events of the attached consumers, as last read.
+#[derive(Default)]
+struct ConsumerEventCache {
+    /// The consumer set the events were read for.
+    seen: Option<ConsumerSetFingerprint>,
+    /// A consumer's descriptors were being rewritten: read again then.
+    retry_at: Option<Instant>,
+    consumers: HashMap<usize, ConsumerEvents>,
 }
 
 pub struct CudaProducerSlots {
@@ -39,8 +51,7 @@ pub struct CudaProducerSlots {
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
     sync: GpuSync,
-    /// Fingerprint of the consumer set last seen, and their opened events.
-    consumers: Mutex<(Option<u64>, HashMap<usize, ConsumerEvents>)>,
+    consumers: Mutex<ConsumerEventCache>,
 }
 
 impl CudaProducerSlots {
@@ -66,43 +77,55 @@ impl CudaProducerSlots {
             descriptors,
             size: request.size,
             sync: request.gpu_sync,
-            consumers: Mutex::new((None, HashMap::new())),
+            consumers: Mutex::new(ConsumerEventCache::default()),
         })
     }
 
     /// Opens the release events of consumers that attached since last time.
-    fn refresh_consumers(
-        &self,
-        producer: &Producer,
-        cache: &mut (Option<u64>, HashMap<usize, ConsumerEvents>),
-    ) {
+    fn refresh_consumers(&self, producer: &Producer, cache: &mut ConsumerEventCache) {
         let fingerprint = producer.consumer_fingerprint();
-        if cache.0 == Some(fingerprint) {
+        let retry_due = cache.retry_at.is_some_and(|at| Instant::now() >= at);
+        if cache.seen.as_ref() == Some(&fingerprint) && !retry_due {
             return;
         }
-        let infos = producer.consumer_release_info();
-        cache.1.retain(|index, c| {
-            infos
-                .iter()
-                .any(|i| i.index == *index && i.session == c.session)
+        let (infos, unread) = producer.consumer_release_info();
+        // Events of a consumer whose record could not be read stay in use.
+        cache.consumers.retain(|index, c| {
+            unread.contains(index)
+                || infos
+                    .iter()
+                    .any(|i| i.index == *index && i.session == c.session)
         });
         for info in infos {
-            let entry = cache.1.entry(info.index).or_insert_with(|| ConsumerEvents {
-                session: info.session,
-                events: Vec::new(),
-            });
-            while entry.events.len() < info.descriptors.len() {
-                let d = &info.descriptors[entry.events.len()];
+            let entry = cache
+                .consumers
+                .entry(info.index)
+                .or_insert_with(|| ConsumerEvents {
+                    session: info.session,
+                    events: Vec::new(),
+                });
+            // Consumers publish new events with each pool they open.
+            entry.events.truncate(info.descriptors.len());
+            for (slot, descriptor) in info.descriptors.iter().enumerate() {
+                if entry.events.get(slot).is_some_and(|(d, _)| d == descriptor) {
+                    continue;
+                }
                 let mut handle = [0u8; IPC_HANDLE_BYTES];
-                handle.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
+                handle.copy_from_slice(&descriptor[..IPC_HANDLE_BYTES]);
                 // A consumer that publishes garbage only loses its own
                 // ordering guarantee; it cannot stop the producer.
-                entry
-                    .events
-                    .push(Event::open_ipc(&self.device, &handle).ok());
+                let opened = (*descriptor, Event::open_ipc(&self.device, &handle).ok());
+                if slot < entry.events.len() {
+                    entry.events[slot] = opened;
+                } else {
+                    entry.events.push(opened);
+                }
             }
         }
-        cache.0 = Some(fingerprint);
+        cache.seen = Some(fingerprint);
+        // Bounded re-reads: a consumer stuck mid-write must not cost every
+        // frame a full seqlock read.
+        cache.retry_at = (!unread.is_empty()).then(|| Instant::now() + Duration::from_millis(1));
     }
 }
 
@@ -143,8 +166,8 @@ impl ProducerSlots for CudaProducerSlots {
         let mut cache = self.consumers.lock().unwrap();
         self.refresh_consumers(producer, &mut cache);
         let stream = self.device.stream();
-        for consumer in cache.1.values() {
-            if let Some(Some(event)) = consumer.events.get(slot) {
+        for consumer in cache.consumers.values() {
+            if let Some((_, Some(event))) = consumer.events.get(slot) {
                 stream.wait_event(event)?;
             }
         }

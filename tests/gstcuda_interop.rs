@@ -1,0 +1,373 @@
+// Interoperation with GStreamer's CUDA library and its nvcodec elements
+// (cudaupload, cudadownload, cudaconvert): GstCudaMemory in and out, and one
+// shared GstCudaContext. GPU tests print SKIPPED elsewhere (and fail with
+// CUDAIPC_REQUIRE_GPU=1); the rest runs everywhere.
+
+mod common;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use common::*;
+use gst::prelude::*;
+use gst_video::prelude::*;
+use gstcudaipc::gstcuda::{self, CONTEXT_TYPE, CudaContext};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const FRAMES: usize = 12;
+const SOURCE: &str = "videotestsrc num-buffers=12 pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1";
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().unwrap();
+        gstcudaipc::plugin_register_static().unwrap();
+    });
+}
+
+/// A GPU, and nvcodec's elements registered (they need a GPU to register).
+fn gpu_with_nvcodec(test: &str) -> bool {
+    if gstcudaipc::test_support::gpu_or_skip(test).is_none() {
+        return false;
+    }
+    init();
+    for factory in ["cudaupload", "cudadownload"] {
+        assert!(
+            gst::ElementFactory::find(factory).is_some(),
+            "{factory} (gst-plugins-bad's nvcodec) is missing on a GPU host"
+        );
+    }
+    assert!(
+        gstcuda::available(),
+        "libgstcuda-1.0 did not load on a GPU host"
+    );
+    true
+}
+
+/// Every frame (packed formats) of `description` (ending in `appsink name=sink`), each with
+/// its rows packed tightly, in order.
+fn frames_of(description: &str) -> Vec<Vec<u8>> {
+    frames_with(description, |_| {})
+}
+
+/// Like `frames_of`; `inspect` sees every buffer that leaves the element
+/// named `probe`, if there is one.
+fn frames_with(
+    description: &str,
+    inspect: impl Fn(&gst::BufferRef) + Send + Sync + 'static,
+) -> Vec<Vec<u8>> {
+    let pipeline = gst::parse::launch(description)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+    if let Some(probed) = pipeline.by_name("probe") {
+        probed
+            .static_pad("src")
+            .unwrap()
+            .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+                if let Some(buffer) = info.buffer() {
+                    inspect(buffer);
+                }
+                gst::PadProbeReturn::Ok
+            });
+    }
+    let sink = pipeline
+        .by_name("sink")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut frames = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+        let frame =
+            gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().unwrap(), &info)
+                .unwrap();
+        let mut tight = Vec::with_capacity(info.size());
+        for plane in 0..frame.n_planes() {
+            let stride = frame.plane_stride()[plane as usize] as usize;
+            let data = frame.plane_data(plane).unwrap();
+            let row = frame.comp_width(plane) as usize * frame.comp_pstride(plane) as usize;
+            for y in 0..frame.comp_height(plane) as usize {
+                tight.extend_from_slice(&data[y * stride..y * stride + row]);
+            }
+        }
+        frames.push(tight);
+    }
+    let bus = pipeline.bus().unwrap();
+    let error = bus.pop_filtered(&[gst::MessageType::Error]);
+    pipeline.set_state(gst::State::Null).unwrap();
+    if let Some(message) = error
+        && let gst::MessageView::Error(e) = message.view()
+    {
+        panic!("{description}: {} ({:?})", e.error(), e.debug());
+    }
+    frames
+}
+
+/// The `CUcontext` a pad's element answers a `gst.cuda.context` query with.
+fn context_handle_at(pad: &gst::Pad) -> Option<usize> {
+    let mut query = gst::query::Context::new(CONTEXT_TYPE);
+    if !pad.query(&mut query) {
+        return None;
+    }
+    let context = query.context_owned()?;
+    Some(CudaContext::from_context(&context)?.handle() as usize)
+}
+
+#[test]
+fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
+    if !gpu_with_nvcodec("nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact") {
+        return;
+    }
+    let expected = reference_checksums(SOURCE);
+    assert_eq!(expected.len(), FRAMES);
+    let channel = unique_channel("upload");
+    // One consumer hands GstCudaMemory to cudadownload (the source copies
+    // into its pool: the debug log says so), one keeps the shared slots.
+    let into_nvcodec = launch_with(
+        &[],
+        &[("GST_DEBUG", "cudaipcsrc:4")],
+        &format!(
+            "cudaipcsrc channel={channel} connect-timeout=60000 ! cudadownload ! video/x-raw ! checksumsink"
+        ),
+    );
+    let own_memory = launch(&format!(
+        "cudaipcsrc channel={channel} connect-timeout=60000 ! checksumsink"
+    ));
+    wait_for_waiting_consumers(&channel, 2, LIMIT);
+    let producer = launch(&format!(
+        "{SOURCE} ! cudaupload ! cudaipcsink channel={channel} transport=cuda sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    let into_nvcodec = into_nvcodec.finish(LIMIT);
+    into_nvcodec.assert_success("consumer into cudadownload");
+    assert_eq!(into_nvcodec.checksums(), expected, "through cudadownload");
+    assert!(
+        into_nvcodec
+            .stderr
+            .contains("copying frames into GstCudaMemory"),
+        "cudaipcsrc did not output GstCudaMemory to cudadownload:\n{}",
+        into_nvcodec.stderr
+    );
+    let own_memory = own_memory.finish(LIMIT);
+    own_memory.assert_success("consumer of the slots");
+    assert_eq!(own_memory.checksums(), expected, "wrapped slots");
+}
+
+/// Whether two frames differ by at most `tolerance` in every byte.
+fn within(a: &[u8], b: &[u8], tolerance: u8) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.abs_diff(*y) <= tolerance)
+}
+
+#[test]
+fn nvcodec_kernels_read_frames_from_cudaipcsrc() {
+    const TEST: &str = "nvcodec_kernels_read_frames_from_cudaipcsrc";
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    if gst::ElementFactory::find("cudaconvert").is_none() {
+        // GStreamer 1.22 registers its CUDA converters only where its NVRTC
+        // loader finds a libnvrtc.so it can use.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: nvcodec registered no cudaconvert here (its NVRTC was not found) ({TEST})"
+        );
+        return;
+    }
+    let source = "videotestsrc num-buffers=12 pattern=smpte ! video/x-raw,format=RGB,width=1920,height=1080,framerate=30/1";
+    let expected = frames_of(&format!(
+        "{source} ! videoconvert ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    ));
+    assert_eq!(expected.len(), FRAMES);
+    let channel = unique_channel("convert");
+    let consumer_pipeline = format!(
+        "cudaipcsrc name=probe channel={channel} connect-timeout=60000 ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx ! cudadownload ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    );
+    let consumer = std::thread::spawn(move || {
+        frames_with(&consumer_pipeline, |buffer| {
+            assert!(
+                gstcuda::is_cuda_memory(buffer.peek_memory(0)),
+                "cudaipcsrc must hand GstCudaMemory to cudaconvert"
+            )
+        })
+    });
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = launch(&format!(
+        "{source} ! cudaipcsink channel={channel} transport=cuda sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    let frames = consumer.join().expect("consumer");
+    assert_eq!(frames.len(), FRAMES);
+    for (n, (got, want)) in frames.iter().zip(&expected).enumerate() {
+        // cudaconvert computes in floating point: allow a rounding step.
+        assert!(
+            within(got, want, 1),
+            "frame {n} differs from videoconvert's"
+        );
+    }
+}
+
+#[test]
+fn cudatestsrc_writes_gst_cuda_memory_for_nvcodec() {
+    if !gpu_with_nvcodec("cudatestsrc_writes_gst_cuda_memory_for_nvcodec") {
+        return;
+    }
+    let caps = "format=RGB,width=1280,height=720,framerate=30/1";
+    // The system-memory path is checked against the CPU reference pattern
+    // in test_elements.
+    let expected = frames_of(&format!(
+        "cudatestsrc num-buffers=12 ! video/x-raw,{caps} ! appsink name=sink sync=false"
+    ));
+    let frames = frames_with(
+        &format!(
+            "cudatestsrc name=probe num-buffers=12 ! video/x-raw(memory:CUDAMemory),{caps} ! cudadownload ! video/x-raw,{caps} ! appsink name=sink sync=false"
+        ),
+        |buffer| {
+            assert!(
+                gstcuda::is_cuda_memory(buffer.peek_memory(0)),
+                "cudatestsrc must write GstCudaMemory for cudadownload"
+            )
+        },
+    );
+    assert_eq!(frames.len(), FRAMES);
+    assert!(frames == expected, "frames through cudadownload differ");
+}
+
+#[test]
+fn the_cuda_context_is_shared_with_nvcodec_elements() {
+    if !gpu_with_nvcodec("the_cuda_context_is_shared_with_nvcodec_elements") {
+        return;
+    }
+    let primary = gstcudaipc::cuda::Device::get(0).unwrap().raw_context() as usize;
+    // A sink goes to READY before its upstream: cudaupload takes the
+    // context cudaipcsink shares, our primary context.
+    let channel = unique_channel("context");
+    let upload = gst::parse::launch(&format!(
+        "videotestsrc ! video/x-raw,format=RGB,width=64,height=64 ! cudaupload name=upload ! cudaipcsink channel={channel} transport=cuda"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    upload.set_state(gst::State::Paused).unwrap();
+    let _ = upload.state(gst::ClockTime::from_seconds(30));
+    let element = upload.by_name("upload").unwrap();
+    assert_eq!(
+        context_handle_at(&element.static_pad("src").unwrap()),
+        Some(primary),
+        "cudaupload did not take cudaipcsink's context"
+    );
+    upload.set_state(gst::State::Null).unwrap();
+
+    // A source goes to READY after downstream: it adopts the context that
+    // cudadownload shares, and answers queries with it.
+    let download = gst::parse::launch(
+        "cudatestsrc name=src ! video/x-raw(memory:CUDAMemory),format=RGB,width=64,height=64 ! cudadownload name=download ! fakesink",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    download.set_state(gst::State::Paused).unwrap();
+    let _ = download.state(gst::ClockTime::from_seconds(30));
+    let ours = context_handle_at(&download.by_name("src").unwrap().static_pad("src").unwrap());
+    let theirs = context_handle_at(
+        &download
+            .by_name("download")
+            .unwrap()
+            .static_pad("sink")
+            .unwrap(),
+    );
+    download.set_state(gst::State::Null).unwrap();
+    assert!(ours.is_some(), "cudatestsrc shares no CUDA context");
+    assert_eq!(
+        ours, theirs,
+        "cudatestsrc and cudadownload use different contexts"
+    );
+}
+
+/// Where GStreamer's CUDA library or a driver is missing, asking for
+/// GstCudaMemory fails with a message that says what is missing.
+#[test]
+fn gstcuda_output_without_the_library_or_a_driver_is_a_clear_error() {
+    init();
+    if gstcuda::available() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: GStreamer's CUDA library and a driver are both here (gstcuda_output_without_the_library_or_a_driver_is_a_clear_error)"
+        );
+        return;
+    }
+    let pipeline = gst::parse::launch(&format!(
+        "cudaipcsrc channel={} output-memory=gstcuda connect-timeout=100 ! fakesink",
+        unique_channel("nogstcuda")
+    ))
+    .unwrap();
+    let _ = pipeline.set_state(gst::State::Paused);
+    let bus = pipeline.bus().unwrap();
+    let message = bus
+        .timed_pop_filtered(gst::ClockTime::from_seconds(10), &[gst::MessageType::Error])
+        .expect("an error message");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let gst::MessageView::Error(error) = message.view() else {
+        unreachable!()
+    };
+    let text = error.error().to_string();
+    assert!(
+        text.contains("output-memory=gstcuda needs GStreamer's CUDA library"),
+        "unclear error: {text}"
+    );
+}
+
+/// A clip for NVDEC: 30 frames of 320x240 H.264 (x264, byte-stream).
+fn clip() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ball-320x240.h264").to_string()
+}
+
+#[test]
+fn frames_nvdec_decodes_reach_another_process_unchanged() {
+    const TEST: &str = "frames_nvdec_decodes_reach_another_process_unchanged";
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    if gst::ElementFactory::find("nvh264dec").is_none()
+        || gst::ElementFactory::find("h264parse").is_none()
+    {
+        // h264parse is in gst-plugins-bad's videoparsersbad, which the
+        // GPU host's runtime gets from scripts/stage-gpu-host.sh.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: needs nvh264dec (an NVDEC GPU) and h264parse ({TEST})"
+        );
+        return;
+    }
+    let decode = format!(
+        "filesrc location={} ! h264parse ! nvh264dec ! video/x-raw(memory:CUDAMemory)",
+        clip()
+    );
+    // The same decoder in one process is the reference.
+    let expected = reference_checksums(&format!("{decode} ! cudadownload ! video/x-raw"));
+    assert_eq!(expected.len(), 30);
+    let channel = unique_channel("nvdec");
+    let consumers: Vec<Launch> = ["cudadownload ! video/x-raw ! checksumsink", "checksumsink"]
+        .iter()
+        .map(|tail| {
+            launch(&format!(
+                "cudaipcsrc channel={channel} connect-timeout=60000 ! {tail}"
+            ))
+        })
+        .collect();
+    wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
+    // GstCudaMemory from the decoder: one device-to-device copy per frame.
+    let producer = launch(&format!(
+        "{decode} ! cudaipcsink channel={channel} transport=cuda sync=false"
+    ));
+    producer.finish(LIMIT).assert_success("producer");
+    for consumer in consumers {
+        let done = consumer.finish(LIMIT);
+        done.assert_success("consumer");
+        assert_eq!(done.checksums(), expected, "{}", done.stdout);
+    }
+}

@@ -355,6 +355,37 @@ impl ContextShare {
         self.get()
     }
 
+    /// For `change_state`, before chaining up. Going to READY: adopts a
+    /// context already shared (downstream elements go to READY before their
+    /// upstream), or, with `share`, shares one of that device if none is.
+    pub fn before_change_state(
+        &self,
+        element: &gst::Element,
+        transition: gst::StateChange,
+        device_id: i32,
+        share: Option<&Arc<Device>>,
+    ) {
+        if transition != gst::StateChange::NullToReady {
+            return;
+        }
+        match share {
+            Some(device) => {
+                self.ensure(element, device);
+            }
+            None => {
+                self.adopt(element, device_id);
+            }
+        }
+    }
+
+    /// For `change_state`, after chaining up: back in NULL, the context is
+    /// forgotten.
+    pub fn after_change_state(&self, transition: gst::StateChange) {
+        if transition == gst::StateChange::ReadyToNull {
+            self.clear();
+        }
+    }
+
     /// Adopts a shared context, or shares one wrapping `device`'s primary
     /// context with the pipeline (`have-context`).
     pub fn ensure(&self, element: &gst::Element, device: &Arc<Device>) -> Option<CudaContext> {
@@ -462,20 +493,6 @@ impl Drop for MappedCudaMemory<'_> {
         // SAFETY: mapped in `map` with this info.
         unsafe { gst::ffi::gst_memory_unmap(self.memory.as_mut_ptr(), &mut self.map) };
     }
-}
-
-/// Configures `pool` (a `GstCudaBufferPool`) for `caps` with video meta.
-pub fn configure_pool(
-    pool: &gst::BufferPool,
-    caps: &gst::Caps,
-    size: u32,
-    min: u32,
-    max: u32,
-) -> bool {
-    let mut config = pool.config();
-    config.set_params(Some(caps), size, min, max);
-    config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
-    pool.set_config(config).is_ok()
 }
 
 #[cfg(test)]

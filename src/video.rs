@@ -42,6 +42,28 @@ pub fn planes(info: &gst_video::VideoInfo) -> Vec<(u64, u32)> {
         .collect()
 }
 
+/// Configures a pool of another element for `caps`, with video meta when it
+/// offers that; false if it refuses.
+pub fn configure_pool(
+    pool: &gst::BufferPool,
+    caps: &gst::Caps,
+    size: u32,
+    min: u32,
+    max: u32,
+) -> bool {
+    use gst::prelude::*;
+    let mut config = pool.config();
+    config.set_params(Some(caps), size, min, max);
+    if pool.has_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str()) {
+        config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
+    }
+    pool.set_config(config).is_ok()
+        || pool
+            .config()
+            .validate_params(Some(caps), size, min, max)
+            .is_ok()
+}
+
 /// Enqueues on `stream` the copy of every plane of a frame between device
 /// buffers of different layouts.
 pub fn copy_planes_device(

@@ -283,19 +283,17 @@ impl CudaIpcSink {
         Ok(())
     }
 
-    /// Shares a `GstCudaContext` of our device with GStreamer's CUDA
-    /// elements, when that library is there and we use the cuda transport.
-    fn share_cuda_context(&self) {
+    /// The device whose context to share with GStreamer's CUDA elements:
+    /// ours, when that library is there and we use the cuda transport.
+    fn cuda_context_device(&self) -> Option<Arc<Device>> {
         if !gstcuda::available() {
-            return;
+            return None;
         }
         let settings = self.settings.lock().unwrap().clone();
         if TransportKind::resolve(settings.transport.into()) != TransportKind::Cuda {
-            return;
+            return None;
         }
-        if let Ok(device) = Device::get(settings.device_id) {
-            self.cuda_context.ensure(self.obj().upcast_ref(), &device);
-        }
+        Device::get(settings.device_id).ok()
     }
 
     /// Copies (or uploads, or downloads) `buffer` into a free slot.
@@ -661,15 +659,18 @@ impl ElementImpl for CudaIpcSink {
         &self,
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
-        if transition == gst::StateChange::NullToReady {
-            // Before upstream CUDA elements (they go to READY after us) look
-            // for a context: they then share ours.
-            self.share_cuda_context();
-        }
+        // Before upstream CUDA elements (they go to READY after us) look for
+        // a context: they then share ours.
+        let device_id = self.settings.lock().unwrap().device_id;
+        let device = self.cuda_context_device();
+        self.cuda_context.before_change_state(
+            self.obj().upcast_ref(),
+            transition,
+            device_id,
+            device.as_ref(),
+        );
         let success = self.parent_change_state(transition)?;
-        if transition == gst::StateChange::ReadyToNull {
-            self.cuda_context.clear();
-        }
+        self.cuda_context.after_change_state(transition);
         Ok(success)
     }
 }

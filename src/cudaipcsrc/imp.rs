@@ -377,7 +377,7 @@ impl CudaIpcSrc {
             }
             return Ok(None);
         };
-        if !gstcuda::configure_pool(&pool, caps, pool_size.max(size), min, max)
+        if !video::configure_pool(&pool, caps, pool_size.max(size), min, max)
             || pool.set_active(true).is_err()
         {
             return Err(format!("{} refused {caps}", pool.name()));
@@ -997,15 +997,11 @@ impl ElementImpl for CudaIpcSrc {
         &self,
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
-        if transition == gst::StateChange::NullToReady {
-            // Downstream CUDA elements went to READY first: share theirs.
-            let device_id = self.settings.lock().unwrap().device_id;
-            self.cuda_context.adopt(self.obj().upcast_ref(), device_id);
-        }
+        let device_id = self.settings.lock().unwrap().device_id;
+        self.cuda_context
+            .before_change_state(self.obj().upcast_ref(), transition, device_id, None);
         let success = self.parent_change_state(transition)?;
-        if transition == gst::StateChange::ReadyToNull {
-            self.cuda_context.clear();
-        }
+        self.cuda_context.after_change_state(transition);
         Ok(success)
     }
 }

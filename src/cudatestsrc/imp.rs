@@ -263,26 +263,6 @@ impl CudaTestSrc {
             .is_some_and(|a| a.is::<CudaAllocator>());
         config_allocator || query_allocator
     }
-
-    /// Configures downstream's pool for `caps`; false if it refuses.
-    fn configure_downstream_pool(
-        pool: &gst::BufferPool,
-        caps: &gst::Caps,
-        size: u32,
-        min: u32,
-        max: u32,
-    ) -> bool {
-        let mut config = pool.config();
-        config.set_params(Some(caps), size, min, max);
-        if pool.has_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str()) {
-            config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
-        }
-        pool.set_config(config).is_ok()
-            || pool
-                .config()
-                .validate_params(Some(caps), size, min, max)
-                .is_ok()
-    }
 }
 
 #[glib::object_subclass]
@@ -408,15 +388,11 @@ impl ElementImpl for CudaTestSrc {
         &self,
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
-        if transition == gst::StateChange::NullToReady {
-            // Downstream CUDA elements went to READY first: share theirs.
-            let device_id = self.settings.lock().unwrap().cuda_device_id;
-            self.cuda_context.adopt(self.obj().upcast_ref(), device_id);
-        }
+        let device_id = self.settings.lock().unwrap().cuda_device_id;
+        self.cuda_context
+            .before_change_state(self.obj().upcast_ref(), transition, device_id, None);
         let success = self.parent_change_state(transition)?;
-        if transition == gst::StateChange::ReadyToNull {
-            self.cuda_context.clear();
-        }
+        self.cuda_context.after_change_state(transition);
         Ok(success)
     }
 }
@@ -582,7 +558,7 @@ impl BaseSrcImpl for CudaTestSrc {
         {
             // An element of GStreamer's CUDA library: GstCudaMemory.
             let size = (*size).max(frame_size);
-            if gstcuda::configure_pool(pool, &caps, size, *min, *max) {
+            if video::configure_pool(pool, &caps, size, *min, *max) {
                 gst::info!(
                     CAT,
                     imp = self,
@@ -599,7 +575,7 @@ impl BaseSrcImpl for CudaTestSrc {
                 .cuda_context
                 .get()
                 .and_then(|ctx| ctx.new_buffer_pool())
-                .filter(|pool| gstcuda::configure_pool(pool, &caps, frame_size, 0, 0))
+                .filter(|pool| video::configure_pool(pool, &caps, frame_size, 0, 0))
                 .ok_or_else(|| {
                     gst::loggable_error!(
                         CAT,
@@ -622,7 +598,7 @@ impl BaseSrcImpl for CudaTestSrc {
             && Self::pool_holds_cuda_memory(&pool, query)
         {
             let size = size.max(frame_size);
-            if Self::configure_downstream_pool(&pool, &caps, size, min, max) {
+            if video::configure_pool(&pool, &caps, size, min, max) {
                 gst::info!(
                     CAT,
                     imp = self,

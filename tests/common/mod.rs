@@ -248,6 +248,33 @@ pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// What each thread of a process is doing (state and kernel wait channel),
+/// for the message of a test that found it stuck.
+pub fn proc_threads(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("process {pid} is gone");
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let comm = read("comm");
+        let state = read("stat")
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next().map(str::to_string))
+            .unwrap_or_default();
+        out.push(format!(
+            "{}:{} {} {}",
+            task.file_name().to_string_lossy(),
+            comm.trim(),
+            state,
+            read("wchan")
+        ));
+    }
+    out.join("; ")
+}
+
 /// Open file descriptors of a process.
 pub fn proc_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -665,116 +665,93 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         ));
     }
     rows.push(spawn_copy(total, env, o.consumer_device));
-    let consumer = |src_props: &str| {
-        format!(
-            "cudaipcsrc name=src channel=CH connect-timeout=60000 {src_props} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false"
-        )
-    };
-    let mut two = |config: String, frames: u64, warmup: u64, sink_props: &str, src_props: &str| {
-        let ch = channel(&format!("{}", rows.len()));
-        let producer = format!(
-            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
-            generate(frames + warmup)
-        );
-        rows.push(two_process(
-            &config,
-            &producer,
-            &consumer(src_props).replace("CH", &ch),
+    // The rows below: `generate` into cudaipcsink with `sink_props`, and a
+    // consumer `cudaipcsrc` followed by `consumer` (its own properties first).
+    let rows_made = std::cell::Cell::new(0);
+    let two = |config: &str, frames: u64, warmup: u64, sink_props: &str, consumer: &str| {
+        rows_made.set(rows_made.get() + 1);
+        let ch = channel(&rows_made.get().to_string());
+        two_process(
+            config,
+            &format!(
+                "{} ! cudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
+                generate(frames + warmup)
+            ),
+            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 {consumer}"),
             warmup,
             env,
             o.consumer_device,
-        ));
+        )
+    };
+    let verifying = |src_props: &str| {
+        format!(
+            "{src_props} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false"
+        )
     };
     let slow = (o.frames / 4).max(50);
     if !o.two_gpu {
-        two(
-            "3 seed: slots=1 gpu-sync=host spin".into(),
+        rows.push(two(
+            "3 seed: slots=1 gpu-sync=host spin",
             slow,
             o.warmup / 4,
             "slots=1 gpu-sync=host wait-mode=spin",
-            "wait-mode=spin",
-        );
-        two(
-            "4 seed with sleep wait".into(),
+            &verifying("wait-mode=spin"),
+        ));
+        rows.push(two(
+            "4 seed with sleep wait",
             slow,
             o.warmup / 4,
             "slots=1 gpu-sync=host wait-mode=sleep",
-            "wait-mode=sleep",
-        );
+            &verifying("wait-mode=sleep"),
+        ));
     }
-    two(
-        "5 default: slots=auto event hybrid".into(),
+    rows.push(two(
+        "5 default: slots=auto event hybrid",
         o.frames,
         o.warmup,
         "",
-        "",
-    );
+        &verifying(""),
+    ));
     if o.two_gpu {
         return rows;
     }
     for &slots in &o.slots {
-        {
-            two(
-                format!("5 slots={slots} event hybrid"),
-                o.frames,
-                o.warmup,
-                &format!("slots={slots}"),
-                "",
-            );
-        }
+        rows.push(two(
+            &format!("5 slots={slots} event hybrid"),
+            o.frames,
+            o.warmup,
+            &format!("slots={slots}"),
+            &verifying(""),
+        ));
     }
     // The consumer only checks (reads) the frames: no second buffer to
     // write, so the frame can stay in the L2 cache between the processes.
-    {
-        let ch = channel("verifyonly");
-        let producer = format!(
-            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
-            generate(total)
-        );
-        rows.push(two_process(
-            "5v default, consumer verifies only (read only)",
-            &producer,
-            &format!(
-                "cudaipcsrc name=src channel={ch} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false"
-            ),
-            o.warmup,
-            env,
-            o.consumer_device,
-        ));
-    }
+    rows.push(two(
+        "5v default, consumer verifies only (read only)",
+        o.frames,
+        o.warmup,
+        "",
+        "! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
+    ));
     // The transport alone: the consumer takes frames and drops them (no GPU
     // work of its own), which bounds what the channel itself costs.
-    {
-        let ch = channel("transport");
-        let producer = format!(
-            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
-            generate(total)
-        );
-        rows.push(two_process(
-            "5t default, transport only (consumer drops frames)",
-            &producer,
-            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"),
-            o.warmup,
-            env,
-            o.consumer_device,
-        ));
-    }
+    rows.push(two(
+        "5t default, transport only (consumer drops frames)",
+        o.frames,
+        o.warmup,
+        "",
+        "! fakesink name=sink sync=false",
+    ));
     // For GStreamer's CUDA elements (nvcodec): the consumer copies every
     // frame into GstCudaMemory (GStreamer 1.22 cannot wrap the slots); to
     // compare with 5t.
     if gstcudaipc::gstcuda::available() {
-        let ch = channel("gstcuda");
-        let producer = format!(
-            "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
-            generate(total)
-        );
-        rows.push(two_process(
+        rows.push(two(
             "5g default, consumer outputs GstCudaMemory (one copy)",
-            &producer,
-            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 output-memory=gstcuda ! fakesink name=sink sync=false"),
+            o.frames,
             o.warmup,
-            env,
-            o.consumer_device,
+            "",
+            "output-memory=gstcuda ! fakesink name=sink sync=false",
         ));
     }
     // System memory at the ends: one frame uploaded again and again (no CPU
@@ -794,16 +771,12 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         env,
         o.consumer_device,
     ));
-    let ch = channel("download");
-    rows.push(two_process(
+    rows.push(two(
         "6b system-memory consumer (download)",
-        &format!("{} ! cudaipcsink name=ipcsink channel={ch} sync=false", generate(few + 10)),
-        &format!(
-            "cudaipcsrc name=src channel={ch} connect-timeout=60000 ! video/x-raw,format=RGB ! fakesink name=sink sync=false"
-        ),
+        few,
         10,
-        env,
-        o.consumer_device,
+        "",
+        "! video/x-raw,format=RGB ! fakesink name=sink sync=false",
     ));
     rows
 }

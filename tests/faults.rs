@@ -395,28 +395,40 @@ fn assert_flat(what: &str, early: &Report, late: &Report, rss_slack_kb: u64) {
     );
 }
 
-/// when-full=drop: a stopped consumer does not hold the producer, which
-/// counts what it drops; descriptors and memory stay flat over thousands of
-/// frames; after SIGCONT the consumer goes on with new frames.
-fn stopped_consumer_drop(t: Transport, small_caps: &str) {
-    let channel = unique_channel("stop-drop");
+/// A consumer reporting `src` stats (`on-producer-lost=eos`) waiting on
+/// `channel`, then a producer reporting `sink` stats that sends a moving
+/// `videotestsrc` in `caps` with `sink_props`.
+fn reporting_pair(
+    t: Transport,
+    channel: &str,
+    caps: &str,
+    sink_props: &str,
+) -> (PipelineChild, PipelineChild) {
     let consumer = PipelineChild::spawn(
         &format!(
             "cudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
         ),
         &["src"],
     );
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
-    let mut producer = PipelineChild::spawn(
+    wait_for_waiting_consumers(channel, 1, LIMIT);
+    let producer = PipelineChild::spawn(
         &format!(
-            "videotestsrc pattern=ball ! {small_caps} ! cudaipcsink name=sink channel={channel} when-full=drop sync=false {}",
+            "videotestsrc pattern=ball ! {caps} ! cudaipcsink name=sink channel={channel} {sink_props} sync=false {}",
             t.sink
         ),
         &["sink"],
     );
+    (consumer, producer)
+}
+
+/// when-full=drop: a stopped consumer does not hold the producer, which
+/// counts what it drops; descriptors and memory stay flat over thousands of
+/// frames; after SIGCONT the consumer goes on with new frames.
+fn stopped_consumer_drop(t: Transport, small_caps: &str) {
+    let channel = unique_channel("stop-drop");
+    let (mut consumer, mut producer) = reporting_pair(t, &channel, small_caps, "when-full=drop");
     let cb = block(&channel);
     wait_until(LIMIT, "frames flow", || cb.published() >= 100);
-    let mut consumer = consumer;
     let before_stop = consumer.wait_report(LIMIT, "the consumer gets frames", |r| {
         r.num("src.frames") >= 50
     });
@@ -468,20 +480,7 @@ fn cuda_stopped_consumer_does_not_hold_a_dropping_producer() {
 /// processes keep their descriptors and memory, and nothing is lost.
 fn resources_stay_flat(t: Transport, small_caps: &str) {
     let channel = unique_channel("flat");
-    let mut consumer = PipelineChild::spawn(
-        &format!(
-            "cudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
-        ),
-        &["src"],
-    );
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
-    let mut producer = PipelineChild::spawn(
-        &format!(
-            "videotestsrc pattern=ball ! {small_caps} ! cudaipcsink name=sink channel={channel} sync=false {}",
-            t.sink
-        ),
-        &["sink"],
-    );
+    let (mut consumer, mut producer) = reporting_pair(t, &channel, small_caps, "");
     let early_p = producer.wait_report(LIMIT, "frames flow", |r| r.num("sink.frames") >= 500);
     let early_c = consumer.wait_report(LIMIT, "frames arrive", |r| r.num("src.frames") >= 500);
     let late_p = producer.wait_report(LIMIT, "many frames flow", |r| {

@@ -56,53 +56,25 @@ fn frames_with(
     description: &str,
     inspect: impl Fn(&gst::BufferRef) + Send + Sync + 'static,
 ) -> Vec<Vec<u8>> {
-    let pipeline = gst::parse::launch(description)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-    if let Some(probed) = pipeline.by_name("probe") {
-        probed
-            .static_pad("src")
-            .unwrap()
-            .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
-                if let Some(buffer) = info.buffer() {
-                    inspect(buffer);
+    samples_probed(description, inspect)
+        .iter()
+        .map(|sample| {
+            let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+            let frame =
+                gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().unwrap(), &info)
+                    .unwrap();
+            let mut tight = Vec::with_capacity(info.size());
+            for plane in 0..frame.n_planes() {
+                let stride = frame.plane_stride()[plane as usize] as usize;
+                let data = frame.plane_data(plane).unwrap();
+                let row = frame.comp_width(plane) as usize * frame.comp_pstride(plane) as usize;
+                for y in 0..frame.comp_height(plane) as usize {
+                    tight.extend_from_slice(&data[y * stride..y * stride + row]);
                 }
-                gst::PadProbeReturn::Ok
-            });
-    }
-    let sink = pipeline
-        .by_name("sink")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let mut frames = Vec::new();
-    while let Ok(sample) = sink.pull_sample() {
-        let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
-        let frame =
-            gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().unwrap(), &info)
-                .unwrap();
-        let mut tight = Vec::with_capacity(info.size());
-        for plane in 0..frame.n_planes() {
-            let stride = frame.plane_stride()[plane as usize] as usize;
-            let data = frame.plane_data(plane).unwrap();
-            let row = frame.comp_width(plane) as usize * frame.comp_pstride(plane) as usize;
-            for y in 0..frame.comp_height(plane) as usize {
-                tight.extend_from_slice(&data[y * stride..y * stride + row]);
             }
-        }
-        frames.push(tight);
-    }
-    let bus = pipeline.bus().unwrap();
-    let error = bus.pop_filtered(&[gst::MessageType::Error]);
-    pipeline.set_state(gst::State::Null).unwrap();
-    if let Some(message) = error
-        && let gst::MessageView::Error(e) = message.view()
-    {
-        panic!("{description}: {} ({:?})", e.error(), e.debug());
-    }
-    frames
+            tight
+        })
+        .collect()
 }
 
 /// The `CUcontext` a pad's element answers a `gst.cuda.context` query with.

@@ -9,6 +9,8 @@
 //! GPU tests print `SKIPPED: no CUDA device` without a GPU (and fail with
 //! `CUDAIPC_REQUIRE_GPU=1`).
 
+mod common;
+
 use std::sync::{Arc, Once};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -729,31 +731,6 @@ fn operations_match_the_cpu_reference_on_random_frames() {
     }
 }
 
-/// Pulls every sample of `description` (ending in `appsink name=sink`).
-fn samples(description: &str) -> Vec<gst::Sample> {
-    let pipeline = gst::parse::launch(description)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-    let sink = pipeline
-        .by_name("sink")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let mut out = Vec::new();
-    while let Ok(sample) = sink.pull_sample() {
-        out.push(sample);
-    }
-    let bus = pipeline.bus().unwrap();
-    let error = bus.pop_filtered(&[gst::MessageType::Error]);
-    pipeline.set_state(gst::State::Null).unwrap();
-    if let Some(error) = error {
-        panic!("{description}: {error:?}");
-    }
-    out
-}
-
 fn check_counter_samples(samples: &[gst::Sample], first: u32, context: &str) {
     for (n, sample) in samples.iter().enumerate() {
         let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
@@ -789,7 +766,7 @@ fn cudatestsrc_frames_check_on_the_cpu_in_every_format() {
                     "cudatestsrc num-buffers=5 ! video/x-raw{features},format={},width={width},height={height} ! appsink name=sink sync=false",
                     format.to_str()
                 );
-                let samples = samples(&description);
+                let samples = common::samples(&description);
                 assert_eq!(samples.len(), 5, "{description}");
                 let caps = samples[0].caps().unwrap();
                 assert_eq!(
@@ -814,7 +791,7 @@ fn cudatestsrc_gradient_matches_the_cpu_reference() {
             "cudatestsrc pattern=gradient num-buffers=3 ! video/x-raw(memory:CUDAMemory),format={},width=50,height=10 ! appsink name=sink sync=false",
             format.to_str()
         );
-        for (n, sample) in samples(&description).iter().enumerate() {
+        for (n, sample) in common::samples(&description).iter().enumerate() {
             let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
             let buffer = sample.buffer().unwrap();
             let planes = pattern::buffer_planes(&info, buffer).unwrap();
@@ -843,7 +820,7 @@ fn cudatestsrc_defaults_to_4k_rgb_in_cuda_memory_at_30_fps() {
     if gpu_or_skip("cudatestsrc_defaults_to_4k_rgb_in_cuda_memory_at_30_fps").is_none() {
         return;
     }
-    let samples = samples("cudatestsrc num-buffers=3 ! appsink name=sink sync=false");
+    let samples = common::samples("cudatestsrc num-buffers=3 ! appsink name=sink sync=false");
     assert_eq!(samples.len(), 3);
     let caps = samples[0].caps().unwrap();
     assert!(memory::caps_are_cuda(caps), "{caps}");
@@ -873,7 +850,7 @@ fn cudatestsrc_unlimited_rate_has_no_timestamps_and_live_rate_has() {
     if gpu_or_skip("cudatestsrc_unlimited_rate_has_no_timestamps_and_live_rate_has").is_none() {
         return;
     }
-    let fast = samples(
+    let fast = common::samples(
         "cudatestsrc num-buffers=3 ! video/x-raw(memory:CUDAMemory),width=64,height=64,framerate=0/1 ! appsink name=sink sync=false",
     );
     assert_eq!(fast.len(), 3);
@@ -882,7 +859,7 @@ fn cudatestsrc_unlimited_rate_has_no_timestamps_and_live_rate_has() {
         assert_eq!((buffer.pts(), buffer.duration()), (None, None));
     }
     let started = std::time::Instant::now();
-    let live = samples(
+    let live = common::samples(
         "cudatestsrc is-live=true num-buffers=4 ! video/x-raw(memory:CUDAMemory),width=64,height=64,framerate=20/1 ! appsink name=sink",
     );
     // A live source produces at its rate: 4 frames at 20 fps take 150 ms.

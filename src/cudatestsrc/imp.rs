@@ -79,6 +79,37 @@ struct State {
     scratch: Option<DeviceBuffer>,
 }
 
+fn layout_error(e: String) -> gst::ErrorMessage {
+    gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}"))
+}
+
+fn gpu_error(e: crate::cuda::CudaError) -> gst::ErrorMessage {
+    gst::error_msg!(gst::StreamError::Failed, ("GPU work failed: {e}"))
+}
+
+/// Generates frame `frame` into `scratch` (grown to `size` bytes when
+/// smaller), laid out as `layout`: for outputs the kernels cannot write.
+#[allow(clippy::too_many_arguments)]
+fn generate_in_scratch<'a>(
+    scratch: &'a mut Option<DeviceBuffer>,
+    gpu: &Gpu,
+    info: &gst_video::VideoInfo,
+    geometry: &Geometry,
+    layout: &[(usize, usize)],
+    size: usize,
+    pattern: Pattern,
+    frame: u32,
+) -> Result<&'a DeviceBuffer, gst::ErrorMessage> {
+    if scratch.as_ref().is_none_or(|s| s.size() < size) {
+        *scratch = Some(DeviceBuffer::new(&gpu.device, size).map_err(gpu_error)?);
+    }
+    let scratch = scratch.as_ref().unwrap();
+    let planes = Planes::at(info, scratch.ptr(), size, layout).map_err(layout_error)?;
+    kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
+        .map_err(gpu_error)?;
+    Ok(scratch)
+}
+
 /// Time of `frames` frames at `fps` (> 0).
 fn frames_to_time(frames: u64, fps: gst::Fraction) -> gst::ClockTime {
     let ns = frames
@@ -159,11 +190,6 @@ impl CudaTestSrc {
                 ("cudatestsrc produced a frame before it was started and negotiated")
             ));
         };
-        let layout_error =
-            |e: String| gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}"));
-        let gpu_error = |e: crate::cuda::CudaError| {
-            gst::error_msg!(gst::StreamError::Failed, ("GPU work failed: {e}"))
-        };
         // The pattern's frame number wraps at 2^32 (verify expects that).
         let frame = *frames as u32;
         if let Some(mapped) = MappedCudaMemory::of_buffer(buffer, true) {
@@ -182,20 +208,21 @@ impl CudaTestSrc {
             } else {
                 // Memory of another CUDA context: our kernels cannot touch
                 // it, a copy can.
-                let size = info.size();
-                if scratch.as_ref().is_none_or(|s| s.size() < size) {
-                    *scratch = Some(DeviceBuffer::new(&gpu.device, size).map_err(gpu_error)?);
-                }
-                let scratch = scratch.as_ref().unwrap();
-                let planes = Planes::at(info, scratch.ptr(), size, &pattern::default_planes(info))
-                    .map_err(layout_error)?;
-                kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
-                    .map_err(gpu_error)?;
+                let generated = generate_in_scratch(
+                    scratch,
+                    gpu,
+                    info,
+                    geometry,
+                    &pattern::default_planes(info),
+                    info.size(),
+                    pattern,
+                    frame,
+                )?;
                 video::copy_planes_device(
                     &stream,
                     mapped.ptr,
                     &mapped.planes,
-                    scratch.ptr(),
+                    generated.ptr(),
                     &video::planes(info),
                     info,
                 )
@@ -223,21 +250,23 @@ impl CudaTestSrc {
             kernels::generate(&module, &mem.device, geometry, &planes, pattern, frame)
                 .map_err(gpu_error)?;
         } else {
-            let size = buffer.size();
-            if scratch.as_ref().is_none_or(|s| s.size() < size) {
-                *scratch = Some(DeviceBuffer::new(&gpu.device, size).map_err(gpu_error)?);
-            }
-            let scratch = scratch.as_ref().unwrap();
-            let planes = Planes::at(info, scratch.ptr(), size, &layout).map_err(layout_error)?;
-            kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
-                .map_err(gpu_error)?;
+            let generated = generate_in_scratch(
+                scratch,
+                gpu,
+                info,
+                geometry,
+                &layout,
+                buffer.size(),
+                pattern,
+                frame,
+            )?;
             let mut map = buffer.map_writable().map_err(|_| {
                 gst::error_msg!(gst::ResourceError::Write, ("Cannot map the output buffer"))
             })?;
             // Synchronises the stream: the price of system memory.
             gpu.device
                 .stream()
-                .download(map.as_mut_slice(), scratch.ptr())
+                .download(map.as_mut_slice(), generated.ptr())
                 .map_err(gpu_error)?;
         }
         Ok(())

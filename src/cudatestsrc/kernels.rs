@@ -126,15 +126,7 @@ impl Planes {
         size: usize,
         layout: &[(usize, usize)],
     ) -> Result<Self, String> {
-        let checked: Vec<(u64, u32)> = layout
-            .iter()
-            .map(|&(offset, stride)| {
-                u32::try_from(stride)
-                    .map(|stride| (offset as u64, stride))
-                    .map_err(|_| format!("stride {stride} is too large"))
-            })
-            .collect::<Result<_, _>>()?;
-        video::layout_fits(info, &checked, size as u64)?;
+        let checked = super::pattern::fitting_planes(info, layout, size)?;
         let mut planes = Planes::default();
         for (p, &(offset, stride)) in checked.iter().take(3).enumerate() {
             planes.ptr[p] = base + offset;

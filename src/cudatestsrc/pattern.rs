@@ -176,14 +176,14 @@ pub fn buffer_planes(
         .collect()
 }
 
-/// The full layout of a frame of `info` with `planes` ((offset, stride) per
-/// plane), checked to fit in `size` bytes.
-pub fn frame_layout(
+/// `planes` ((offset, stride) per plane) in the video layer's types,
+/// checked to hold a frame of `info` within `size` bytes.
+pub fn fitting_planes(
     info: &gst_video::VideoInfo,
     planes: &[(usize, usize)],
     size: usize,
-) -> Result<Vec<PlaneLayout>, String> {
-    let as_video: Vec<(u64, u32)> = planes
+) -> Result<Vec<(u64, u32)>, String> {
+    let checked: Vec<(u64, u32)> = planes
         .iter()
         .map(|&(offset, stride)| {
             u32::try_from(stride)
@@ -191,7 +191,18 @@ pub fn frame_layout(
                 .map_err(|_| format!("stride {stride} is too large"))
         })
         .collect::<Result<_, _>>()?;
-    video::layout_fits(info, &as_video, size as u64)?;
+    video::layout_fits(info, &checked, size as u64)?;
+    Ok(checked)
+}
+
+/// The full layout of a frame of `info` with `planes` ((offset, stride) per
+/// plane), checked to fit in `size` bytes.
+pub fn frame_layout(
+    info: &gst_video::VideoInfo,
+    planes: &[(usize, usize)],
+    size: usize,
+) -> Result<Vec<PlaneLayout>, String> {
+    fitting_planes(info, planes, size)?;
     Ok(planes
         .iter()
         .enumerate()

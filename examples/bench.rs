@@ -631,8 +631,10 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         "video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1"
     );
     let total = o.frames + o.warmup;
-    let generate =
-        |frames: u64| format!("cudatestsrc num-buffers={frames} pattern=counter ! {caps}");
+    let generate_with = |frames: u64, props: &str| {
+        format!("cudatestsrc num-buffers={frames} pattern=counter {props} ! {caps}")
+    };
+    let generate = |frames: u64| generate_with(frames, "");
     let mut rows = Vec::new();
     // --two-gpu: only rows 2 and 5 default.
     if !o.two_gpu {
@@ -665,23 +667,32 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         ));
     }
     rows.push(spawn_copy(total, env, o.consumer_device));
-    // The rows below: `generate` into cudaipcsink with `sink_props`, and a
-    // consumer `cudaipcsrc` followed by `consumer` (its own properties first).
+    // The rows below: `generate` (with `source_props`) into cudaipcsink with
+    // `sink_props`, and a consumer `cudaipcsrc` followed by `consumer` (its
+    // own properties first).
     let rows_made = std::cell::Cell::new(0);
-    let two = |config: &str, frames: u64, warmup: u64, sink_props: &str, consumer: &str| {
+    let two_from = |config: &str,
+                    frames: u64,
+                    warmup: u64,
+                    source_props: &str,
+                    sink_props: &str,
+                    consumer: &str| {
         rows_made.set(rows_made.get() + 1);
         let ch = channel(&rows_made.get().to_string());
         two_process(
             config,
             &format!(
                 "{} ! cudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
-                generate(frames + warmup)
+                generate_with(frames + warmup, source_props)
             ),
             &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 {consumer}"),
             warmup,
             env,
             o.consumer_device,
         )
+    };
+    let two = |config: &str, frames: u64, warmup: u64, sink_props: &str, consumer: &str| {
+        two_from(config, frames, warmup, "", sink_props, consumer)
     };
     let verifying = |src_props: &str| {
         format!(
@@ -752,6 +763,41 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
             o.warmup,
             "",
             "output-memory=gstcuda ! fakesink name=sink sync=false",
+        ));
+        // The producer writes GstCudaMemory, as nvcodec's elements do, into
+        // the GstCudaBufferPool the sink proposes: its buffers are lent as
+        // slots (no copy); to compare with 5t.
+        rows.push(two_from(
+            "5l producer writes GstCudaMemory (lent slots), transport only",
+            o.frames,
+            o.warmup,
+            "output-memory=gstcuda",
+            "",
+            "! fakesink name=sink sync=false",
+        ));
+        // The same producer with lending off (CUDAIPC_LEND=0): the sink
+        // copies each frame into a slot of its own.
+        let mut no_lending = env.to_vec();
+        no_lending.push(("CUDAIPC_LEND".into(), "0".into()));
+        let ch = channel("nolend");
+        rows.push(two_process(
+            "5c producer writes GstCudaMemory, copied (CUDAIPC_LEND=0), transport only",
+            &format!(
+                "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
+                generate_with(o.frames + o.warmup, "output-memory=gstcuda")
+            ),
+            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"),
+            o.warmup,
+            &no_lending,
+            o.consumer_device,
+        ));
+        rows.push(two_from(
+            "5lv lent slots, consumer inverts + verifies",
+            o.frames,
+            o.warmup,
+            "output-memory=gstcuda",
+            "",
+            &verifying(""),
         ));
     }
     // System memory at the ends: one frame uploaded again and again (no CPU

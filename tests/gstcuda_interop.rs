@@ -17,6 +17,21 @@ const LIMIT: Duration = Duration::from_secs(120);
 const FRAMES: usize = 12;
 const SOURCE: &str = "videotestsrc num-buffers=12 pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1";
 
+#[test]
+#[ignore = "entry point of PipelineChild"]
+fn child_pipeline() {
+    common::child_pipeline_main();
+}
+
+/// Runs a producer pipeline (its `cudaipcsink` named `sink`) in a child
+/// process to the end; returns its (zero-copy, copied) frame counts.
+fn run_producer(pipeline: &str) -> (u64, u64) {
+    let end = PipelineChild::spawn(pipeline, &["sink"]).finish(LIMIT);
+    end.assert_success("producer");
+    let report = end.report.expect("the producer's final report");
+    (report.num("sink.zero-copy"), report.num("sink.copied"))
+}
+
 fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
@@ -104,14 +119,25 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
             "cudaipcsrc channel={channel} connect-timeout=60000 ! cudadownload ! video/x-raw ! checksumsink"
         ),
     );
+    // Lent frames keep the pool's padded rows: this one downloads them
+    // laid out tightly, to compare checksums.
     let own_memory = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=60000 ! checksumsink"
+        "cudaipcsrc channel={channel} connect-timeout=60000 ! video/x-raw ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 2, LIMIT);
-    let producer = launch(&format!(
-        "{SOURCE} ! cudaupload ! cudaipcsink channel={channel} transport=cuda sync=false"
+    // The caps make cudaupload upload (the sink also takes system memory,
+    // and cudaupload would pass it through). It writes into the
+    // GstCudaBufferPool the sink proposes: once each of its buffers went
+    // through (copied), they are the slots.
+    let (zero_copy, copied) = run_producer(&format!(
+        "{SOURCE} ! cudaupload ! video/x-raw(memory:CUDAMemory) ! cudaipcsink name=sink channel={channel} transport=cuda sync=false"
     ));
-    producer.finish(LIMIT).assert_success("producer");
+    eprintln!("cudaupload ! cudaipcsink: {zero_copy} frames without a copy, {copied} copied");
+    assert_eq!(zero_copy + copied, FRAMES as u64);
+    assert!(
+        zero_copy > 0,
+        "no frame of cudaupload's went without a copy"
+    );
     let into_nvcodec = into_nvcodec.finish(LIMIT);
     into_nvcodec.assert_success("consumer into cudadownload");
     assert_eq!(into_nvcodec.checksums(), expected, "through cudadownload");
@@ -123,8 +149,12 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
         into_nvcodec.stderr
     );
     let own_memory = own_memory.finish(LIMIT);
-    own_memory.assert_success("consumer of the slots");
-    assert_eq!(own_memory.checksums(), expected, "wrapped slots");
+    own_memory.assert_success("consumer downloading the slots");
+    assert_eq!(
+        own_memory.checksums(),
+        expected,
+        "downloaded from the slots"
+    );
 }
 
 /// Whether two frames differ by at most `tolerance` in every byte.
@@ -323,23 +353,71 @@ fn frames_nvdec_decodes_reach_another_process_unchanged() {
     let expected = reference_checksums(&format!("{decode} ! cudadownload ! video/x-raw"));
     assert_eq!(expected.len(), 30);
     let channel = unique_channel("nvdec");
-    let consumers: Vec<Launch> = ["cudadownload ! video/x-raw ! checksumsink", "checksumsink"]
-        .iter()
-        .map(|tail| {
-            launch(&format!(
-                "cudaipcsrc channel={channel} connect-timeout=60000 ! {tail}"
-            ))
-        })
-        .collect();
+    // Lent frames keep the decoder's padded rows: checksums compare frames
+    // laid out tightly (cudadownload's, and the source's own download).
+    let consumers: Vec<Launch> = [
+        "cudadownload ! video/x-raw ! checksumsink",
+        "video/x-raw ! checksumsink",
+    ]
+    .iter()
+    .map(|tail| {
+        launch(&format!(
+            "cudaipcsrc channel={channel} connect-timeout=60000 ! {tail}"
+        ))
+    })
+    .collect();
     wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
-    // GstCudaMemory from the decoder: one device-to-device copy per frame.
-    let producer = launch(&format!(
-        "{decode} ! cudaipcsink channel={channel} transport=cuda sync=false"
+    // GstCudaMemory from the decoder: copied until each buffer of the pool
+    // the sink proposed went through once, then lent as slots.
+    let (zero_copy, copied) = run_producer(&format!(
+        "{decode} ! cudaipcsink name=sink channel={channel} transport=cuda sync=false"
     ));
-    producer.finish(LIMIT).assert_success("producer");
+    eprintln!("nvh264dec ! cudaipcsink: {zero_copy} frames without a copy, {copied} copied");
+    assert_eq!(zero_copy + copied, 30);
+    assert!(zero_copy > 0, "no decoded frame went without a copy");
     for consumer in consumers {
         let done = consumer.finish(LIMIT);
         done.assert_success("consumer");
         assert_eq!(done.checksums(), expected, "{}", done.stdout);
+    }
+}
+
+/// Lent slots under load: cudatestsrc writes GstCudaMemory into the
+/// GstCudaBufferPool the sink proposes (as nvcodec's elements do), as fast
+/// as it can, and two consumers verify every frame on the GPU: no buffer
+/// goes back to be rewritten while a consumer still reads its frame.
+#[test]
+fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
+    const TEST: &str = "lent_slots_deliver_every_frame_intact_to_verifying_consumers";
+    const FRAMES: u64 = 3000;
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    let channel = unique_channel("lent");
+    let consumers: Vec<PipelineChild> = (0..2)
+        .map(|_| {
+            PipelineChild::spawn(
+                &format!(
+                    "cudaipcsrc channel={channel} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
+                ),
+                &["check"],
+            )
+        })
+        .collect();
+    wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
+    let (zero_copy, copied) = run_producer(&format!(
+        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! cudaipcsink name=sink channel={channel} sync=false"
+    ));
+    eprintln!("lent slots: {zero_copy} frames without a copy, {copied} copied");
+    assert_eq!(zero_copy + copied, FRAMES);
+    // Copied only until each buffer of the pool went through once.
+    assert!(copied <= 16 && zero_copy > 0, "{zero_copy} / {copied}");
+    for consumer in consumers {
+        let end = consumer.finish(LIMIT);
+        end.assert_success("verifying consumer");
+        let report = end.report.expect("the consumer's final report");
+        assert_eq!(report.num("check.verified"), FRAMES, "{report:?}");
+        assert_eq!(report.num("check.corrupt"), 0, "{report:?}");
+        assert_eq!(report.num("check.missing"), 0, "{report:?}");
     }
 }

@@ -534,16 +534,73 @@ impl DeviceBuffer {
 
     /// The IPC handle another process opens with `ImportedMemory::open`.
     pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_BYTES]> {
-        self.device.bind()?;
-        let mut handle = sys::CUipcMemHandle {
-            reserved: [0; IPC_HANDLE_BYTES],
-        };
-        // SAFETY: the pointer came from cuMemAlloc; valid out pointer.
-        check("cuIpcGetMemHandle", unsafe {
-            sys::cuIpcGetMemHandle(&mut handle, self.ptr)
-        })?;
-        Ok(handle.reserved.map(|b| b as u8))
+        ipc_handle_of(&self.device, self.ptr)
     }
+}
+
+/// The IPC handle of the allocation starting at `ptr` (from `cuMemAlloc` or
+/// `cuMemAllocPitch`, ours or another library's in this process).
+pub fn ipc_handle_of(device: &Arc<Device>, ptr: u64) -> Result<[u8; IPC_HANDLE_BYTES]> {
+    device.bind()?;
+    let mut handle = sys::CUipcMemHandle {
+        reserved: [0; IPC_HANDLE_BYTES],
+    };
+    // SAFETY: valid out pointer; the driver rejects pointers it cannot
+    // export.
+    check("cuIpcGetMemHandle", unsafe {
+        sys::cuIpcGetMemHandle(&mut handle, ptr)
+    })?;
+    Ok(handle.reserved.map(|b| b as u8))
+}
+
+/// Which allocation a device pointer is: the allocation's process-wide
+/// unique id (a freed and reallocated buffer at the same address gets a new
+/// one) and its extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AllocationKey {
+    pub base: u64,
+    pub buffer_id: u64,
+}
+
+/// The allocation `ptr` starts, if it starts one that CUDA IPC can export;
+/// `Ok(None)` for a pointer into the middle of an allocation or memory IPC
+/// cannot share (stream-ordered, virtual memory management, host memory).
+pub fn exportable_allocation(
+    device: &Arc<Device>,
+    ptr: u64,
+) -> Result<Option<(AllocationKey, usize)>> {
+    device.bind()?;
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: valid out pointers; the driver validates `ptr`.
+    check("cuMemGetAddressRange", unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
+    })?;
+    if base != ptr {
+        return Ok(None);
+    }
+    let mut capable: std::ffi::c_int = 0;
+    // SAFETY: this attribute is written as an int into a valid out pointer.
+    check("cuPointerGetAttribute", unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut capable as *mut std::ffi::c_int).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+            ptr,
+        )
+    })?;
+    if capable == 0 {
+        return Ok(None);
+    }
+    let mut buffer_id = 0u64;
+    // SAFETY: this attribute is written as an unsigned long long into a
+    // valid out pointer.
+    check("cuPointerGetAttribute", unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut buffer_id as *mut u64).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+            ptr,
+        )
+    })?;
+    Ok(Some((AllocationKey { base, buffer_id }, size)))
 }
 
 impl Drop for DeviceBuffer {

@@ -9,13 +9,16 @@ use gst::subclass::prelude::*;
 use gst_base::subclass::prelude::*;
 
 use super::pool::SlotPool;
-use crate::cuda::Device;
+use crate::cuda::{self, AllocationKey, Device};
 use crate::enums::{Sync, Transport, Wait, WhenFullMode};
 use crate::gstcuda;
 use crate::ipc::layout::{GPU_SYNC_EVENT, GPU_SYNC_HOST, MAX_SLOTS};
 use crate::ipc::{ChannelError, FrameMeta, Producer, ProducerConfig, WhenFull};
 use crate::memory::{self, CudaAllocator};
-use crate::transport::{self, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportKind};
+use crate::transport::{
+    self, CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest,
+    TransportKind,
+};
 use crate::video;
 
 pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -64,6 +67,26 @@ impl Default for Settings {
 /// One generation of slots.
 pub(super) struct SlotSet {
     pub slots: Box<dyn ProducerSlots>,
+    /// Set when the slots are buffers of upstream's `GstCudaBufferPool`.
+    pub lent: Option<LentSlots<AllocationKey, gst::Buffer>>,
+}
+
+/// The `GstCudaBufferPool` proposed upstream, and the buffers of it that
+/// went through so far: once all of them did, they become the slots.
+#[derive(Default)]
+struct Lending {
+    pool: Option<gst::BufferPool>,
+    seen: Vec<PoolFrame>,
+}
+
+/// A frame in a buffer of the proposed `GstCudaBufferPool`, whose memory
+/// CUDA IPC can export.
+#[derive(Debug, Clone)]
+struct PoolFrame {
+    key: AllocationKey,
+    ptr: u64,
+    size: usize,
+    planes: Vec<(u64, u32)>,
 }
 
 /// The open channel, shared with the slot pool (which upstream may keep
@@ -83,6 +106,7 @@ pub(super) struct Channel {
     pub tokens: [AtomicU64; MAX_SLOTS],
     pub memory_addr: [AtomicUsize; MAX_SLOTS],
     next_token: AtomicU64,
+    lending: Mutex<Lending>,
     pub zero_copy: AtomicU64,
     pub copied: AtomicU64,
 }
@@ -208,19 +232,30 @@ impl CudaIpcSink {
         }
     }
 
-    /// Allocates a slot set big enough for `info` if the current one is not.
+    /// Allocates a slot set big enough for `info` if the current one is not
+    /// (or is lent).
     fn ensure_slots(
+        &self,
+        channel: &Channel,
+        info: &gst_video::VideoInfo,
+    ) -> Result<(), gst::LoggableError> {
+        if let Some(current) = channel.current_set()
+            && current.slots.slot_size() >= info.size()
+            && current.lent.is_none()
+        {
+            return Ok(());
+        }
+        self.allocate_slots(channel, info)
+    }
+
+    /// Allocates and publishes a new set of slots of our own for `info`.
+    fn allocate_slots(
         &self,
         channel: &Channel,
         info: &gst_video::VideoInfo,
     ) -> Result<(), gst::LoggableError> {
         let settings = self.settings.lock().unwrap().clone();
         let size = info.size();
-        if let Some(current) = channel.current_set()
-            && current.slots.slot_size() >= size
-        {
-            return Ok(());
-        }
         let count = match settings.slots {
             0 => auto_slots(channel.kind, channel.device.as_deref()),
             n => n as usize,
@@ -249,15 +284,7 @@ impl CudaIpcSink {
                     );
                     gst::loggable_error!(CAT, "slot allocation failed")
                 })?;
-        // Waits until consumers are done with the old slots.
-        channel
-            .producer
-            .configure_pool(
-                size as u64,
-                &slots.slot_descriptors(),
-                &slots.pool_descriptor(),
-                &channel.interrupt,
-            )
+        self.install_slots(channel, slots, None)
             .map_err(|e| gst::loggable_error!(CAT, "cannot publish the slot pool: {}", e))?;
         gst::info!(
             CAT,
@@ -268,19 +295,224 @@ impl CudaIpcSink {
             size,
             settings.channel
         );
+        Ok(())
+    }
+
+    /// Publishes `slots` as the channel's new slot pool (lent ones with the
+    /// key of each slot's memory) and makes it the current set.
+    fn install_slots(
+        &self,
+        channel: &Channel,
+        slots: Box<dyn ProducerSlots>,
+        lent_keys: Option<(usize, Vec<AllocationKey>)>,
+    ) -> Result<(), String> {
+        if let Some(old) = channel.current_set()
+            && let Some(lent) = &old.lent
+        {
+            // The new pool waits for no reserved slot.
+            lent.cancel_reservations(&channel.producer);
+        }
+        // Waits until consumers are done with the old slots.
+        channel
+            .producer
+            .configure_pool(
+                slots.slot_size() as u64,
+                &slots.slot_descriptors(),
+                &slots.pool_descriptor(),
+                &channel.interrupt,
+            )
+            .map_err(|e| e.to_string())?;
+        let lent = lent_keys
+            .map(|(placeholders, keys)| LentSlots::new(placeholders, keys, &channel.producer))
+            .transpose()
+            .map_err(|e| e.to_string())?;
         // Consumers holding frames of the old set keep it alive.
         let readers = channel.producer.held_slots();
         let old = channel
             .current
             .lock()
             .unwrap()
-            .replace(Arc::new(SlotSet { slots }));
+            .replace(Arc::new(SlotSet { slots, lent }));
         if let Some(old) = old
             && readers.iter().any(|&r| r != 0)
         {
             channel.retired.lock().unwrap().push((old, readers));
         }
         Ok(())
+    }
+
+    /// The frame in `buffer` if it is a buffer of the `GstCudaBufferPool`
+    /// proposed upstream.
+    fn pool_frame(
+        channel: &Channel,
+        buffer: &gst::BufferRef,
+        info: &gst_video::VideoInfo,
+    ) -> Option<PoolFrame> {
+        let device = channel.device.as_ref()?;
+        let pool = channel.lending.lock().unwrap().pool.clone()?;
+        // SAFETY: `pool` is a public field of GstBuffer, set when the buffer
+        // was acquired from a pool; we hold a reference to the buffer.
+        let buffer_pool = unsafe { (*buffer.as_ptr()).pool };
+        if buffer_pool != pool.as_ptr() {
+            gst::trace!(CAT, "buffer not of {}: copied", pool.name());
+            return None;
+        }
+        let mapped = gstcuda::MappedCudaMemory::of_buffer(buffer, false)?;
+        let (key, allocated) = cuda::exportable_allocation(device, mapped.ptr).ok()??;
+        let planes = match buffer.meta::<gst_video::VideoMeta>() {
+            Some(meta) => meta
+                .offset()
+                .iter()
+                .zip(meta.stride())
+                .take(meta.n_planes() as usize)
+                .map(|(o, s)| (*o as u64, *s as u32))
+                .collect(),
+            None => mapped.planes.clone(),
+        };
+        let size = mapped.size.min(allocated);
+        video::layout_fits(info, &planes, size as u64).ok()?;
+        Some(PoolFrame {
+            key,
+            ptr: mapped.ptr,
+            size,
+            planes,
+        })
+    }
+
+    /// Publishes a frame upstream wrote into lent `slot`, then gives back
+    /// the buffers consumers are done with.
+    fn publish_lent(
+        &self,
+        channel: &Channel,
+        set: &SlotSet,
+        slot: usize,
+        buffer: &gst::Buffer,
+        frame: &PoolFrame,
+        info: &gst_video::VideoInfo,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let Some(lent) = &set.lent else {
+            return Err(gst::FlowError::Error);
+        };
+        let mut meta = Self::frame_meta(buffer, info);
+        meta.size = frame.size as u64;
+        meta.planes = frame.planes.clone();
+        lent.publish(slot, buffer.clone(), &meta, &*set.slots, &channel.producer)
+            .map_err(|e| self.transport_error(e))?;
+        channel.zero_copy.fetch_add(1, Ordering::Relaxed);
+        gst::trace!(CAT, imp = self, "published lent slot {}", slot);
+        let released = lent
+            .take_released(&*set.slots, &channel.producer, &channel.interrupt)
+            .map_err(|e| match e {
+                transport::TransportError::Channel(e) => self.channel_error(e),
+                e => self.transport_error(e),
+            })?;
+        // Dropping them gives them back to upstream's pool.
+        drop(released);
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    /// Notes a copied frame of the proposed pool; once every buffer of the
+    /// pool went through, they become the slots (zero copy from then on).
+    fn discover_pool_buffer(
+        &self,
+        channel: &Channel,
+        frame: PoolFrame,
+        info: &gst_video::VideoInfo,
+    ) {
+        let mut lending = channel.lending.lock().unwrap();
+        let Some(pool) = lending.pool.clone() else {
+            return;
+        };
+        if !lending.seen.iter().any(|f| f.key == frame.key) {
+            lending.seen.push(frame);
+            gst::debug!(
+                CAT,
+                imp = self,
+                "{} buffers of {} seen",
+                lending.seen.len(),
+                pool.name()
+            );
+        }
+        // A pool of a fixed number of buffers, all allocated at activation,
+        // hands each of them out in turn.
+        let Some((_, _, min, max)) = pool.config().params() else {
+            return;
+        };
+        let count = max as usize;
+        if min != max || !(1..=MAX_SLOTS).contains(&count) || lending.seen.len() < count {
+            return;
+        }
+        let seen = std::mem::take(&mut lending.seen);
+        drop(lending);
+        if seen.len() > count {
+            return;
+        }
+        let Some(device) = channel.device.as_ref() else {
+            return;
+        };
+        // The records of the current pool, which consumers may still hold,
+        // become placeholders.
+        let placeholders = channel.producer.slot_count();
+        if placeholders + count > MAX_SLOTS {
+            return;
+        }
+        let size = seen.iter().map(|f| f.size).min().unwrap_or(0);
+        let ptrs = seen.iter().map(|f| f.ptr).collect();
+        let keys = seen.iter().map(|f| f.key).collect();
+        let sync = self.settings.lock().unwrap().gpu_sync.into();
+        let installed = CudaProducerSlots::lend(device, placeholders, ptrs, size, sync)
+            .map_err(|e| e.to_string())
+            .and_then(|slots| {
+                self.install_slots(channel, Box::new(slots), Some((placeholders, keys)))
+            });
+        match installed {
+            Ok(()) => gst::info!(
+                CAT,
+                imp = self,
+                "zero copy from now: the {} buffers of {} are the slots",
+                count,
+                pool.name()
+            ),
+            Err(e) => {
+                gst::warning!(
+                    CAT,
+                    imp = self,
+                    "cannot share the buffers of {}, copying: {}",
+                    pool.name(),
+                    e
+                );
+                // The channel may already describe the lent buffers.
+                if let Err(e) = self.allocate_slots(channel, info) {
+                    e.log_with_imp(self);
+                }
+            }
+        }
+    }
+
+    /// A `GstCudaBufferPool` of our context with as many buffers as slots,
+    /// for GStreamer's CUDA elements upstream to write into.
+    fn lendable_pool(
+        &self,
+        channel: &Channel,
+        caps: &gst::Caps,
+        info: &gst_video::VideoInfo,
+    ) -> Option<gst::BufferPool> {
+        let device = channel.device.as_ref()?;
+        // CUDAIPC_LEND=0: copy instead (to compare, or to rule lending out).
+        if !gstcuda::available() || std::env::var_os("CUDAIPC_LEND").is_some_and(|v| v == "0") {
+            return None;
+        }
+        let context = self
+            .cuda_context
+            .get()
+            .filter(|c| c.is_primary_of(device))?;
+        let pool = context.new_buffer_pool()?;
+        let count = channel.producer.slot_count() as u32;
+        if !video::configure_pool(&pool, caps, info.size() as u32, count, count) {
+            gst::debug!(CAT, imp = self, "{} refused {}", pool.name(), caps);
+            return None;
+        }
+        Some(pool)
     }
 
     /// The device whose context to share with GStreamer's CUDA elements:
@@ -385,7 +617,32 @@ impl CudaIpcSink {
     fn render_frame(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (channel, info) = self.snapshot()?;
         channel.reap_retired();
-        let set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
+        let pool_frame = Self::pool_frame(&channel, buffer, &info);
+        let mut set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
+        if let Some(lent) = &set.lent {
+            let slot = pool_frame
+                .as_ref()
+                .and_then(|frame| lent.slot_of(&frame.key))
+                .filter(|&slot| channel.producer.is_reserved(slot));
+            if let (Some(slot), Some(frame)) = (slot, &pool_frame) {
+                return self.publish_lent(&channel, &set, slot, buffer, frame, &info);
+            }
+            // Upstream writes elsewhere now: slots of our own again.
+            gst::info!(
+                CAT,
+                imp = self,
+                "frame outside the lent slots; copying again"
+            );
+            self.ensure_slots(&channel, &info).map_err(|e| {
+                e.log_with_imp(self);
+                if channel.interrupt.load(Ordering::SeqCst) {
+                    gst::FlowError::Flushing
+                } else {
+                    gst::FlowError::Error
+                }
+            })?;
+            set = channel.current_set().ok_or(gst::FlowError::Flushing)?;
+        }
         let meta = Self::frame_meta(buffer, &info);
         if let Some(slot) = channel.take_pool_reservation(buffer) {
             // Upstream wrote into the slot itself.
@@ -435,6 +692,9 @@ impl CudaIpcSink {
             .map_err(|e| self.channel_error(e))?;
         channel.copied.fetch_add(1, Ordering::Relaxed);
         gst::trace!(CAT, imp = self, "copied into slot {} and published", slot);
+        if let Some(frame) = pool_frame {
+            self.discover_pool_buffer(&channel, frame, &info);
+        }
         Ok(gst::FlowSuccess::Ok)
     }
 
@@ -738,6 +998,7 @@ impl BaseSinkImpl for CudaIpcSink {
                 tokens: std::array::from_fn(|_| AtomicU64::new(0)),
                 memory_addr: std::array::from_fn(|_| AtomicUsize::new(0)),
                 next_token: AtomicU64::new(0),
+                lending: Mutex::new(Lending::default()),
                 zero_copy: AtomicU64::new(0),
                 copied: AtomicU64::new(0),
             }),
@@ -809,6 +1070,7 @@ impl BaseSinkImpl for CudaIpcSink {
         query.add_allocation_meta::<gst_video::VideoMeta>(None);
         let (caps, _need_pool) = query.get_owned();
         let Some(caps) = caps else { return Ok(()) };
+        gst::debug!(CAT, imp = self, "allocation query for {}", caps);
         let when_full = self.settings.lock().unwrap().when_full;
         let Some(channel) = self
             .state
@@ -830,9 +1092,43 @@ impl BaseSinkImpl for CudaIpcSink {
         }
         let info = gst_video::VideoInfo::from_caps(&caps)
             .map_err(|_| gst::loggable_error!(CAT, "cannot parse caps {}", caps))?;
-        // Upstream may ask before the caps event reached us (imagefreeze
-        // does): the slots must exist for the pool to hand them out.
-        self.ensure_slots(&channel, &info)?;
+        // GStreamer's CUDA elements write only into a GstCudaBufferPool, the
+        // first pool proposed: its buffers become the slots. This plugin's
+        // elements find the slot pool after it. Upstream may ask again for
+        // the same caps (and keep the pool it has): the same pool then.
+        let proposed = channel.lending.lock().unwrap().pool.clone().filter(|pool| {
+            pool.config()
+                .params()
+                .and_then(|(pool_caps, ..)| pool_caps)
+                .is_some_and(|pool_caps| pool_caps == caps)
+        });
+        let lent = channel.current_set().is_some_and(|set| set.lent.is_some());
+        if proposed.is_none() || !lent {
+            // Upstream may ask before the caps event reached us (imagefreeze
+            // does): the slots must exist for the pool to hand them out.
+            self.ensure_slots(&channel, &info)?;
+        }
+        let lendable = match proposed {
+            Some(pool) => Some(pool),
+            None => {
+                *channel.lending.lock().unwrap() = Lending::default();
+                let pool = self.lendable_pool(&channel, &caps, &info);
+                channel.lending.lock().unwrap().pool = pool.clone();
+                pool
+            }
+        };
+        if let Some(pool) = lendable
+            && let Some((_, size, min, max)) = pool.config().params()
+        {
+            gst::debug!(
+                CAT,
+                imp = self,
+                "proposing {} ({} buffers)",
+                pool.name(),
+                max
+            );
+            query.add_allocation_pool(Some(&pool), size, min, max);
+        }
         let allocator = channel
             .device
             .as_ref()

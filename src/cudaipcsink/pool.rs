@@ -88,7 +88,7 @@ mod imp {
 
     #[glib::object_subclass]
     impl ObjectSubclass for SlotPool {
-        const NAME: &'static str = "GstRsCudaIpcSlotPool";
+        const NAME: &'static str = crate::memory::SLOT_POOL_TYPE_NAME;
         type Type = super::SlotPool;
         type ParentType = gst::BufferPool;
     }
@@ -147,6 +147,12 @@ mod imp {
                 .ok_or(gst::FlowError::NotNegotiated)?;
             if channel.producer.is_closed() {
                 return Err(gst::FlowError::Flushing);
+            }
+            if channel.current_set().is_some_and(|set| set.lent.is_some()) {
+                // The slots are buffers of the GstCudaBufferPool proposed
+                // with this one; upstream may use only one of the two.
+                gst::warning!(CAT, imp = self, "the slots are lent by the other pool");
+                return Err(gst::FlowError::NotNegotiated);
             }
             let slot = match channel.producer.reserve(&self.flushing) {
                 Ok(Some(slot)) => slot,

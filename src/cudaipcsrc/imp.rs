@@ -355,6 +355,10 @@ impl CudaIpcSrc {
         let size = gst_video::VideoInfo::from_caps(caps)
             .map_err(|_| format!("invalid video caps {caps}"))?
             .size() as u32;
+        if output_memory == OutputMemory::Auto && memory::proposed_slot_pool(&query).is_some() {
+            // cudaipcsink (a relay): it takes our slots as they are.
+            return Ok(None);
+        }
         // A GstCudaBufferPool downstream: an element of GStreamer's CUDA
         // library, which needs GstCudaMemory.
         let downstream = query

@@ -35,7 +35,6 @@ const DEFAULT_FPS: i32 = 30;
 
 const GENERATE_MODULE: &str = "cudaipc-generate";
 /// GType of cudaipcsink's pool, whose buffers wrap its shared slots.
-const CUDAIPCSINK_SLOT_POOL: &str = "GstRsCudaIpcSlotPool";
 
 #[derive(Debug, Clone, Copy)]
 struct Settings {
@@ -277,7 +276,7 @@ impl CudaTestSrc {
     /// or the query's allocator is a `CudaAllocator`, or it is the slot pool
     /// of this plugin's `cudaipcsink`.
     fn pool_holds_cuda_memory(pool: &gst::BufferPool, query: &gst::query::Allocation) -> bool {
-        if pool.type_().name() == CUDAIPCSINK_SLOT_POOL {
+        if pool.type_().name() == memory::SLOT_POOL_TYPE_NAME {
             return true;
         }
         let config_allocator = pool
@@ -579,7 +578,14 @@ impl BaseSrcImpl for CudaTestSrc {
             return Ok(());
         }
         let output_memory = self.settings.lock().unwrap().output_memory;
-        let downstream = query.allocation_pools().next();
+        // cudaipcsink's slots take our frames without a copy, even where it
+        // proposes a GstCudaBufferPool first.
+        let slot_pool = match output_memory {
+            OutputMemory::GstCuda => None,
+            _ => memory::proposed_slot_pool(query)
+                .map(|(pool, size, min, max)| (Some(pool), size, min, max)),
+        };
+        let downstream = slot_pool.or_else(|| query.allocation_pools().next());
         if let Some((Some(pool), size, min, max)) = &downstream
             && output_memory != OutputMemory::CudaIpc
             && gstcuda::available()

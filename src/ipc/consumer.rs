@@ -588,7 +588,8 @@ impl Consumer {
             return Ok(Some(Item::Eos));
         }
         let slot = kind as usize;
-        if self.slot_count == 0 {
+        if slot >= self.slot_count {
+            // Not read yet, or replaced by a larger pool since.
             self.pool()?;
         }
         if slot >= self.slot_count {

@@ -400,6 +400,15 @@ impl Producer {
             .map(Some)
     }
 
+    /// Reserves a free slot if there is one, without waiting and without
+    /// overwriting a frame a consumer has not taken.
+    pub fn reserve_now(&self) -> Option<usize> {
+        if self.slot_count() == 0 || self.config.when_full == WhenFull::Drop {
+            return None;
+        }
+        self.try_reserve()
+    }
+
     /// Before the first frame: lets consumers that were waiting for this
     /// producer attach, so they get every frame from the first. A waiting
     /// consumer drops its marker only once attached, so the gate opens when

@@ -124,3 +124,18 @@ pub fn caps_are_cuda(caps: &gst::CapsRef) -> bool {
     caps.features(0)
         .is_some_and(|f| f.contains(CAPS_FEATURE_CUDA_MEMORY))
 }
+
+/// GType name of the pool `cudaipcsink` proposes: its buffers are its slots.
+pub const SLOT_POOL_TYPE_NAME: &str = "GstRsCudaIpcSlotPool";
+
+/// `cudaipcsink`'s slot pool among the pools an allocation query proposes
+/// (with its size, min and max). It may follow a `GstCudaBufferPool`, which
+/// GStreamer's CUDA elements (they take the first pool) write into instead.
+pub fn proposed_slot_pool(
+    query: &gst::query::Allocation,
+) -> Option<(gst::BufferPool, u32, u32, u32)> {
+    query.allocation_pools().find_map(|(pool, size, min, max)| {
+        let pool = pool?;
+        (pool.type_().name() == SLOT_POOL_TYPE_NAME).then_some((pool, size, min, max))
+    })
+}

@@ -5,6 +5,11 @@
 // waits on before the slot is written again: the GPU orders everything and
 // the host never waits. With `GpuSync::Host` both sides synchronise their
 // stream instead.
+//
+// Slots may also be lent: device memory of another allocator in this process
+// (GStreamer's CUDA buffer pool) that upstream writes outside our stream. The
+// producer then waits on the host for the consumers' release events before it
+// gives such a slot back to be written.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::{
     ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind,
 };
-use crate::cuda::{Device, DeviceBuffer, Event, IPC_HANDLE_BYTES, ImportedMemory};
+use crate::cuda::{self, Device, DeviceBuffer, Event, IPC_HANDLE_BYTES, ImportedMemory};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, PoolInfo, Producer};
 
@@ -44,9 +49,17 @@ struct ConsumerEventCache {
     consumers: HashMap<usize, ConsumerEvents>,
 }
 
+/// How long a producer waits on the host for consumers' GPU reads of a lent
+/// slot before it reports them stuck.
+const LENT_READS_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct CudaProducerSlots {
     device: Arc<Device>,
-    buffers: Vec<DeviceBuffer>,
+    /// Device pointer of each slot.
+    ptrs: Vec<u64>,
+    /// The slots' memory when allocated here; empty when lent.
+    _owned: Vec<DeviceBuffer>,
+    lent: bool,
     ready: Vec<Event>,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
@@ -56,29 +69,110 @@ pub struct CudaProducerSlots {
 
 impl CudaProducerSlots {
     pub fn create(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
-        let mut buffers = Vec::with_capacity(request.count);
-        let mut ready = Vec::with_capacity(request.count);
-        let mut descriptors = Vec::with_capacity(request.count);
-        for _ in 0..request.count {
-            let buffer = DeviceBuffer::new(device, request.size)?;
+        let owned = (0..request.count)
+            .map(|_| DeviceBuffer::new(device, request.size))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ptrs = owned.iter().map(DeviceBuffer::ptr).collect();
+        Self::with_memory(device, ptrs, owned, request.size, request.gpu_sync)
+    }
+
+    /// Slots made of device memory another allocator of this process owns
+    /// (each pointer starts an exportable allocation of at least `size`
+    /// bytes), after `placeholders` slots that are never written (see
+    /// `LentSlots`). The owner must keep the memory allocated while the
+    /// slots exist, and writes into it happen outside this plugin's stream.
+    pub fn lend(
+        device: &Arc<Device>,
+        placeholders: usize,
+        lent: Vec<u64>,
+        size: usize,
+        sync: GpuSync,
+    ) -> Result<Self, TransportError> {
+        // Consumers open every slot: a placeholder is a real, tiny
+        // allocation.
+        let owned = (0..placeholders)
+            .map(|_| DeviceBuffer::new(device, 1))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ptrs = owned.iter().map(DeviceBuffer::ptr).chain(lent).collect();
+        let mut slots = Self::with_memory(device, ptrs, owned, size, sync)?;
+        slots.lent = true;
+        Ok(slots)
+    }
+
+    fn with_memory(
+        device: &Arc<Device>,
+        ptrs: Vec<u64>,
+        owned: Vec<DeviceBuffer>,
+        size: usize,
+        sync: GpuSync,
+    ) -> Result<Self, TransportError> {
+        let mut ready = Vec::with_capacity(ptrs.len());
+        let mut descriptors = Vec::with_capacity(ptrs.len());
+        for &ptr in &ptrs {
             let event = Event::new(device, true)?;
             let mut descriptor = [0u8; SLOT_DESCRIPTOR_BYTES];
-            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&buffer.ipc_handle()?);
+            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&cuda::ipc_handle_of(device, ptr)?);
             descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]
                 .copy_from_slice(&event.ipc_handle()?);
-            buffers.push(buffer);
             ready.push(event);
             descriptors.push(descriptor);
         }
         Ok(Self {
             device: device.clone(),
-            buffers,
+            lent: false,
+            ptrs,
+            _owned: owned,
             ready,
             descriptors,
-            size: request.size,
-            sync: request.gpu_sync,
+            size,
+            sync,
             consumers: Mutex::new(ConsumerEventCache::default()),
         })
+    }
+
+    /// For a lent slot: waits on the host until the consumers' GPU reads of
+    /// its last frame are done, since its next writer does not wait on our
+    /// stream. Consumers that die meanwhile stop counting.
+    fn wait_reads_on_host(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
+        let start = Instant::now();
+        let deadline = start + LENT_READS_TIMEOUT;
+        let mut next_reclaim = start + Duration::from_millis(10);
+        loop {
+            let mut pending = false;
+            {
+                let mut cache = self.consumers.lock().unwrap();
+                self.refresh_consumers(producer, &mut cache);
+                for consumer in cache.consumers.values() {
+                    if let Some((_, Some(event))) = consumer.events.get(slot)
+                        && !event.is_complete()?
+                    {
+                        pending = true;
+                        break;
+                    }
+                }
+            }
+            if !pending {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::Invalid(format!(
+                    "consumers' GPU reads of slot {slot} did not finish within {} s",
+                    LENT_READS_TIMEOUT.as_secs()
+                )));
+            }
+            if now >= next_reclaim {
+                producer.reclaim_dead_consumers();
+                next_reclaim = now + Duration::from_millis(10);
+            }
+            // Reads usually end within microseconds: yield first, then
+            // sleep.
+            if now - start < Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// Opens the release events of consumers that attached since last time.
@@ -135,7 +229,7 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn slot_count(&self) -> usize {
-        self.buffers.len()
+        self.ptrs.len()
     }
 
     fn slot_size(&self) -> usize {
@@ -152,7 +246,7 @@ impl ProducerSlots for CudaProducerSlots {
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
         SlotMemory::Device {
-            ptr: self.buffers[slot].ptr(),
+            ptr: self.ptrs[slot],
             len: self.size,
             device: self.device.clone(),
         }
@@ -162,6 +256,9 @@ impl ProducerSlots for CudaProducerSlots {
         if self.sync == GpuSync::Host {
             // Consumers synchronised before releasing: nothing is in flight.
             return Ok(());
+        }
+        if self.lent {
+            return self.wait_reads_on_host(slot, producer);
         }
         let mut cache = self.consumers.lock().unwrap();
         self.refresh_consumers(producer, &mut cache);

@@ -8,6 +8,7 @@
 
 mod cuda;
 mod host;
+mod lending;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,7 @@ use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
 pub use host::{HostConsumerSlots, HostProducerSlots};
+pub use lending::LentSlots;
 
 /// The `transport` property.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,0 +1,385 @@
+//! Slots lent by an upstream buffer pool: zero copy for writers that only
+//! write into buffers of their own kind (GStreamer's CUDA elements write only
+//! into a `GstCudaBufferPool`).
+//!
+//! Each slot is one buffer of that pool. While a slot's frame is published,
+//! its buffer is kept here, so upstream cannot write into it; once every
+//! consumer is done with the frame, the buffer goes back to upstream and
+//! its slot stays reserved for the frame upstream writes into it next.
+//! Upstream always keeps at least one buffer to write into: when it has
+//! none left, publishing waits (like `when-full=block`) until a consumer
+//! gives one back.
+//!
+//! The lent buffers take slot records the previous pool did not use, so
+//! that no consumer still holds a frame of that pool in them: the records
+//! in front are placeholders, never published (they are reserved whenever
+//! free).
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+
+use super::{ProducerSlots, TransportError};
+use crate::ipc::{ChannelError, FrameMeta, Producer};
+
+pub struct LentSlots<K, T> {
+    /// Which buffer each slot is, by a key of its memory; `None` for a
+    /// placeholder.
+    keys: Vec<Option<K>>,
+    lent_count: usize,
+    /// Per slot, the buffer of the published frame; `None` while upstream
+    /// has it (the slot is then reserved).
+    held: Mutex<Vec<Option<T>>>,
+}
+
+impl<K: PartialEq, T> LentSlots<K, T> {
+    /// For a slot set just published with `placeholders` records in front of
+    /// one record per key: reserves every lent slot, since upstream has
+    /// every buffer, and the placeholders that are free. Call in block mode
+    /// only.
+    pub fn new(
+        placeholders: usize,
+        keys: Vec<K>,
+        producer: &Producer,
+    ) -> Result<Self, TransportError> {
+        let lent_count = keys.len();
+        let keys: Vec<Option<K>> = (0..placeholders)
+            .map(|_| None)
+            .chain(keys.into_iter().map(Some))
+            .collect();
+        let mut reserved = Vec::new();
+        while let Some(slot) = producer.reserve_now() {
+            reserved.push(slot);
+        }
+        if let Some(busy) = (placeholders..keys.len()).find(|&slot| !producer.is_reserved(slot)) {
+            for slot in reserved {
+                producer.cancel(slot);
+            }
+            return Err(TransportError::Invalid(format!(
+                "slot {busy} of a freshly published pool is busy"
+            )));
+        }
+        Ok(Self {
+            held: Mutex::new((0..keys.len()).map(|_| None).collect()),
+            keys,
+            lent_count,
+        })
+    }
+
+    pub fn slot_of(&self, key: &K) -> Option<usize> {
+        self.keys.iter().position(|k| k.as_ref() == Some(key))
+    }
+
+    /// Publishes the frame upstream wrote into the memory of `slot`, and
+    /// keeps `buffer` until the consumers are done with it.
+    pub fn publish(
+        &self,
+        slot: usize,
+        buffer: T,
+        meta: &FrameMeta,
+        slots: &dyn ProducerSlots,
+        producer: &Producer,
+    ) -> Result<u64, TransportError> {
+        if !producer.is_reserved(slot) {
+            return Err(TransportError::Invalid(format!(
+                "upstream wrote into lent slot {slot} while its frame was still published"
+            )));
+        }
+        slots
+            .after_write(slot)
+            .inspect_err(|_| producer.cancel(slot))?;
+        let seq = producer.publish(slot, meta)?;
+        self.held.lock().unwrap()[slot] = Some(buffer);
+        Ok(seq)
+    }
+
+    /// Takes back the buffers of frames every consumer is done with (and
+    /// whose GPU reads finished), for the caller to give back to upstream.
+    /// Waits while upstream would have no buffer left to write into.
+    pub fn take_released(
+        &self,
+        slots: &dyn ProducerSlots,
+        producer: &Producer,
+        interrupt: &AtomicBool,
+    ) -> Result<Vec<T>, TransportError> {
+        let mut released = Vec::new();
+        loop {
+            let slot = match producer.reserve_now() {
+                Some(slot) => slot,
+                None if self.held_count() < self.lent_count => return Ok(released),
+                None => match producer.reserve(interrupt) {
+                    Ok(Some(slot)) => slot,
+                    Ok(None) => return Ok(released),
+                    Err(ChannelError::Interrupted) if !released.is_empty() => return Ok(released),
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            if self.keys[slot].is_none() {
+                // A placeholder that a consumer of the previous pool gave
+                // back: parked.
+                continue;
+            }
+            if let Err(e) = slots.before_write(slot, producer) {
+                producer.cancel(slot);
+                return Err(e);
+            }
+            if let Some(buffer) = self.held.lock().unwrap()[slot].take() {
+                released.push(buffer);
+            }
+        }
+    }
+
+    /// Gives up the reservations of the slots upstream has, before the set
+    /// is replaced (a new pool is published only once none is reserved).
+    pub fn cancel_reservations(&self, producer: &Producer) {
+        let held = self.held.lock().unwrap();
+        for (slot, buffer) in held.iter().enumerate() {
+            if buffer.is_none() && producer.is_reserved(slot) {
+                producer.cancel(slot);
+            }
+        }
+    }
+
+    fn held_count(&self) -> usize {
+        self.held.lock().unwrap().iter().flatten().count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+    use crate::ipc::{
+        Consumer, ConsumerConfig, ConsumerMode, Item, ProducerConfig, WaitMode, WhenFull,
+    };
+    use crate::test_support::unique_channel;
+    use crate::transport::{SlotMemory, TransportKind};
+
+    /// Slots whose orderings are only recorded.
+    #[derive(Default)]
+    struct RecordedSlots {
+        before_write: Mutex<Vec<usize>>,
+        after_write: Mutex<Vec<usize>>,
+    }
+
+    impl ProducerSlots for RecordedSlots {
+        fn kind(&self) -> TransportKind {
+            TransportKind::Host
+        }
+        fn slot_count(&self) -> usize {
+            3
+        }
+        fn slot_size(&self) -> usize {
+            64
+        }
+        fn slot_descriptors(&self) -> Vec<[u8; SLOT_DESCRIPTOR_BYTES]> {
+            vec![[0; SLOT_DESCRIPTOR_BYTES]; 3]
+        }
+        fn pool_descriptor(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn slot_memory(&self, _slot: usize) -> SlotMemory {
+            unreachable!("lent slots are written by their owner")
+        }
+        fn before_write(&self, slot: usize, _producer: &Producer) -> Result<(), TransportError> {
+            self.before_write.lock().unwrap().push(slot);
+            Ok(())
+        }
+        fn after_write(&self, slot: usize) -> Result<(), TransportError> {
+            self.after_write.lock().unwrap().push(slot);
+            Ok(())
+        }
+    }
+
+    fn meta(pts: u64) -> FrameMeta {
+        FrameMeta {
+            size: 64,
+            pts: Some(pts),
+            planes: vec![(0, 32)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn buffers_go_back_to_upstream_only_after_consumers_are_done() {
+        let channel = unique_channel("lend");
+        let no = AtomicBool::new(false);
+        let producer = Arc::new(
+            Producer::create(ProducerConfig {
+                channel: channel.clone(),
+                when_full: WhenFull::Block,
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        let slots = Arc::new(RecordedSlots::default());
+        producer
+            .configure_pool(64, &slots.slot_descriptors(), &[], &no)
+            .unwrap();
+        producer.set_caps("video/x-raw", &no).unwrap();
+        let mut consumer = Consumer::attach(
+            ConsumerConfig {
+                channel: channel.clone(),
+                mode: ConsumerMode::EveryFrame,
+                wait_mode: WaitMode::Hybrid,
+                connect_timeout: Some(Duration::from_secs(5)),
+            },
+            &no,
+        )
+        .unwrap();
+        consumer.set_release_descriptors(&[[0; RELEASE_DESCRIPTOR_BYTES]; 3]);
+
+        // Buffers are keyed by their memory; upstream has all three.
+        let lent = Arc::new(LentSlots::new(0, vec![100u64, 101, 102], &producer).unwrap());
+        assert_eq!(producer.reserve_now(), None, "every slot is upstream's");
+        let slot_a = lent.slot_of(&100).unwrap();
+        lent.publish(slot_a, "a", &meta(0), &*slots, &producer)
+            .unwrap();
+        // The consumer has not taken the frame: nothing comes back, and
+        // upstream still has two buffers, so this does not wait.
+        assert!(
+            lent.take_released(&*slots, &producer, &no)
+                .unwrap()
+                .is_empty()
+        );
+        // Writing into a buffer whose frame is still published is refused.
+        assert!(
+            lent.publish(slot_a, "a again", &meta(1), &*slots, &producer)
+                .is_err()
+        );
+        for (key, name, pts) in [(101, "b", 1), (102, "c", 2)] {
+            let slot = lent.slot_of(&key).unwrap();
+            lent.publish(slot, name, &meta(pts), &*slots, &producer)
+                .unwrap();
+        }
+        assert_eq!(*slots.after_write.lock().unwrap(), vec![slot_a, 1, 2]);
+
+        // All three published: upstream would have none left, so giving
+        // back waits for the consumer.
+        let (l, s, p) = (lent.clone(), slots.clone(), producer.clone());
+        let waiting =
+            std::thread::spawn(move || l.take_released(&*s, &p, &AtomicBool::new(false)).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !waiting.is_finished(),
+            "gave a buffer back while all were published"
+        );
+        let Item::Frame(first) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+            panic!("expected a frame");
+        };
+        assert_eq!(
+            (first.slot, first.pts, first.planes.clone()),
+            (slot_a, Some(0), vec![(0, 32)])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "a taken frame is still being read");
+        consumer.release(first.slot);
+        assert_eq!(waiting.join().unwrap(), vec!["a"]);
+        // Its writes are ordered after the consumer's reads, and the slot
+        // waits reserved for upstream's next frame in that buffer.
+        assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
+        assert!(producer.is_reserved(slot_a));
+        lent.publish(slot_a, "a2", &meta(3), &*slots, &producer)
+            .unwrap();
+        for pts in 1..4 {
+            let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+                panic!("expected a frame");
+            };
+            assert_eq!(f.pts, Some(pts));
+            consumer.release(f.slot);
+        }
+        // Everything read: every held buffer but none comes back at once.
+        let released = lent.take_released(&*slots, &producer, &no).unwrap();
+        assert_eq!(released.len(), 3, "{released:?}");
+        assert!(released.contains(&"a2") && released.contains(&"b") && released.contains(&"c"));
+        assert_eq!(consumer.frames_missed(), 0);
+    }
+
+    #[test]
+    fn frames_of_the_previous_pool_stay_apart_in_placeholders() {
+        let channel = unique_channel("lend-placeholder");
+        let no = AtomicBool::new(false);
+        let producer = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            when_full: WhenFull::Block,
+            ..Default::default()
+        })
+        .unwrap();
+        let slots = RecordedSlots::default();
+        producer
+            .configure_pool(64, &[[0; SLOT_DESCRIPTOR_BYTES]; 2], &[], &no)
+            .unwrap();
+        producer.set_caps("video/x-raw", &no).unwrap();
+        let mut consumer = Consumer::attach(
+            ConsumerConfig {
+                channel,
+                mode: ConsumerMode::EveryFrame,
+                wait_mode: WaitMode::Hybrid,
+                connect_timeout: Some(Duration::from_secs(5)),
+            },
+            &no,
+        )
+        .unwrap();
+        // A frame of the old pool, held (as a sink keeps its last buffer).
+        let slot = producer.reserve(&no).unwrap().unwrap();
+        producer.publish(slot, &meta(0)).unwrap();
+        let Item::Frame(old) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+            panic!("expected a frame");
+        };
+        // Two placeholders (the old pool's records), then three lent ones.
+        producer
+            .configure_pool(64, &[[1; SLOT_DESCRIPTOR_BYTES]; 5], &[], &no)
+            .unwrap();
+        let lent = LentSlots::new(2, vec![7u64, 8, 9], &producer).unwrap();
+        assert_eq!(lent.slot_of(&7), Some(2));
+        assert!((2..5).all(|slot| producer.is_reserved(slot)));
+        assert!(!producer.is_reserved(old.slot), "held by the consumer");
+        lent.publish(2, "x", &meta(1), &slots, &producer).unwrap();
+        let Item::Frame(new) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+            panic!("expected a frame");
+        };
+        assert_eq!((new.slot, new.pts, new.pool_generation), (2, Some(1), 2));
+        consumer.release(old.slot);
+        consumer.release(new.slot);
+        // The freed placeholder is parked, never given out; the lent one
+        // comes back.
+        assert_eq!(
+            lent.take_released(&slots, &producer, &no).unwrap(),
+            vec!["x"]
+        );
+        assert!(
+            producer.is_reserved(old.slot),
+            "a free placeholder is parked"
+        );
+        assert_eq!(*slots.before_write.lock().unwrap(), vec![2]);
+        assert_eq!(producer.reserve_now(), None);
+    }
+
+    #[test]
+    fn reservations_are_given_up_for_a_new_pool() {
+        let channel = unique_channel("lend-repool");
+        let no = AtomicBool::new(false);
+        let producer = Producer::create(ProducerConfig {
+            channel,
+            when_full: WhenFull::Block,
+            ..Default::default()
+        })
+        .unwrap();
+        let slots = RecordedSlots::default();
+        producer
+            .configure_pool(64, &slots.slot_descriptors(), &[], &no)
+            .unwrap();
+        let lent = LentSlots::new(0, vec![1u64, 2, 3], &producer).unwrap();
+        lent.publish(0, (), &meta(0), &slots, &producer).unwrap();
+        lent.cancel_reservations(&producer);
+        assert!((0..3).all(|slot| !producer.is_reserved(slot)));
+        // Without reservations a new pool goes in at once.
+        let interrupt = AtomicBool::new(true);
+        producer
+            .configure_pool(64, &slots.slot_descriptors(), &[], &interrupt)
+            .expect("a new pool waited for lent slots");
+    }
+}

@@ -101,6 +101,29 @@ __device__ void finish_frame(VerifyState* st, volatile u64* report, u32 frame,
     if (kind != BAD_NONE || (st->frames & 31u) == 1u) publish(st, report);
 }
 
+// Adds this block's mismatches; the block that finishes last ("last block
+// done") sees every count and judges the frame. Every thread calls it.
+__device__ __forceinline__ void count_and_judge(VerifyState* st, u64* report,
+                                                const Geometry& g, u32 frame,
+                                                u32 bad, u32 reset) {
+    __shared__ bool last_block;
+    if (bad != 0) {
+        atomicAdd(&st->mismatches, bad);
+        __threadfence();
+    }
+    __syncthreads();
+    if (thread_in_block() == 0) {
+        const u32 blocks = gridDim.x * gridDim.y;
+        last_block = atomicAdd(&st->blocks_done, 1u) == blocks - 1u;
+    }
+    __syncthreads();
+    if (last_block && thread_in_block() == 0) {
+        __threadfence();
+        const u32 mask = g.row_bytes0 >= HEADER_BYTES ? 0xFFFFFFFFu : 0xFFu;
+        finish_frame(st, report, frame, mask, reset);
+    }
+}
+
 // Publishes the totals now (before the host reads exact figures).
 extern "C" __global__ void verify_publish(VerifyState* state, u64* report) {
     publish(state, report);
@@ -113,7 +136,6 @@ extern "C" __global__ void verify_counter(GEOMETRY_PARAMS, PLANE_PARAMS(src),
     const Planes in = MAKE_PLANES(src);
     VerifyState* st = state;
     __shared__ u32 frame_shared;
-    __shared__ bool last_block;
     const u32 tid = thread_in_block();
     if (tid == 0) frame_shared = encoded_frame(in.ptr0, g.row_bytes0);
     __syncthreads();
@@ -144,22 +166,7 @@ extern "C" __global__ void verify_counter(GEOMETRY_PARAMS, PLANE_PARAMS(src),
         }
     }
 
-    // "Last block done": the block that finishes last sees every count.
-    if (bad != 0) {
-        atomicAdd(&st->mismatches, bad);
-        __threadfence();
-    }
-    __syncthreads();
-    if (tid == 0) {
-        const u32 blocks = gridDim.x * gridDim.y;
-        last_block = atomicAdd(&st->blocks_done, 1u) == blocks - 1u;
-    }
-    __syncthreads();
-    if (last_block && tid == 0) {
-        __threadfence();
-        const u32 mask = g.row_bytes0 >= HEADER_BYTES ? 0xFFFFFFFFu : 0xFFu;
-        finish_frame(st, report, frame, mask, reset);
-    }
+    count_and_judge(st, report, g, frame, bad, reset);
 }
 
 // verify=true with operation=invert in one pass: each chunk is checked
@@ -190,7 +197,6 @@ extern "C" __global__ void verify_counter_invert(GEOMETRY_PARAMS,
     const Planes out = MAKE_PLANES(dst);
     VerifyState* st = state;
     __shared__ u32 frame_shared;
-    __shared__ bool last_block;
     const u32 tid = thread_in_block();
     // In place, another block may have inverted row 0 already: verify_begin
     // read its number before this launch. Out of place, row 0 is intact.
@@ -238,19 +244,5 @@ extern "C" __global__ void verify_counter_invert(GEOMETRY_PARAMS,
         }
     }
 
-    if (bad != 0) {
-        atomicAdd(&st->mismatches, bad);
-        __threadfence();
-    }
-    __syncthreads();
-    if (tid == 0) {
-        const u32 blocks = gridDim.x * gridDim.y;
-        last_block = atomicAdd(&st->blocks_done, 1u) == blocks - 1u;
-    }
-    __syncthreads();
-    if (last_block && tid == 0) {
-        __threadfence();
-        const u32 mask = g.row_bytes0 >= HEADER_BYTES ? 0xFFFFFFFFu : 0xFFu;
-        finish_frame(st, report, frame, mask, reset);
-    }
+    count_and_judge(st, report, g, frame, bad, reset);
 }

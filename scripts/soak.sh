@@ -8,6 +8,8 @@
 #
 # usage (repo root, GPU host, after ../shared/gpu-host/stage-build.sh .gpu-host):
 #   scripts/soak.sh [SECONDS] [SAMPLE_SECONDS]
+# CUDAIPC_SOAK_PRODUCER_PROPS adds properties to the producer's cudatestsrc
+# (output-memory=gstcuda: GstCudaMemory that the sink lends as slots).
 # or, where cargo and GStreamer are installed:
 #   CUDAIPC_SOAK_SECONDS=600 cargo test --release --test soak -- --nocapture
 set -u

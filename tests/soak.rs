@@ -121,9 +121,12 @@ fn soak_one_producer_two_verifying_consumers() {
         })
         .collect();
     wait_for_waiting_consumers(&channel, 2, Duration::from_secs(60));
+    // E.g. output-memory=gstcuda: the sink then lends the producer's
+    // GstCudaMemory buffers as slots.
+    let producer_props = std::env::var("CUDAIPC_SOAK_PRODUCER_PROPS").unwrap_or_default();
     let mut producer = PipelineChild::spawn_with(
         &format!(
-            "cudatestsrc pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! cudaipcsink name=sink channel={channel} sync=false"
+            "cudatestsrc pattern=counter {producer_props} ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! cudaipcsink name=sink channel={channel} sync=false"
         ),
         &["sink"],
         &env,
@@ -186,9 +189,11 @@ fn soak_one_producer_two_verifying_consumers() {
     }
     let frames = p.num("sink.frames");
     println!(
-        "SOAK-RESULT {{\"seconds\":{seconds},\"frames\":{frames},\"fps\":{:.1},\"dropped\":{},\"consumers\":[{}]}}",
+        "SOAK-RESULT {{\"seconds\":{seconds},\"frames\":{frames},\"fps\":{:.1},\"dropped\":{},\"zero_copy\":{},\"copied\":{},\"consumers\":[{}]}}",
         frames as f64 / seconds as f64,
         p.num("sink.dropped"),
+        p.num("sink.zero-copy"),
+        p.num("sink.copied"),
         finals
             .iter()
             .map(|c| format!(

@@ -359,16 +359,7 @@ impl CudaIpcSink {
         }
         let mapped = gstcuda::MappedCudaMemory::of_buffer(buffer, false)?;
         let (key, allocated) = cuda::exportable_allocation(device, mapped.ptr).ok()??;
-        let planes = match buffer.meta::<gst_video::VideoMeta>() {
-            Some(meta) => meta
-                .offset()
-                .iter()
-                .zip(meta.stride())
-                .take(meta.n_planes() as usize)
-                .map(|(o, s)| (*o as u64, *s as u32))
-                .collect(),
-            None => mapped.planes.clone(),
-        };
+        let planes = video::meta_planes(buffer).unwrap_or_else(|| mapped.planes.clone());
         let size = mapped.size.min(allocated);
         video::layout_fits(info, &planes, size as u64).ok()?;
         Some(PoolFrame {
@@ -542,17 +533,9 @@ impl CudaIpcSink {
             SlotMemory::Device { .. } => gstcuda::MappedCudaMemory::of_buffer(buffer, false),
             SlotMemory::Host { .. } => None,
         };
-        let src_planes: Vec<(u64, u32)> = match (buffer.meta::<gst_video::VideoMeta>(), &gst_cuda) {
-            (Some(meta), _) => meta
-                .offset()
-                .iter()
-                .zip(meta.stride())
-                .take(meta.n_planes() as usize)
-                .map(|(o, s)| (*o as u64, *s as u32))
-                .collect(),
-            (None, Some(mapped)) => mapped.planes.clone(),
-            (None, None) => dst_planes.clone(),
-        };
+        let src_planes = video::meta_planes(buffer)
+            .or_else(|| gst_cuda.as_ref().map(|mapped| mapped.planes.clone()))
+            .unwrap_or_else(|| dst_planes.clone());
         video::layout_fits(info, &src_planes, buffer.size() as u64)?;
         if let (SlotMemory::Device { ptr, device, .. }, Some(src)) = (memory, &gst_cuda) {
             let stream = device.stream();
@@ -828,7 +811,7 @@ impl ObjectImpl for CudaIpcSink {
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits, zero-copy, copied, consumers, reclaimed-consumers, transport")
+                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits, zero-copy (published where upstream wrote them: the slot pool or lent GstCudaMemory), copied, consumers, reclaimed-consumers, transport")
                     .read_only()
                     .build(),
             ]

@@ -563,43 +563,42 @@ pub struct AllocationKey {
 }
 
 /// The allocation `ptr` starts, if it starts one that CUDA IPC can export;
-/// `Ok(None)` for a pointer into the middle of an allocation or memory IPC
-/// cannot share (stream-ordered, virtual memory management, host memory).
+/// `Ok(None)` for a pointer into the middle of an allocation, one CUDA does
+/// not know, or memory IPC cannot share (stream-ordered, virtual memory
+/// management, host memory). One driver call: it runs for every lent frame.
 pub fn exportable_allocation(
     device: &Arc<Device>,
     ptr: u64,
 ) -> Result<Option<(AllocationKey, usize)>> {
     device.bind()?;
-    let (mut base, mut size) = (0u64, 0usize);
-    // SAFETY: valid out pointers; the driver validates `ptr`.
-    check("cuMemGetAddressRange", unsafe {
-        sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
-    })?;
-    if base != ptr {
-        return Ok(None);
-    }
-    let mut capable: std::ffi::c_int = 0;
-    // SAFETY: this attribute is written as an int into a valid out pointer.
-    check("cuPointerGetAttribute", unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut capable as *mut std::ffi::c_int).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+    let (mut base, mut size, mut capable, mut buffer_id) =
+        (0u64, 0usize, 0 as std::ffi::c_int, 0u64);
+    let mut attributes = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+    ];
+    let mut data: [*mut std::ffi::c_void; 4] = [
+        (&mut base as *mut u64).cast(),
+        (&mut size as *mut usize).cast(),
+        (&mut capable as *mut std::ffi::c_int).cast(),
+        (&mut buffer_id as *mut u64).cast(),
+    ];
+    // SAFETY: each data pointer is valid and of the type its attribute is
+    // written as (CUdeviceptr, size_t, an int-sized boolean, unsigned long
+    // long); a pointer CUDA does not know leaves them zero.
+    check("cuPointerGetAttributes", unsafe {
+        sys::cuPointerGetAttributes(
+            attributes.len() as std::ffi::c_uint,
+            attributes.as_mut_ptr(),
+            data.as_mut_ptr(),
             ptr,
         )
     })?;
-    if capable == 0 {
+    if base != ptr || capable == 0 {
         return Ok(None);
     }
-    let mut buffer_id = 0u64;
-    // SAFETY: this attribute is written as an unsigned long long into a
-    // valid out pointer.
-    check("cuPointerGetAttribute", unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut buffer_id as *mut u64).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
-            ptr,
-        )
-    })?;
     Ok(Some((AllocationKey { base, buffer_id }, size)))
 }
 

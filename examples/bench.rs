@@ -671,7 +671,8 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     // `sink_props`, and a consumer `cudaipcsrc` followed by `consumer` (its
     // own properties first).
     let rows_made = std::cell::Cell::new(0);
-    let two_from = |config: &str,
+    let two_from = |env: &[(String, String)],
+                    config: &str,
                     frames: u64,
                     warmup: u64,
                     source_props: &str,
@@ -692,7 +693,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         )
     };
     let two = |config: &str, frames: u64, warmup: u64, sink_props: &str, consumer: &str| {
-        two_from(config, frames, warmup, "", sink_props, consumer)
+        two_from(env, config, frames, warmup, "", sink_props, consumer)
     };
     let verifying = |src_props: &str| {
         format!(
@@ -768,6 +769,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         // the GstCudaBufferPool the sink proposes: its buffers are lent as
         // slots (no copy); to compare with 5t.
         rows.push(two_from(
+            env,
             "5l producer writes GstCudaMemory (lent slots), transport only",
             o.frames,
             o.warmup,
@@ -779,19 +781,17 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         // copies each frame into a slot of its own.
         let mut no_lending = env.to_vec();
         no_lending.push(("CUDAIPC_LEND".into(), "0".into()));
-        let ch = channel("nolend");
-        rows.push(two_process(
-            "5c producer writes GstCudaMemory, copied (CUDAIPC_LEND=0), transport only",
-            &format!(
-                "{} ! cudaipcsink name=ipcsink channel={ch} sync=false",
-                generate_with(o.frames + o.warmup, "output-memory=gstcuda")
-            ),
-            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"),
-            o.warmup,
+        rows.push(two_from(
             &no_lending,
-            o.consumer_device,
+            "5c producer writes GstCudaMemory, copied (CUDAIPC_LEND=0), transport only",
+            o.frames,
+            o.warmup,
+            "output-memory=gstcuda",
+            "",
+            "! fakesink name=sink sync=false",
         ));
         rows.push(two_from(
+            env,
             "5lv lent slots, consumer inverts + verifies",
             o.frames,
             o.warmup,

@@ -436,6 +436,8 @@ impl CudaIpcSink {
         let seen = std::mem::take(&mut lending.seen);
         drop(lending);
         if seen.len() > count {
+            // More buffers than the pool holds: it was reallocated since.
+            // Learn it again.
             return;
         }
         let Some(device) = channel.device.as_ref() else {
@@ -1094,9 +1096,11 @@ impl BaseSinkImpl for CudaIpcSink {
         let lendable = match proposed {
             Some(pool) => Some(pool),
             None => {
-                *channel.lending.lock().unwrap() = Lending::default();
                 let pool = self.lendable_pool(&channel, &caps, &info);
-                channel.lending.lock().unwrap().pool = pool.clone();
+                *channel.lending.lock().unwrap() = Lending {
+                    pool: pool.clone(),
+                    seen: Vec::new(),
+                };
                 pool
             }
         };

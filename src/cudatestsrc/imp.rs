@@ -34,8 +34,6 @@ const DEFAULT_FORMAT: &str = "RGB";
 const DEFAULT_FPS: i32 = 30;
 
 const GENERATE_MODULE: &str = "cudaipc-generate";
-/// GType of cudaipcsink's pool, whose buffers wrap its shared slots.
-
 #[derive(Debug, Clone, Copy)]
 struct Settings {
     pattern: Pattern,

@@ -73,7 +73,7 @@ impl CudaProducerSlots {
             .map(|_| DeviceBuffer::new(device, request.size))
             .collect::<Result<Vec<_>, _>>()?;
         let ptrs = owned.iter().map(DeviceBuffer::ptr).collect();
-        Self::with_memory(device, ptrs, owned, request.size, request.gpu_sync)
+        Self::with_memory(device, ptrs, owned, request.size, request.gpu_sync, false)
     }
 
     /// Slots made of device memory another allocator of this process owns
@@ -94,9 +94,7 @@ impl CudaProducerSlots {
             .map(|_| DeviceBuffer::new(device, 1))
             .collect::<Result<Vec<_>, _>>()?;
         let ptrs = owned.iter().map(DeviceBuffer::ptr).chain(lent).collect();
-        let mut slots = Self::with_memory(device, ptrs, owned, size, sync)?;
-        slots.lent = true;
-        Ok(slots)
+        Self::with_memory(device, ptrs, owned, size, sync, true)
     }
 
     fn with_memory(
@@ -105,6 +103,7 @@ impl CudaProducerSlots {
         owned: Vec<DeviceBuffer>,
         size: usize,
         sync: GpuSync,
+        lent: bool,
     ) -> Result<Self, TransportError> {
         let mut ready = Vec::with_capacity(ptrs.len());
         let mut descriptors = Vec::with_capacity(ptrs.len());
@@ -119,7 +118,7 @@ impl CudaProducerSlots {
         }
         Ok(Self {
             device: device.clone(),
-            lent: false,
+            lent,
             ptrs,
             _owned: owned,
             ready,

@@ -25,7 +25,6 @@ pub struct LentSlots<K, T> {
     /// Which buffer each slot is, by a key of its memory; `None` for a
     /// placeholder.
     keys: Vec<Option<K>>,
-    lent_count: usize,
     /// Per slot, the buffer of the published frame; `None` while upstream
     /// has it (the slot is then reserved).
     held: Mutex<Vec<Option<T>>>,
@@ -41,7 +40,6 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         keys: Vec<K>,
         producer: &Producer,
     ) -> Result<Self, TransportError> {
-        let lent_count = keys.len();
         let keys: Vec<Option<K>> = (0..placeholders)
             .map(|_| None)
             .chain(keys.into_iter().map(Some))
@@ -61,7 +59,6 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         Ok(Self {
             held: Mutex::new((0..keys.len()).map(|_| None).collect()),
             keys,
-            lent_count,
         })
     }
 
@@ -105,7 +102,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         loop {
             let slot = match producer.reserve_now() {
                 Some(slot) => slot,
-                None if self.held_count() < self.lent_count => return Ok(released),
+                None if self.held_count() < self.lent_count() => return Ok(released),
                 None => match producer.reserve(interrupt) {
                     Ok(Some(slot)) => slot,
                     Ok(None) => return Ok(released),
@@ -137,6 +134,10 @@ impl<K: PartialEq, T> LentSlots<K, T> {
                 producer.cancel(slot);
             }
         }
+    }
+
+    fn lent_count(&self) -> usize {
+        self.keys.iter().flatten().count()
     }
 
     fn held_count(&self) -> usize {

@@ -269,26 +269,29 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
 /// from GPU 0 to GPU `to` (on `to`'s stream; another GPU through unified
 /// addressing): the memory (or link) limit for moving these bytes.
 fn run_copy(bytes: usize, iterations: u64, to: i32) -> i32 {
-    use gstcudaipc::cuda::{Device, DeviceBuffer};
+    use gstcudaipc::cuda::{Device, DeviceBuffer, DeviceRegion};
     let (Ok(from), Ok(device)) = (Device::get(0), Device::get(to)) else {
         println!("RESULT measured=0 seconds=0");
         return 0;
     };
     let peer = to != 0 && device.enable_peer_access(&from).is_ok();
-    let buffers: Vec<DeviceBuffer> = (0..8)
-        .map(|i| DeviceBuffer::new(if i < 4 { &from } else { &device }, bytes).unwrap())
+    let buffers: Vec<DeviceRegion> = (0..8)
+        .map(|i| {
+            DeviceBuffer::new(if i < 4 { &from } else { &device }, bytes)
+                .unwrap()
+                .into_region()
+        })
         .collect();
     for b in &buffers {
-        b.device().stream().memset(b.ptr(), 0x5a, bytes).unwrap();
+        b.memset(0x5a).unwrap();
     }
     from.stream().synchronize().unwrap();
     let stream = device.stream();
     let copy = |i: u64| {
         let src = &buffers[(i % 4) as usize];
         let dst = &buffers[4 + (i % 4) as usize];
-        stream
-            .copy_device_to_device(dst.ptr(), src.ptr(), bytes)
-            .unwrap();
+        // On `to`'s stream: the destination's device.
+        dst.copy_from(src).unwrap();
     };
     for i in 0..iterations / 10 {
         copy(i);

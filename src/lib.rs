@@ -20,6 +20,7 @@ mod enums;
 pub mod gstcuda;
 pub mod ipc;
 pub mod memory;
+pub mod pattern;
 mod periodic;
 pub mod transport;
 mod video;

@@ -79,7 +79,12 @@ pub fn configure_pool(
 
 /// Enqueues on `stream` the copy of every plane of a frame between device
 /// buffers of different layouts.
-pub fn copy_planes_device(
+///
+/// # Safety
+/// `dst` and `src` must be device addresses valid, until the copy has run
+/// on the stream, for every plane of `info` at the offsets and strides of
+/// `dst_planes` and `src_planes`.
+pub unsafe fn copy_planes_device(
     stream: &crate::cuda::Stream<'_>,
     dst: u64,
     dst_planes: &[(u64, u32)],
@@ -90,14 +95,18 @@ pub fn copy_planes_device(
     for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
         src_planes.iter().zip(dst_planes).enumerate()
     {
-        stream.copy_2d_device(
-            dst + dst_off,
-            dst_stride as usize,
-            src + src_off,
-            src_stride as usize,
-            row_bytes(info, p),
-            rows(info, p),
-        )?;
+        // SAFETY: each plane lies within the memory this function's
+        // contract covers.
+        unsafe {
+            stream.copy_2d_device(
+                dst + dst_off,
+                dst_stride as usize,
+                src + src_off,
+                src_stride as usize,
+                row_bytes(info, p),
+                rows(info, p),
+            )?;
+        }
     }
     Ok(())
 }

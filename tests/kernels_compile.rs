@@ -7,7 +7,7 @@
 //! when `CUDAIPC_REQUIRE_NVRTC=1`.
 
 use gstcudaipc::cuda::nvrtc::{self, Image, Target};
-use gstcudaipc::cudatestsrc::kernels::SOURCES;
+use gstcudaipc::pattern::kernels::SOURCES;
 
 fn nvrtc_or_skip(test: &str) -> bool {
     match nvrtc::describe() {

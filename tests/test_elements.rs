@@ -21,8 +21,8 @@ use gst_video::VideoFormat;
 use gst_video::prelude::*;
 
 use gstcudaipc::cuda::Device;
-use gstcudaipc::cudatestsrc::pattern::{self, Pattern, PlaneLayout};
 use gstcudaipc::memory::{self, CudaAllocator};
+use gstcudaipc::pattern::{self, Pattern, PlaneLayout};
 use gstcudaipc::test_support::gpu_or_skip;
 
 const FORMATS: [VideoFormat; 8] = [
@@ -518,10 +518,10 @@ fn upload(
 ) -> (gst::Buffer, gst::Memory) {
     let allocator = allocator(device);
     let memory = allocator.alloc_device(bytes.len()).unwrap();
-    let ptr = memory::device_memory(&memory).unwrap().ptr;
-    device.stream().upload(ptr, bytes).unwrap();
+    let region = memory::device_region(&memory).unwrap();
+    region.upload(bytes).unwrap();
     let in_buffer = if readonly {
-        allocator.wrap(ptr, bytes.len(), Box::new(memory.clone()), true)
+        allocator.wrap(region, Box::new(memory.clone()), true)
     } else {
         memory.clone()
     };
@@ -549,10 +549,10 @@ fn upload(
 
 /// The device bytes behind a single-memory CUDA buffer (or memory).
 fn download(memory: &gst::MemoryRef) -> (Vec<u8>, u64) {
-    let info = memory::device_memory(memory).expect("CUDA memory");
-    let mut data = vec![0u8; info.size];
-    info.device.stream().download(&mut data, info.ptr).unwrap();
-    (data, info.ptr)
+    let region = memory::device_region(memory).expect("CUDA memory");
+    let mut data = vec![0u8; region.len()];
+    region.download(&mut data).unwrap();
+    (data, region.ptr())
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -8,6 +8,7 @@
 
 mod module;
 pub mod nvrtc;
+mod region;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -18,6 +19,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use cudarc::driver::sys;
 
 pub use module::{KernelArgs, Module, load_module};
+pub use region::DeviceRegion;
 
 /// Size of a CUDA IPC handle (memory or event).
 pub const IPC_HANDLE_BYTES: usize = 64;
@@ -400,20 +402,29 @@ impl Stream<'_> {
     }
 
     /// Device-to-device copy of `bytes`, ordered on this stream.
-    pub fn copy_device_to_device(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// `dst` and `src` must be device addresses valid for `bytes` bytes
+    /// until the copy has run on the stream. [`DeviceRegion::copy_from`] is
+    /// the safe form.
+    pub unsafe fn copy_device_to_device(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: the caller passes device pointers valid for `bytes`.
+        // SAFETY: per this function's contract.
         check("cuMemcpyDtoDAsync", unsafe {
             sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw)
         })
     }
 
     /// Copies host memory to the device and waits until `src` may be reused.
-    pub fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
+    ///
+    /// # Safety
+    /// `dst` must be a device address valid for writes of `src.len()`
+    /// bytes. [`DeviceRegion::upload`] is the safe form.
+    pub unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: `src` is valid for its length; `dst` is a device pointer
-        // valid for as many bytes (the caller's contract). The stream is
-        // synchronised before `src` can be dropped.
+        // SAFETY: `src` is valid for its length; `dst` for as many bytes
+        // (this function's contract). The stream is synchronised before
+        // `src` can be dropped.
         unsafe {
             check(
                 "cuMemcpyHtoDAsync",
@@ -424,11 +435,15 @@ impl Stream<'_> {
     }
 
     /// Copies device memory into `dst` once the stream's earlier work is done.
-    pub fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
+    ///
+    /// # Safety
+    /// `src` must be a device address valid for reads of `dst.len()` bytes.
+    /// [`DeviceRegion::download`] is the safe form.
+    pub unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: `dst` is valid for its length; `src` is a device pointer
-        // valid for as many bytes (the caller's contract). We synchronise
-        // before returning, so `dst` is written when the borrow ends.
+        // SAFETY: `dst` is valid for its length; `src` for as many bytes
+        // (this function's contract). We synchronise before returning, so
+        // `dst` is written when the borrow ends.
         unsafe {
             check(
                 "cuMemcpyDtoHAsync",
@@ -444,7 +459,12 @@ impl Stream<'_> {
     }
 
     /// 2D copy between device pitches (rows of `width` bytes).
-    pub fn copy_2d_device(
+    ///
+    /// # Safety
+    /// `dst` and `src` must be device addresses valid for `rows` rows of
+    /// `width` bytes at their pitches (`pitch * (rows - 1) + width` bytes)
+    /// until the copy has run on the stream.
+    pub unsafe fn copy_2d_device(
         &self,
         dst: u64,
         dst_pitch: usize,
@@ -472,16 +492,20 @@ impl Stream<'_> {
             WidthInBytes: width,
             Height: rows,
         };
-        // SAFETY: the caller passes device regions valid for the pitches,
-        // width and rows given.
+        // SAFETY: per this function's contract.
         check("cuMemcpy2DAsync", unsafe {
             sys::cuMemcpy2DAsync_v2(&copy, self.raw)
         })
     }
 
-    pub fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+    /// Fills `bytes` at `dst` with `value`, ordered on this stream.
+    ///
+    /// # Safety
+    /// `dst` must be a device address valid for writes of `bytes` bytes
+    /// until the fill has run. [`DeviceRegion::memset`] is the safe form.
+    pub unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: the caller passes a device pointer valid for `bytes`.
+        // SAFETY: per this function's contract.
         check("cuMemsetD8Async", unsafe {
             sys::cuMemsetD8Async(dst, value, bytes, self.raw)
         })
@@ -534,13 +558,27 @@ impl DeviceBuffer {
 
     /// The IPC handle another process opens with `ImportedMemory::open`.
     pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_BYTES]> {
-        ipc_handle_of(&self.device, self.ptr)
+        // SAFETY: we own the allocation at `ptr`.
+        unsafe { ipc_handle_of(&self.device, self.ptr) }
+    }
+
+    /// The whole buffer as a region that keeps it allocated.
+    pub fn into_region(self) -> DeviceRegion {
+        let (device, ptr, size) = (self.device.clone(), self.ptr, self.size);
+        // SAFETY: the region owns the buffer, so the `size` bytes at `ptr`
+        // stay allocated as long as it lives.
+        unsafe { DeviceRegion::from_raw_parts(&device, ptr, size, Arc::new(self)) }
     }
 }
 
 /// The IPC handle of the allocation starting at `ptr` (from `cuMemAlloc` or
 /// `cuMemAllocPitch`, ours or another library's in this process).
-pub fn ipc_handle_of(device: &Arc<Device>, ptr: u64) -> Result<[u8; IPC_HANDLE_BYTES]> {
+///
+/// # Safety
+/// The allocation must stay allocated while other processes may open the
+/// handle: they reach the memory through it. [`DeviceRegion::ipc_handle`]
+/// is the safe form.
+pub unsafe fn ipc_handle_of(device: &Arc<Device>, ptr: u64) -> Result<[u8; IPC_HANDLE_BYTES]> {
     device.bind()?;
     let mut handle = sys::CUipcMemHandle {
         reserved: [0; IPC_HANDLE_BYTES],
@@ -566,6 +604,8 @@ pub struct AllocationKey {
 /// `Ok(None)` for a pointer into the middle of an allocation, one CUDA does
 /// not know, or memory IPC cannot share (stream-ordered, virtual memory
 /// management, host memory). One driver call: it runs for every lent frame.
+/// Safe for any address: it only reads the driver's records, never the
+/// memory.
 pub fn exportable_allocation(
     device: &Arc<Device>,
     ptr: u64,
@@ -616,12 +656,16 @@ impl Drop for DeviceBuffer {
 pub struct ImportedMemory {
     device: Arc<Device>,
     ptr: u64,
+    /// Bytes mapped, as the driver reports them (not as the other process
+    /// announces them).
+    size: usize,
 }
 
 impl fmt::Debug for ImportedMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ImportedMemory")
             .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("size", &self.size)
             .finish()
     }
 }
@@ -642,14 +686,39 @@ impl ImportedMemory {
         check("cuIpcOpenMemHandle", unsafe {
             sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, flags)
         })?;
-        Ok(Self {
+        // Closed on drop from here on, also if the size query fails.
+        let mut memory = Self {
             device: device.clone(),
             ptr,
-        })
+            size: 0,
+        };
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: valid out pointers; `ptr` is the mapping just opened.
+        check("cuMemGetAddressRange", unsafe {
+            sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
+        })?;
+        // The mapping starts at `ptr`; anything else would be a driver bug,
+        // and then only the bytes from `ptr` count.
+        memory.size = size.saturating_sub((ptr - base.min(ptr)) as usize);
+        Ok(memory)
     }
 
     pub fn ptr(&self) -> u64 {
         self.ptr
+    }
+
+    /// Bytes mapped from `ptr`, as the driver reports them.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The first `len` bytes (at most the mapping's size) as a region that
+    /// keeps the mapping open.
+    pub fn into_region(self, len: usize) -> DeviceRegion {
+        let (device, ptr, len) = (self.device.clone(), self.ptr, len.min(self.size));
+        // SAFETY: the region owns the mapping, of at least `len` bytes, so
+        // they stay mapped as long as it lives.
+        unsafe { DeviceRegion::from_raw_parts(&device, ptr, len, Arc::new(self)) }
     }
 }
 

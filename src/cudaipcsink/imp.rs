@@ -453,7 +453,11 @@ impl CudaIpcSink {
         let ptrs = seen.iter().map(|f| f.ptr).collect();
         let keys = seen.iter().map(|f| f.key).collect();
         let sync = self.settings.lock().unwrap().gpu_sync.into();
-        let installed = CudaProducerSlots::lend(device, placeholders, ptrs, size, sync)
+        // SAFETY: each pointer starts an allocation of at least `size` bytes
+        // of a buffer of the proposed pool (`pool_frame` checked), which
+        // keeps its buffers allocated while the lent set, holding published
+        // ones, is in use.
+        let installed = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, sync) }
             .map_err(|e| e.to_string())
             .and_then(|slots| {
                 self.install_slots(channel, Box::new(slots), Some((placeholders, keys)))
@@ -539,35 +543,48 @@ impl CudaIpcSink {
             .or_else(|| gst_cuda.as_ref().map(|mapped| mapped.planes.clone()))
             .unwrap_or_else(|| dst_planes.clone());
         video::layout_fits(info, &src_planes, buffer.size() as u64)?;
-        if let (SlotMemory::Device { ptr, device, .. }, Some(src)) = (memory, &gst_cuda) {
-            let stream = device.stream();
-            video::copy_planes_device(&stream, *ptr, &dst_planes, src.ptr, &src_planes, info)
-                .map_err(|e| e.to_string())?;
+        if let (SlotMemory::Device(slot), Some(src)) = (memory, &gst_cuda) {
+            let stream = slot.device().stream();
+            // SAFETY: the slot holds a frame of `info` in `dst_planes`; the
+            // mapped input holds `src_planes`, checked by `layout_fits`.
+            unsafe {
+                video::copy_planes_device(
+                    &stream,
+                    slot.ptr(),
+                    &dst_planes,
+                    src.ptr,
+                    &src_planes,
+                    info,
+                )
+            }
+            .map_err(|e| e.to_string())?;
             // Upstream rewrites its memory on its own stream once we return
             // the buffer: the copy must be done by then.
             return stream.synchronize().map_err(|e| e.to_string());
         }
         let source_device = memory::buffer_device_memory(buffer);
         match (memory, source_device) {
-            (SlotMemory::Device { ptr, device, .. }, Some(src)) => {
-                video::copy_planes_device(
-                    &device.stream(),
-                    *ptr,
-                    &dst_planes,
-                    src.ptr,
-                    &src_planes,
-                    info,
-                )
+            (SlotMemory::Device(slot), Some(src)) => {
+                // SAFETY: as above; the input is a single CudaIpcMemory of
+                // `src.size` bytes, checked by `layout_fits`.
+                unsafe {
+                    video::copy_planes_device(
+                        &slot.device().stream(),
+                        slot.ptr(),
+                        &dst_planes,
+                        src.ptr,
+                        &src_planes,
+                        info,
+                    )
+                }
                 .map_err(|e| e.to_string())?;
             }
-            (SlotMemory::Device { ptr, device, .. }, None) => {
+            (SlotMemory::Device(slot), None) => {
                 let map = buffer
                     .map_readable()
                     .map_err(|_| "cannot map the input buffer".to_string())?;
                 let staging = relayout(&map, info, &src_planes, &dst_planes);
-                device
-                    .stream()
-                    .upload(*ptr, staging.as_deref().unwrap_or(&map[..info.size()]))
+                slot.upload(staging.as_deref().unwrap_or(&map[..info.size()]))
                     .map_err(|e| e.to_string())?;
             }
             (SlotMemory::Host { ptr, len }, source) => {
@@ -575,13 +592,13 @@ impl CudaIpcSink {
                 // consumer reads it until it is published.
                 let dst = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
                 match source {
-                    Some(src) => {
+                    Some(_) => {
                         // CUDA memory into a host slot: download whole, then
                         // lay out.
                         let mut whole = vec![0u8; buffer.size()];
-                        src.device
-                            .stream()
-                            .download(&mut whole, src.ptr)
+                        memory::buffer_device_region(buffer)
+                            .ok_or("the input CUDA memory went away")?
+                            .download(&mut whole)
                             .map_err(|e| e.to_string())?;
                         video::copy_planes(&whole, dst, info, &src_planes, &dst_planes);
                     }

@@ -184,16 +184,21 @@ mod imp {
                 slot,
                 token,
             };
-            let memory =
-                match memory_kind {
-                    SlotMemory::Device { ptr, device, .. } => CudaAllocator::for_device(&device)
-                        .wrap(ptr, info.size(), Box::new(reservation), false),
-                    SlotMemory::Host { ptr, .. } => gst::Memory::from_mut_slice(HostSlot {
-                        ptr,
-                        len: info.size(),
-                        _reservation: reservation,
-                    }),
-                };
+            let memory = match memory_kind {
+                SlotMemory::Device(slot) => {
+                    let device = slot.device().clone();
+                    // The slot size was checked against the caps above.
+                    let Some(frame) = slot.sub(0, info.size()) else {
+                        return Err(gst::FlowError::NotNegotiated);
+                    };
+                    CudaAllocator::for_device(&device).wrap(frame, Box::new(reservation), false)
+                }
+                SlotMemory::Host { ptr, .. } => gst::Memory::from_mut_slice(HostSlot {
+                    ptr,
+                    len: info.size(),
+                    _reservation: reservation,
+                }),
+            };
             channel.memory_addr[slot].store(memory.as_ptr() as usize, Ordering::SeqCst);
             gst::trace!(
                 CAT,

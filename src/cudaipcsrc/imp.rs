@@ -715,10 +715,14 @@ fn wrap_slot(memory: SlotMemory, frame: &Frame, hold: SlotHold) -> gst::Buffer {
     let mut buffer = gst::Buffer::new();
     let b = buffer.get_mut().unwrap();
     match memory {
-        SlotMemory::Device { ptr, device, .. } => {
+        SlotMemory::Device(slot) => {
+            let device = slot.device().clone();
+            let ptr = slot.ptr();
+            // A frame larger than the slot's mapping is cut to it (the
+            // channel refuses those before they get here).
+            let frame_memory = slot.sub(0, size.min(slot.len())).unwrap_or(slot);
             b.append_memory(CudaAllocator::for_device(&device).wrap(
-                ptr,
-                size,
+                frame_memory,
                 Box::new(hold),
                 true,
             ));
@@ -753,34 +757,33 @@ fn copy_slot(
 ) -> Result<(), String> {
     let planes = video::planes(info);
     match (memory, memory::buffer_device_memory(buffer)) {
-        (SlotMemory::Device { ptr, device, .. }, Some(dst)) => {
-            video::copy_planes_device(
-                &device.stream(),
-                dst.ptr,
-                &planes,
-                *ptr,
-                &frame.planes,
-                info,
-            )
+        (SlotMemory::Device(slot), Some(dst)) => {
+            // SAFETY: the output buffer holds a frame of `info` in `planes`;
+            // the held slot holds `frame.planes`, checked against the slot
+            // size by the channel.
+            unsafe {
+                video::copy_planes_device(
+                    &slot.device().stream(),
+                    dst.ptr,
+                    &planes,
+                    slot.ptr(),
+                    &frame.planes,
+                    info,
+                )
+            }
             .map_err(|e| e.to_string())?;
         }
-        (SlotMemory::Device { ptr, device, .. }, None) => {
+        (SlotMemory::Device(slot), None) => {
             let mut map = buffer
                 .map_writable()
                 .map_err(|_| "cannot map the output buffer")?;
             let size = frame.size as usize;
             if frame.planes == planes && map.len() >= size {
                 // Straight into the output buffer.
-                device
-                    .stream()
-                    .download(&mut map[..size], *ptr)
-                    .map_err(|e| e.to_string())?;
+                slot.download(&mut map[..size]).map_err(|e| e.to_string())?;
             } else {
                 let mut whole = vec![0u8; size];
-                device
-                    .stream()
-                    .download(&mut whole, *ptr)
-                    .map_err(|e| e.to_string())?;
+                slot.download(&mut whole).map_err(|e| e.to_string())?;
                 video::copy_planes(&whole, &mut map, info, &frame.planes, &video::planes(info));
             }
         }
@@ -804,15 +807,26 @@ fn copy_slot_to_gst_cuda(
     info: &gst_video::VideoInfo,
     buffer: &mut gst::BufferRef,
 ) -> Result<(), String> {
-    let SlotMemory::Device { ptr, device, .. } = memory else {
+    let SlotMemory::Device(slot) = memory else {
         return Err("GstCudaMemory output needs the cuda transport".into());
     };
     let dst = MappedCudaMemory::of_buffer(buffer, true)
         .ok_or("the output buffer holds no GstCudaMemory that maps")?;
-    let stream = device.stream();
-    video::copy_planes_device(&stream, dst.ptr, &dst.planes, *ptr, &frame.planes, info)
-        .and_then(|()| stream.synchronize())
-        .map_err(|e| e.to_string())
+    let stream = slot.device().stream();
+    // SAFETY: the mapped output holds a frame of `info` in `dst.planes`; the
+    // held slot holds `frame.planes`.
+    unsafe {
+        video::copy_planes_device(
+            &stream,
+            dst.ptr,
+            &dst.planes,
+            slot.ptr(),
+            &frame.planes,
+            info,
+        )
+    }
+    .and_then(|()| stream.synchronize())
+    .map_err(|e| e.to_string())
 }
 
 #[glib::object_subclass]

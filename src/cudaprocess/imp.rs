@@ -11,12 +11,12 @@ use gst_base::subclass::prelude::*;
 use gst_video::VideoFormat;
 
 use super::{Operation, brightness_delta, gamma_table};
-use crate::cuda::{CudaError, Device, DeviceBuffer, Module};
-use crate::cudatestsrc::kernels::{
+use crate::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion, Module};
+use crate::memory::{self, CudaAllocator};
+use crate::pattern;
+use crate::pattern::kernels::{
     self, Geometry, Planes, ROLE_KEEP, ROLE_LUMA3, ROLE_LUMA4, ROLE_NEUTRAL, Verifier, VerifyReport,
 };
-use crate::cudatestsrc::pattern;
-use crate::memory::{self, CudaAllocator};
 use crate::video;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -121,7 +121,7 @@ struct Gpu {
     device: Arc<Device>,
     module: Arc<Module>,
     /// The gamma table in device memory, and the gamma it was made for.
-    gamma_table: Option<(f64, DeviceBuffer)>,
+    gamma_table: Option<(f64, DeviceRegion)>,
 }
 
 #[derive(Default)]
@@ -177,7 +177,9 @@ fn frame_planes(
         ));
     };
     let layout = pattern::buffer_planes(info, buffer)
-        .and_then(|layout| Planes::at(info, mem.ptr, mem.size, &layout))
+        // SAFETY: the buffer's CudaIpcMemory holds `mem.size` bytes and is
+        // freed with cuMemFree, which waits for the kernels on it.
+        .and_then(|layout| unsafe { Planes::at(info, mem.ptr, mem.size, &layout) })
         .map_err(|e| gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}")))?;
     Ok((layout, mem.device))
 }
@@ -365,12 +367,12 @@ impl CudaProcess {
                     .is_none_or(|(gamma, _)| *gamma != settings.gamma)
                 {
                     let table = DeviceBuffer::new(&gpu.device, 256)
-                        .map_err(cuda_error("Cannot allocate the gamma table"))?;
+                        .map_err(cuda_error("Cannot allocate the gamma table"))?
+                        .into_region();
                     // Synchronises once per gamma change; earlier frames
                     // keep the table they were queued with (stream order).
-                    gpu.device
-                        .stream()
-                        .upload(table.ptr(), &gamma_table(settings.gamma))
+                    table
+                        .upload(&gamma_table(settings.gamma))
                         .map_err(cuda_error("Cannot upload the gamma table"))?;
                     gpu.gamma_table = Some((settings.gamma, table));
                 }

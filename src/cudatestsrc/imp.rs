@@ -8,12 +8,12 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use super::kernels::{self, Geometry, Planes};
-use super::pattern::{self, Pattern};
-use crate::cuda::{Device, DeviceBuffer, Module};
+use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, MappedCudaMemory};
 use crate::memory::{self, CudaAllocator};
+use crate::pattern::kernels::{self, Geometry, Planes};
+use crate::pattern::{self, Pattern};
 use crate::video;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -73,7 +73,7 @@ struct State {
     /// Live: running time of the first frame.
     live_base: Option<gst::ClockTime>,
     /// System memory: frames are generated here, then downloaded.
-    scratch: Option<DeviceBuffer>,
+    scratch: Option<DeviceRegion>,
 }
 
 fn layout_error(e: String) -> gst::ErrorMessage {
@@ -88,7 +88,7 @@ fn gpu_error(e: crate::cuda::CudaError) -> gst::ErrorMessage {
 /// smaller), laid out as `layout`: for outputs the kernels cannot write.
 #[allow(clippy::too_many_arguments)]
 fn generate_in_scratch<'a>(
-    scratch: &'a mut Option<DeviceBuffer>,
+    scratch: &'a mut Option<DeviceRegion>,
     gpu: &Gpu,
     info: &gst_video::VideoInfo,
     geometry: &Geometry,
@@ -96,12 +96,18 @@ fn generate_in_scratch<'a>(
     size: usize,
     pattern: Pattern,
     frame: u32,
-) -> Result<&'a DeviceBuffer, gst::ErrorMessage> {
-    if scratch.as_ref().is_none_or(|s| s.size() < size) {
-        *scratch = Some(DeviceBuffer::new(&gpu.device, size).map_err(gpu_error)?);
+) -> Result<&'a DeviceRegion, gst::ErrorMessage> {
+    if scratch.as_ref().is_none_or(|s| s.len() < size) {
+        *scratch = Some(
+            DeviceBuffer::new(&gpu.device, size)
+                .map_err(gpu_error)?
+                .into_region(),
+        );
     }
     let scratch = scratch.as_ref().unwrap();
-    let planes = Planes::at(info, scratch.ptr(), size, layout).map_err(layout_error)?;
+    // SAFETY: the scratch region holds at least `size` bytes and stays
+    // allocated until the stream has run the kernel (cuMemFree waits).
+    let planes = unsafe { Planes::at(info, scratch.ptr(), size, layout) }.map_err(layout_error)?;
     kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
         .map_err(gpu_error)?;
     Ok(scratch)
@@ -198,8 +204,10 @@ impl CudaTestSrc {
                 .collect();
             let stream = gpu.device.stream();
             if mapped.context.is_primary_of(&gpu.device) {
-                let planes =
-                    Planes::at(info, mapped.ptr, mapped.size, &layout).map_err(layout_error)?;
+                // SAFETY: the mapped GstCudaMemory holds `mapped.size` bytes
+                // and GStreamer frees it only after a stream sync.
+                let planes = unsafe { Planes::at(info, mapped.ptr, mapped.size, &layout) }
+                    .map_err(layout_error)?;
                 kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
                     .map_err(gpu_error)?;
             } else {
@@ -215,14 +223,18 @@ impl CudaTestSrc {
                     pattern,
                     frame,
                 )?;
-                video::copy_planes_device(
-                    &stream,
-                    mapped.ptr,
-                    &mapped.planes,
-                    generated.ptr(),
-                    &video::planes(info),
-                    info,
-                )
+                // SAFETY: the mapped memory holds `mapped.planes` (checked by
+                // `buffer_planes`), the scratch a default-layout frame.
+                unsafe {
+                    video::copy_planes_device(
+                        &stream,
+                        mapped.ptr,
+                        &mapped.planes,
+                        generated.ptr(),
+                        &video::planes(info),
+                        info,
+                    )
+                }
                 .map_err(gpu_error)?;
             }
             // GStreamer 1.22's CUDA elements take pushed memory as ready.
@@ -237,7 +249,10 @@ impl CudaTestSrc {
                     ["buffer {buffer:?}"]
                 ));
             };
-            let planes = Planes::at(info, mem.ptr, mem.size, &layout).map_err(layout_error)?;
+            // SAFETY: the buffer's CudaIpcMemory holds `mem.size` bytes and
+            // is freed with cuMemFree, which waits for the kernel.
+            let planes =
+                unsafe { Planes::at(info, mem.ptr, mem.size, &layout) }.map_err(layout_error)?;
             // Downstream's pool may live on another device than ours.
             let module = if mem.device.ordinal() == gpu.device.ordinal() {
                 gpu.module.clone()
@@ -261,10 +276,7 @@ impl CudaTestSrc {
                 gst::error_msg!(gst::ResourceError::Write, ("Cannot map the output buffer"))
             })?;
             // Synchronises the stream: the price of system memory.
-            gpu.device
-                .stream()
-                .download(map.as_mut_slice(), generated.ptr())
-                .map_err(gpu_error)?;
+            generated.download(map.as_mut_slice()).map_err(gpu_error)?;
         }
         Ok(())
     }

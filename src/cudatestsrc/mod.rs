@@ -8,7 +8,7 @@
 //! GPU, then downloaded) `video/x-raw`. `framerate=0/1` produces as fast as
 //! downstream takes frames, without timestamps. The default `counter`
 //! pattern carries the frame number in every row, so that `cudaprocess
-//! verify=true` or [`pattern::verify_frame`] can check each frame.
+//! verify=true` or [`crate::pattern::verify_frame`] can check each frame.
 //!
 //! ```text
 //! gst-launch-1.0 cudatestsrc num-buffers=1000 ! cudaprocess verify=true ! fakesink
@@ -25,10 +25,8 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
-pub mod kernels;
-pub mod pattern;
 
-pub use pattern::Pattern;
+pub use crate::pattern::Pattern;
 
 glib::wrapper! {
     pub struct CudaTestSrc(ObjectSubclass<imp::CudaTestSrc>)

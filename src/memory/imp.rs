@@ -11,7 +11,7 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 
 use super::DeviceMemoryInfo;
-use crate::cuda::{Device, DeviceBuffer};
+use crate::cuda::{Device, DeviceBuffer, DeviceRegion};
 
 static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -71,11 +71,7 @@ impl GstObjectImpl for CudaAllocator {}
 unsafe impl AllocatorImpl for CudaAllocator {
     unsafe fn alloc(&self, size: usize, _params: &gst::AllocationParams) -> *mut ffi::GstMemory {
         match DeviceBuffer::new(&self.device(), size) {
-            Ok(buffer) => {
-                let ptr = buffer.ptr();
-                let memory = wrap(&self.obj(), ptr, size, Some(Box::new(buffer)), false);
-                memory.into_glib_ptr()
-            }
+            Ok(buffer) => wrap(&self.obj(), buffer.into_region(), None, false).into_glib_ptr(),
             Err(e) => {
                 gst::error!(
                     CAT,
@@ -106,19 +102,17 @@ struct Staging {
 #[repr(C)]
 struct CudaMemory {
     memory: ffi::GstMemory,
-    /// Device pointer of offset 0 of the (parent's) allocation.
-    base: u64,
-    device: Arc<Device>,
-    /// Keeps the device memory alive: a DeviceBuffer, a slot guard, or
-    /// nothing for a share (the parent memory keeps it alive then).
-    _owner: Option<Box<dyn Any + Send + Sync>>,
+    /// The (parent's) whole allocation, `maxsize` bytes from offset 0; it
+    /// keeps the device memory alive, shares included.
+    whole: DeviceRegion,
+    /// Kept until the memory is freed: a slot's reservation or hold.
+    _guard: Option<Box<dyn Any + Send + Sync>>,
     staging: Mutex<Option<Staging>>,
 }
 
-/// The device bytes a memory covers: `maxsize` bytes at `base`, of which
-/// `size` bytes from `offset` are in use.
-struct Region {
-    base: u64,
+/// Which bytes of its allocation a memory covers: `size` bytes from
+/// `offset`, of `maxsize`.
+struct Extent {
     maxsize: usize,
     offset: usize,
     size: usize,
@@ -127,23 +121,21 @@ struct Region {
 fn new_memory(
     allocator: &super::CudaAllocator,
     parent: Option<*mut ffi::GstMemory>,
-    region: Region,
-    owner: Option<Box<dyn Any + Send + Sync>>,
+    whole: DeviceRegion,
+    extent: Extent,
+    guard: Option<Box<dyn Any + Send + Sync>>,
     readonly: bool,
 ) -> *mut ffi::GstMemory {
-    let Region {
-        base,
+    let Extent {
         maxsize,
         offset,
         size,
-    } = region;
-    let device = allocator.imp().device();
+    } = extent;
     let memory = Box::into_raw(Box::new(CudaMemory {
         // SAFETY: all-zero is the state gst_memory_init expects to fill.
         memory: unsafe { std::mem::zeroed() },
-        base,
-        device,
-        _owner: owner,
+        whole,
+        _guard: guard,
         staging: Mutex::new(None),
     }));
     let mut flags: ffi::GstMemoryFlags = 0;
@@ -170,18 +162,17 @@ fn new_memory(
 
 pub(super) fn wrap(
     allocator: &super::CudaAllocator,
-    ptr: u64,
-    size: usize,
-    owner: Option<Box<dyn Any + Send + Sync>>,
+    region: DeviceRegion,
+    guard: Option<Box<dyn Any + Send + Sync>>,
     readonly: bool,
 ) -> gst::Memory {
-    let region = Region {
-        base: ptr,
+    let size = region.len();
+    let extent = Extent {
         maxsize: size,
         offset: 0,
         size,
     };
-    let raw = new_memory(allocator, None, region, owner, readonly);
+    let raw = new_memory(allocator, None, region, extent, guard, readonly);
     // SAFETY: new_memory returns an owned, initialised GstMemory.
     unsafe { from_glib_full(raw) }
 }
@@ -200,10 +191,14 @@ fn as_cuda(memory: &gst::MemoryRef) -> Option<&CudaMemory> {
 pub(super) fn device_memory(memory: &gst::MemoryRef) -> Option<DeviceMemoryInfo> {
     let cuda = as_cuda(memory)?;
     Some(DeviceMemoryInfo {
-        ptr: cuda.base + memory.offset() as u64,
+        ptr: cuda.whole.ptr() + memory.offset() as u64,
         size: memory.size(),
-        device: cuda.device.clone(),
+        device: cuda.whole.device().clone(),
     })
+}
+
+pub(super) fn device_region(memory: &gst::MemoryRef) -> Option<DeviceRegion> {
+    as_cuda(memory)?.whole.sub(memory.offset(), memory.size())
 }
 
 unsafe extern "C" fn mem_map_full(
@@ -220,7 +215,7 @@ unsafe extern "C" fn mem_map_full(
         let mut data = vec![0u8; maxsize];
         // Stream-ordered download: earlier kernels on the memory finish
         // first.
-        if let Err(e) = cuda.device.stream().download(&mut data, cuda.base) {
+        if let Err(e) = cuda.whole.download(&mut data) {
             gst::error!(CAT, "cannot map CUDA memory for reading: {e}");
             return std::ptr::null_mut();
         }
@@ -248,7 +243,7 @@ unsafe extern "C" fn mem_unmap_full(memory: *mut ffi::GstMemory, _info: *mut ffi
         return;
     }
     if s.written
-        && let Err(e) = cuda.device.stream().upload(cuda.base, &s.data)
+        && let Err(e) = cuda.whole.upload(&s.data)
     {
         gst::error!(CAT, "cannot write back mapped CUDA memory: {e}");
     }
@@ -276,29 +271,30 @@ unsafe extern "C" fn mem_copy(
     let Some(allocator) = allocator.downcast_ref::<super::CudaAllocator>() else {
         return std::ptr::null_mut();
     };
-    let copy = match DeviceBuffer::new(&cuda.device, size) {
-        Ok(b) => b,
+    let Some(source) = cuda.whole.sub(start, size) else {
+        gst::error!(
+            CAT,
+            "cannot copy {size} bytes from {start}: out of the memory"
+        );
+        return std::ptr::null_mut();
+    };
+    let copy = match DeviceBuffer::new(cuda.whole.device(), size) {
+        Ok(b) => b.into_region(),
         Err(e) => {
             gst::error!(CAT, "cannot copy CUDA memory: {e}");
             return std::ptr::null_mut();
         }
     };
-    if let Err(e) =
-        cuda.device
-            .stream()
-            .copy_device_to_device(copy.ptr(), cuda.base + start as u64, size)
-    {
+    if let Err(e) = copy.copy_from(&source) {
         gst::error!(CAT, "cannot copy CUDA memory: {e}");
         return std::ptr::null_mut();
     }
-    let ptr = copy.ptr();
-    let region = Region {
-        base: ptr,
+    let extent = Extent {
         maxsize: size,
         offset: 0,
         size,
     };
-    new_memory(allocator, None, region, Some(Box::new(copy)), false)
+    new_memory(allocator, None, copy, extent, None, false)
 }
 
 unsafe extern "C" fn mem_share(
@@ -331,13 +327,19 @@ unsafe extern "C" fn mem_share(
         return std::ptr::null_mut();
     };
     let readonly = flags & ffi::GST_MEMORY_FLAG_READONLY != 0;
-    let region = Region {
-        base: cuda.base,
+    let extent = Extent {
         maxsize,
         offset: (mem_offset as isize + offset) as usize,
         size,
     };
-    new_memory(allocator, Some(parent), region, None, readonly)
+    new_memory(
+        allocator,
+        Some(parent),
+        cuda.whole.clone(),
+        extent,
+        None,
+        readonly,
+    )
 }
 
 unsafe extern "C" fn mem_is_span(

@@ -21,7 +21,7 @@ use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::ObjectSubclassIsExt;
 
-use crate::cuda::{CudaError, Device, DeviceBuffer};
+use crate::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion};
 
 pub use meta::CudaIpcMeta;
 
@@ -70,27 +70,33 @@ impl CudaAllocator {
     /// New device memory of `size` bytes (plain `cuMemAlloc`).
     pub fn alloc_device(&self, size: usize) -> Result<gst::Memory, CudaError> {
         let buffer = DeviceBuffer::new(&self.device(), size)?;
-        let ptr = buffer.ptr();
-        Ok(self.wrap(ptr, size, Box::new(buffer), false))
+        Ok(imp::wrap(self, buffer.into_region(), None, false))
     }
 
-    /// Wraps device memory owned by `owner` without copying. `owner` is
-    /// dropped when the memory is freed, on whatever thread frees it.
+    /// Wraps the device memory of `region` (on this allocator's device)
+    /// without copying; the memory keeps the region, and `guard` (a slot's
+    /// reservation, say), until it is freed, on whatever thread frees it.
     /// `readonly` memory cannot be mapped for writing (shared frames).
     pub fn wrap(
         &self,
-        ptr: u64,
-        size: usize,
-        owner: Box<dyn Any + Send + Sync>,
+        region: DeviceRegion,
+        guard: Box<dyn Any + Send + Sync>,
         readonly: bool,
     ) -> gst::Memory {
-        imp::wrap(self, ptr, size, Some(owner), readonly)
+        debug_assert_eq!(region.device().ordinal(), self.device().ordinal());
+        imp::wrap(self, region, Some(guard), readonly)
     }
 }
 
 /// The device memory behind `memory`, if it is a `CudaIpcMemory`.
 pub fn device_memory(memory: &gst::MemoryRef) -> Option<DeviceMemoryInfo> {
     imp::device_memory(memory)
+}
+
+/// The device memory behind `memory` as a region that keeps it allocated,
+/// for safe copies in and out, if it is a `CudaIpcMemory`.
+pub fn device_region(memory: &gst::MemoryRef) -> Option<DeviceRegion> {
+    imp::device_region(memory)
 }
 
 /// Whether every memory of `buffer` is `CudaIpcMemory`.
@@ -107,6 +113,15 @@ pub fn buffer_device_memory(buffer: &gst::BufferRef) -> Option<DeviceMemoryInfo>
         return None;
     }
     device_memory(buffer.peek_memory(0))
+}
+
+/// The device memory of a single-memory buffer, as a region that keeps it
+/// allocated.
+pub fn buffer_device_region(buffer: &gst::BufferRef) -> Option<DeviceRegion> {
+    if buffer.n_memory() != 1 {
+        return None;
+    }
+    device_region(buffer.peek_memory(0))
 }
 
 /// `caps` with the CUDA memory feature on every structure.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::{
     ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind,
 };
-use crate::cuda::{self, Device, DeviceBuffer, Event, IPC_HANDLE_BYTES, ImportedMemory};
+use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, PoolInfo, Producer};
 
@@ -53,12 +53,14 @@ struct ConsumerEventCache {
 /// slot before it reports them stuck.
 const LENT_READS_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Stands for lent memory in the regions of lent slots: the owner that
+/// `CudaProducerSlots::lend`'s caller keeps alive.
+struct LentMemory;
+
 pub struct CudaProducerSlots {
     device: Arc<Device>,
-    /// Device pointer of each slot.
-    ptrs: Vec<u64>,
-    /// The slots' memory when allocated here; empty when lent.
-    _owned: Vec<DeviceBuffer>,
+    /// Each slot's memory: allocated here, or lent (see `lend`).
+    regions: Vec<DeviceRegion>,
     lent: bool,
     ready: Vec<Event>,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
@@ -69,19 +71,22 @@ pub struct CudaProducerSlots {
 
 impl CudaProducerSlots {
     pub fn create(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
-        let owned = (0..request.count)
-            .map(|_| DeviceBuffer::new(device, request.size))
+        let regions = (0..request.count)
+            .map(|_| DeviceBuffer::new(device, request.size).map(DeviceBuffer::into_region))
             .collect::<Result<Vec<_>, _>>()?;
-        let ptrs = owned.iter().map(DeviceBuffer::ptr).collect();
-        Self::with_memory(device, ptrs, owned, request.size, request.gpu_sync, false)
+        Self::with_memory(device, regions, request.size, request.gpu_sync, false)
     }
 
     /// Slots made of device memory another allocator of this process owns
     /// (each pointer starts an exportable allocation of at least `size`
     /// bytes), after `placeholders` slots that are never written (see
-    /// `LentSlots`). The owner must keep the memory allocated while the
-    /// slots exist, and writes into it happen outside this plugin's stream.
-    pub fn lend(
+    /// `LentSlots`). Writes into it happen outside this plugin's stream.
+    ///
+    /// # Safety
+    /// Each lent allocation must stay allocated, for at least `size` bytes,
+    /// as long as the returned slots or any `SlotMemory` they hand out
+    /// exist.
+    pub unsafe fn lend(
         device: &Arc<Device>,
         placeholders: usize,
         lent: Vec<u64>,
@@ -90,27 +95,32 @@ impl CudaProducerSlots {
     ) -> Result<Self, TransportError> {
         // Consumers open every slot: a placeholder is a real, tiny
         // allocation.
-        let owned = (0..placeholders)
-            .map(|_| DeviceBuffer::new(device, 1))
+        let mut regions = (0..placeholders)
+            .map(|_| DeviceBuffer::new(device, 1).map(DeviceBuffer::into_region))
             .collect::<Result<Vec<_>, _>>()?;
-        let ptrs = owned.iter().map(DeviceBuffer::ptr).chain(lent).collect();
-        Self::with_memory(device, ptrs, owned, size, sync, true)
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(LentMemory);
+        regions.extend(lent.into_iter().map(|ptr| {
+            // SAFETY: the caller keeps `size` bytes at `ptr` allocated as
+            // long as the slots and their regions exist (this function's
+            // contract).
+            unsafe { DeviceRegion::from_raw_parts(device, ptr, size, owner.clone()) }
+        }));
+        Self::with_memory(device, regions, size, sync, true)
     }
 
     fn with_memory(
         device: &Arc<Device>,
-        ptrs: Vec<u64>,
-        owned: Vec<DeviceBuffer>,
+        regions: Vec<DeviceRegion>,
         size: usize,
         sync: GpuSync,
         lent: bool,
     ) -> Result<Self, TransportError> {
-        let mut ready = Vec::with_capacity(ptrs.len());
-        let mut descriptors = Vec::with_capacity(ptrs.len());
-        for &ptr in &ptrs {
+        let mut ready = Vec::with_capacity(regions.len());
+        let mut descriptors = Vec::with_capacity(regions.len());
+        for region in &regions {
             let event = Event::new(device, true)?;
             let mut descriptor = [0u8; SLOT_DESCRIPTOR_BYTES];
-            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&cuda::ipc_handle_of(device, ptr)?);
+            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&region.ipc_handle()?);
             descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]
                 .copy_from_slice(&event.ipc_handle()?);
             ready.push(event);
@@ -119,8 +129,7 @@ impl CudaProducerSlots {
         Ok(Self {
             device: device.clone(),
             lent,
-            ptrs,
-            _owned: owned,
+            regions,
             ready,
             descriptors,
             size,
@@ -228,7 +237,7 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn slot_count(&self) -> usize {
-        self.ptrs.len()
+        self.regions.len()
     }
 
     fn slot_size(&self) -> usize {
@@ -244,11 +253,7 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
-        SlotMemory::Device {
-            ptr: self.ptrs[slot],
-            len: self.size,
-            device: self.device.clone(),
-        }
+        SlotMemory::Device(self.regions[slot].clone())
     }
 
     fn before_write(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
@@ -282,7 +287,8 @@ impl ProducerSlots for CudaProducerSlots {
 
 pub struct CudaConsumerSlots {
     device: Arc<Device>,
-    memory: Vec<ImportedMemory>,
+    /// Each slot's mapping, bounded by what the driver mapped.
+    memory: Vec<DeviceRegion>,
     ready: Vec<Event>,
     released: Vec<Event>,
     release_descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]>,
@@ -316,7 +322,9 @@ impl CudaConsumerSlots {
                     "cannot open slot {i} of the producer's device memory: {e}{hint}"
                 ))
             })?;
-            memory.push(imported);
+            // A producer announcing more than it exported gets regions only
+            // as long as the mapping: frames beyond it are refused, not read.
+            memory.push(imported.into_region(size));
             if sync == GpuSync::Host {
                 // Stream synchronisation on both sides: no events at all.
                 continue;
@@ -362,11 +370,7 @@ impl ConsumerSlots for CudaConsumerSlots {
     }
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
-        SlotMemory::Device {
-            ptr: self.memory[slot].ptr(),
-            len: self.size,
-            device: self.device.clone(),
-        }
+        SlotMemory::Device(self.memory[slot].clone())
     }
 
     fn before_read(&self, slot: usize) -> Result<(), TransportError> {

@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::cuda::{CudaError, Device};
+use crate::cuda::{CudaError, Device, DeviceRegion};
 use crate::ipc::layout::{
     RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST,
 };
@@ -143,12 +143,9 @@ impl From<ChannelError> for TransportError {
 pub enum SlotMemory {
     /// Shared host memory. Writable only on the producer side.
     Host { ptr: *mut u8, len: usize },
-    /// Device memory on `device`.
-    Device {
-        ptr: u64,
-        len: usize,
-        device: Arc<Device>,
-    },
+    /// Device memory, kept mapped (or allocated) while the region lives;
+    /// `ptr()`, `len()` and `device()` say where.
+    Device(DeviceRegion),
 }
 
 // SAFETY: the host pointer is into a shared mapping owned by the slots

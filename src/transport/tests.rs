@@ -15,10 +15,9 @@ fn write_slot(memory: &SlotMemory, data: &[u8]) {
             // SAFETY: the producer owns the reserved slot; `len` bounds it.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), *ptr, data.len()) };
         }
-        SlotMemory::Device { ptr, device, .. } => {
+        SlotMemory::Device(region) => {
             // Ordered on the shared stream, like an upstream element's kernel.
-            let staging = data.to_vec();
-            device.stream().upload(*ptr, &staging).unwrap();
+            region.upload(data).unwrap();
         }
     }
 }
@@ -29,9 +28,9 @@ fn read_slot(memory: &SlotMemory, len: usize) -> Vec<u8> {
             // SAFETY: the consumer holds the slot; `len` is within it.
             unsafe { std::slice::from_raw_parts(*ptr, len) }.to_vec()
         }
-        SlotMemory::Device { ptr, device, .. } => {
+        SlotMemory::Device(region) => {
             let mut out = vec![0u8; len];
-            device.stream().download(&mut out, *ptr).unwrap();
+            region.download(&mut out).unwrap();
             out
         }
     }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! CPU reference of `cudatestsrc`'s patterns, byte for byte what the GPU
-//! writes (`kernels/common.cu`), so that tests and consumers that read
-//! frames in system memory can check them.
+//! The test patterns of `cudatestsrc` and `cudaprocess verify=true`: the
+//! GPU side in [`kernels`] (sources and launches), and here the CPU
+//! reference, byte for byte what the GPU writes (`kernels/common.cu`), so
+//! that tests and consumers that read frames in system memory can check
+//! them. Both test elements use this module; neither imports the other.
 //!
 //! A frame is a set of planes; each plane is `rows` rows of `row_bytes`
 //! bytes of pixel data, `stride` bytes apart, from `offset` in the frame's
@@ -32,6 +34,8 @@
 use gst::glib;
 
 use crate::video;
+
+pub mod kernels;
 
 /// Bytes of the counter pattern's row header.
 pub const HEADER_BYTES: usize = 8;

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cuda::{self, Device, KernelArgs, MappedHostBuffer, Module};
+use crate::cuda::{self, Device, DeviceRegion, KernelArgs, MappedHostBuffer, Module};
 use crate::video;
 
-use super::pattern::Pattern;
+use super::Pattern;
 
 macro_rules! kernel_source {
     ($file:literal) => {
@@ -120,13 +120,18 @@ impl Planes {
     /// The planes of a frame at device address `base`, laid out as
     /// `layout` ((offset, stride) per plane) and checked to fit in `size`
     /// bytes.
-    pub fn at(
+    ///
+    /// # Safety
+    /// `base` must be a device address valid for `size` bytes until the
+    /// kernels launched on these planes have run: the safe launches below
+    /// rely on it.
+    pub unsafe fn at(
         info: &gst_video::VideoInfo,
         base: u64,
         size: usize,
         layout: &[(usize, usize)],
     ) -> Result<Self, String> {
-        let checked = super::pattern::fitting_planes(info, layout, size)?;
+        let checked = super::fitting_planes(info, layout, size)?;
         let mut planes = Planes::default();
         for (p, &(offset, stride)) in checked.iter().take(3).enumerate() {
             planes.ptr[p] = base + offset;
@@ -339,15 +344,15 @@ pub(crate) struct VerifyReport {
 pub(crate) struct Verifier {
     module: Arc<Module>,
     device: Arc<Device>,
-    state: cuda::DeviceBuffer,
+    state: DeviceRegion,
     report: MappedHostBuffer,
 }
 
 impl Verifier {
     pub fn new(device: &Arc<Device>) -> cuda::Result<Self> {
         let module = load(device, "cudaipc-verify")?;
-        let state = cuda::DeviceBuffer::new(device, VERIFY_STATE_BYTES)?;
-        device.stream().memset(state.ptr(), 0, VERIFY_STATE_BYTES)?;
+        let state = cuda::DeviceBuffer::new(device, VERIFY_STATE_BYTES)?.into_region();
+        state.memset(0)?;
         let report = MappedHostBuffer::new(device, REPORT_WORDS * 8)?;
         Ok(Self {
             module,

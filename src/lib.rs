@@ -25,6 +25,7 @@ mod periodic;
 pub mod transport;
 mod video;
 
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod test_support;
 

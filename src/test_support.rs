@@ -1,4 +1,6 @@
-//! Helpers shared by the crate's unit and integration tests (not API).
+//! Helpers shared by the crate's unit and integration tests (not API):
+//! built only for `cfg(test)` and the `test-support` feature, which the
+//! crate's dev-dependency on itself enables for its integration tests.
 
 use std::sync::Arc;
 

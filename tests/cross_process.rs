@@ -4,21 +4,12 @@
 
 mod common;
 
-use std::sync::Once;
 use std::time::Duration;
 
 use common::*;
 use gst::prelude::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gstcudaipc::plugin_register_static().unwrap();
-    });
-}
 
 struct Frame {
     caps: gst::Caps,

@@ -417,9 +417,7 @@ fn publisher_kernel_compiles_with_nvrtc() {
 /// downloaded, exactly the pattern.
 #[test]
 fn gpu_publisher_and_readers_share_device_memory() {
-    if gstcudaipc::test_support::gpu_or_skip("gpu_publisher_and_readers_share_device_memory")
-        .is_none()
-    {
+    if !common::gpu("gpu_publisher_and_readers_share_device_memory") {
         return;
     }
     let channel = unique_channel("ex-gpu");

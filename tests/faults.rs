@@ -33,10 +33,6 @@ const CUDA: Transport = Transport {
     caps: "video/x-raw,format=RGB,width=1280,height=720,framerate=30/1",
 };
 
-fn gpu(test: &str) -> bool {
-    gstcudaipc::test_support::gpu_or_skip(test).is_some()
-}
-
 #[test]
 #[ignore = "entry point of the child pipelines (common::PipelineChild)"]
 fn child_pipeline() {

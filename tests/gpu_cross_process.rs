@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::Once;
 use std::time::Duration;
 
 use common::*;
@@ -12,18 +11,6 @@ use gst::prelude::*;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const SOURCE_4K: &str = "videotestsrc num-buffers=24 pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1";
-
-fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gstcudaipc::plugin_register_static().unwrap();
-    });
-}
-
-fn gpu(test: &str) -> bool {
-    gstcudaipc::test_support::gpu_or_skip(test).is_some()
-}
 
 /// 4K RGB over the cuda transport with `sink_props`, read by one consumer
 /// that keeps CUDA memory (checksumsink maps it, which downloads) and one
@@ -120,7 +107,7 @@ fn the_source_wraps_the_slots_without_copying() {
 fn a_consumer_on_another_gpu_reads_every_frame_through_peer_access() {
     const TEST: &str = "a_consumer_on_another_gpu_reads_every_frame_through_peer_access";
     const FRAMES: u64 = 240;
-    let Some(gpu0) = gstcudaipc::test_support::gpu_or_skip(TEST) else {
+    let Some(gpu0) = gpu_or_skip(TEST) else {
         return;
     };
     // CUDAIPC_REQUIRE_GPU=1 asks for one GPU, not two: skipped, not failed.

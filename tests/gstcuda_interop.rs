@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::Once;
 use std::time::Duration;
 
 use common::*;
@@ -32,17 +31,9 @@ fn run_producer(pipeline: &str) -> (u64, u64) {
     (report.num("sink.zero-copy"), report.num("sink.copied"))
 }
 
-fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gstcudaipc::plugin_register_static().unwrap();
-    });
-}
-
 /// A GPU, and nvcodec's elements registered (they need a GPU to register).
 fn gpu_with_nvcodec(test: &str) -> bool {
-    if gstcudaipc::test_support::gpu_or_skip(test).is_none() {
+    if !gpu(test) {
         return false;
     }
     init();

@@ -1,22 +1,15 @@
 // cudaipcsink and cudaipcsrc as elements: registration, properties, errors,
 // and the pair inside one process with gst_check::Harness (host transport).
 
-use std::sync::Once;
+mod common;
+
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use common::{init, unique_channel};
 use gst::glib;
 use gst::prelude::*;
 use gstcudaipc::ipc::{Consumer, ConsumerConfig, Item};
-use gstcudaipc::test_support::unique_channel;
-
-fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gstcudaipc::plugin_register_static().unwrap();
-    });
-}
 
 fn caps(format: &str, width: u32, height: u32) -> gst::Caps {
     format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")

@@ -98,8 +98,7 @@ fn soak_one_producer_two_verifying_consumers() {
         eprintln!("SKIPPED: set CUDAIPC_SOAK_SECONDS to run the soak (GPU host; scripts/soak.sh)");
         return;
     };
-    if gstcudaipc::test_support::gpu_or_skip("soak_one_producer_two_verifying_consumers").is_none()
-    {
+    if !gpu("soak_one_producer_two_verifying_consumers") {
         return;
     }
     let every = std::env::var("CUDAIPC_SOAK_SAMPLE_SECONDS")

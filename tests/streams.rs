@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -14,18 +14,6 @@ use gst::prelude::*;
 use gstcudaipc::test_support::ControlBlock;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gstcudaipc::plugin_register_static().unwrap();
-    });
-}
-
-fn gpu(test: &str) -> bool {
-    gstcudaipc::test_support::gpu_or_skip(test).is_some()
-}
 
 const HOST: &str = "transport=host";
 const CUDA: &str = "transport=cuda";

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gst::glib;
@@ -20,29 +20,11 @@ use gst_check::Harness;
 use gst_video::VideoFormat;
 use gst_video::prelude::*;
 
+use common::*;
 use gstcudaipc::cuda::Device;
 use gstcudaipc::memory::{self, CudaAllocator};
 use gstcudaipc::pattern::{self, Pattern, PlaneLayout};
-use gstcudaipc::test_support::gpu_or_skip;
-
-const FORMATS: [VideoFormat; 8] = [
-    VideoFormat::Rgb,
-    VideoFormat::Rgba,
-    VideoFormat::Bgra,
-    VideoFormat::Rgbx,
-    VideoFormat::Bgrx,
-    VideoFormat::Gray8,
-    VideoFormat::Nv12,
-    VideoFormat::I420,
-];
-
-fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gstcudaipc::plugin_register_static().unwrap();
-    });
-}
+use gstcudaipc::test_support::FORMATS;
 
 fn video_info(format: VideoFormat, width: u32, height: u32) -> gst_video::VideoInfo {
     gst_video::VideoInfo::builder(format, width, height)

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MPL-2.0
+
+// Probes of processes (/proc) and of channels (/dev/shm or
+// $CUDAIPC_SHM_DIR) that tests read from outside.
+
+use std::time::{Duration, Instant};
+
+/// What each thread of a process is doing (state and kernel wait channel),
+/// for the message of a test that found it stuck.
+pub fn proc_threads(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("process {pid} is gone");
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let comm = read("comm");
+        let state = read("stat")
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next().map(str::to_string))
+            .unwrap_or_default();
+        out.push(format!(
+            "{}:{} {} {}",
+            task.file_name().to_string_lossy(),
+            comm.trim(),
+            state,
+            read("wchan")
+        ));
+    }
+    out.join("; ")
+}
+
+/// Open file descriptors of a process.
+pub fn proc_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Resident memory of a process, in KiB.
+pub fn proc_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The memory mappings of a process (/proc/PID/maps).
+pub fn proc_maps(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default()
+}
+
+/// Waits until the channel's control file exists.
+pub fn wait_for_channel(channel: &str, limit: Duration) -> bool {
+    let path = gstcudaipc::ipc::shm::control_path(channel);
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Waits until `n` consumers wait for a producer on `channel` (they have
+/// started and announced themselves), so a producer started now owes them
+/// every frame from the first.
+pub fn wait_for_waiting_consumers(channel: &str, n: usize, limit: Duration) {
+    let start = Instant::now();
+    while gstcudaipc::ipc::shm::count_live_waiters(channel) < n {
+        assert!(
+            start.elapsed() < limit,
+            "{n} consumers did not start waiting on '{channel}' within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Names of the host data files of `channel` in the shm folder.
+pub fn data_files(channel: &str) -> Vec<String> {
+    let prefix = format!("cudaipc-{channel}.");
+    let mut names: Vec<String> = std::fs::read_dir(gstcudaipc::ipc::shm::shm_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example bench -- [--frames N] [--mps off|on|both] [--out DIR]
 //! cargo run --release --example bench -- --smoke      # a few frames on the host transport (CI)
+//! cargo run --release --example bench -- --rows 5,5t,5v   # only these rows (ids: the first word)
 //! cargo run --release --example bench -- --consumer-device 1   # every consumer reads from GPU 1
 //! cargo run --release --example bench -- --two-gpu     # consumer on GPU 0 and on GPU 1, side by side
 //! ```
@@ -81,6 +82,17 @@ struct Options {
     two_gpu: bool,
 }
 
+/// `--rows`: the row ids (the first word of a configuration: 5, 5t, ...)
+/// to measure; empty: all.
+static ROWS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Whether `--rows` leaves out the row of `config`.
+fn left_out(config: &str) -> bool {
+    let id = config.split_whitespace().next().unwrap_or_default();
+    ROWS.get()
+        .is_some_and(|rows| !rows.is_empty() && !rows.iter().any(|r| r == id))
+}
+
 impl Options {
     fn parse(args: &[String]) -> Self {
         let mut o = Options {
@@ -101,6 +113,9 @@ impl Options {
                 "--frames" => o.frames = value.parse().expect("--frames N"),
                 "--warmup" => o.warmup = value.parse().expect("--warmup N"),
                 "--out" => o.out = PathBuf::from(value),
+                "--rows" => {
+                    let _ = ROWS.set(value.split(',').map(str::to_string).collect());
+                }
                 "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
                 "--consumer-device" => {
                     o.consumer_device = Some(value.parse().expect("--consumer-device N"))
@@ -127,7 +142,7 @@ impl Options {
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--out DIR] [--smoke]"
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--out DIR] [--smoke]"
                     );
                     std::process::exit(0);
                 }
@@ -313,6 +328,8 @@ fn run_copy(bytes: usize, iterations: u64, to: i32) -> i32 {
 #[derive(Debug, Clone, Default)]
 struct Row {
     config: String,
+    /// Not measured: `--rows` leaves it out.
+    left_out: bool,
     mps: bool,
     fps: f64,
     consumer_cpu: f64,
@@ -331,6 +348,14 @@ struct Row {
 }
 
 impl Row {
+    fn left_out(config: &str) -> Row {
+        Row {
+            config: config.to_string(),
+            left_out: true,
+            ..Row::default()
+        }
+    }
+
     fn gbps(&self) -> f64 {
         self.fps * self.frame_bytes / 1e9
     }
@@ -401,6 +426,9 @@ fn two_process(
     env: &[(String, String)],
     consumer_device: Option<i32>,
 ) -> Row {
+    if left_out(config) {
+        return Row::left_out(config);
+    }
     let (config, consumer) = match consumer_device {
         Some(d) => (
             format!("{config} [consumer GPU {d}]"),
@@ -478,6 +506,9 @@ fn row_from(
 }
 
 fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
+    if left_out(config) {
+        return Row::left_out(config);
+    }
     let child = spawn(
         &Child {
             role: "pipeline",
@@ -588,7 +619,7 @@ fn run_benchmark(o: &Options) -> i32 {
                     consumer_device,
                     ..o.clone()
                 };
-                for mut row in gpu_rows(&o, &env) {
+                for mut row in gpu_rows(&o, &env).into_iter().filter(|r| !r.left_out) {
                     row.mps = mps;
                     print_row(&row);
                     rows.push(row);
@@ -596,14 +627,15 @@ fn run_benchmark(o: &Options) -> i32 {
             }
         }
         if !o.two_gpu {
-            for mut row in paced_rows(o, true) {
+            for mut row in paced_rows(o, true).into_iter().filter(|r| !r.left_out) {
                 row.mps = false;
                 print_row(&row);
                 rows.push(row);
             }
         }
     } else {
-        for mut row in host_rows(o).into_iter().chain(paced_rows(o, false)) {
+        let measured = host_rows(o).into_iter().chain(paced_rows(o, false));
+        for mut row in measured.filter(|r| !r.left_out) {
             row.frame_bytes = (320 * 240 * 3) as f64;
             print_row(&row);
             rows.push(row);
@@ -836,6 +868,9 @@ fn spawn_copy(iterations: u64, env: &[(String, String)], to: Option<i32>) -> Row
         Some(to) => format!("2 device-to-device copy of a frame [GPU 0 -> GPU {to}]"),
         None => "2 device-to-device copy of a frame".to_string(),
     };
+    if left_out(&config) {
+        return Row::left_out(&config);
+    }
     let exe = std::env::current_exe().unwrap();
     let child = Command::new(exe)
         .args([
@@ -1079,7 +1114,7 @@ fn read_csv(path: &Path) -> Vec<Row> {
                     FRAME_BYTES
                 },
                 note: note.trim_end_matches('"').to_string(),
-                error: String::new(),
+                ..Row::default()
             }
         })
         .collect()

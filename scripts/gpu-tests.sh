@@ -1,24 +1,40 @@
 #!/bin/bash
-# Runs every test binary staged by ../shared/gpu-host/stage-build.sh on a GPU
-# host, with CUDAIPC_REQUIRE_GPU=1 so that a skipped GPU test fails.
-# usage (repo root, GPU host): scripts/gpu-tests.sh [LOGDIR] [test-name-filter]
+# Runs every test binary staged by scripts/stage-gpu-host.sh on a GPU host,
+# with CUDAIPC_REQUIRE_GPU=1 so that a skipped GPU test fails. With --gst126
+# the same tests run on the staged GStreamer 1.26 runtime (nvcodec 1.26).
+# usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126] [LOGDIR] [test-name-filter]
 set -u
+if [ "${1:-}" = --gst126 ]; then
+  shift
+  source .gpu-host126/env126.sh
+  # Plugins are scanned in a child, as by default: the examples register the
+  # plugin statically and must not also get the shared object in-process.
+  printf '#!/bin/sh\nexec %s --library-path %s /tmp/gst126/root/bin/gst-plugin-scanner "$@"\n' \
+    "$GST126_LOADER" "$GST126_LIBS:/usr/lib/x86_64-linux-gnu" > /tmp/gst126/wrap/gst-plugin-scanner
+  chmod +x /tmp/gst126/wrap/gst-plugin-scanner
+  export GST_PLUGIN_SCANNER=/tmp/gst126/wrap/gst-plugin-scanner CUDAIPC_EXPECT_GST=1.26
+  unset GST_REGISTRY_FORK
+  build=.gpu-host126/build
+else
+  source .gpu-host/env.sh
+  build=.gpu-host/build
+fi
 logdir=${1:-/tmp/gpu-test-logs}
 filter=${2:-}
 mkdir -p "$logdir"
-source .gpu-host/env.sh
+export CUDAIPC_PLUGIN_DIR=$(pwd)/$build
 export CUDAIPC_REQUIRE_GPU=1 CUDAIPC_REQUIRE_NVRTC=1 RUST_BACKTRACE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 failed=0
-for t in .gpu-host/build/*; do
-  case "$t" in *.so|*/bench|*/demo|*/publisher|*/reader|*/fanout) continue ;; esac
+for t in $build/test-* $build/gstcudaipc-*; do
   name=$(basename "$t")
-  "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1
+  # Its own process group, so that children a failed test left behind
+  # (stopped or orphaned pipelines) are ended before the next binary runs.
+  setsid "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1 &
+  pid=$!
+  wait $pid
   rc=$?
-  # Children a failed test may have left (stopped or orphaned pipelines)
-  # must not load the GPU while the next binary runs.
-  pkill -KILL -f "gst-launch-1.0" 2>/dev/null
-  pkill -KILL -f ".gpu-host/build/test-" 2>/dev/null
+  kill -KILL -- -$pid 2>/dev/null
   summary=$(grep -E "^test result" "$logdir/$name.log" | tail -1)
   echo "$name: rc=$rc $summary"
   if [ $rc -ne 0 ]; then

@@ -2,7 +2,8 @@
 # The test command (README, .ci/run): installs what it needs, then runs the
 # format check, clippy, every test (channel, elements, cross-process on the
 # host transport, kernel compilation with NVRTC; GPU tests print SKIPPED
-# without a GPU) and a short benchmark run on the host transport.
+# without a GPU), the same tests again on GStreamer 1.26, and a short
+# benchmark run on the host transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -15,6 +16,8 @@ echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --quiet 2>&1 | grep -vE "^\s*$"
+echo "== the same tests on GStreamer 1.26 (Debian 13 packages, binaries built against 1.22)"
+scripts/test-gst126.sh
 if [ -f examples/bench.rs ]; then
   echo "== benchmark smoke run (host transport, figures not asserted)"
   cargo run --quiet --release --example bench -- --smoke --out target/bench-smoke

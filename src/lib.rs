@@ -16,6 +16,7 @@ pub mod cudaipcsink;
 pub mod cudaipcsrc;
 pub mod cudaprocess;
 pub mod cudatestsrc;
+pub mod element_names;
 mod enums;
 pub mod gstcuda;
 pub mod ipc;

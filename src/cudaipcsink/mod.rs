@@ -14,7 +14,9 @@
 //! ```
 //!
 //! Also registered as `rscudaipcsink`, a name GStreamer's own nvcodec
-//! plugin (1.24+, which has a `cudaipcsink` of its own) never takes.
+//! plugin (1.24+, which has a `cudaipcsink` of its own) never takes; where
+//! nvcodec provides its own, the bare name is nvcodec's (see
+//! `element_names`).
 
 use gst::glib;
 use gst::prelude::*;
@@ -27,16 +29,13 @@ glib::wrapper! {
 }
 
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "cudaipcsink",
-        gst::Rank::NONE,
-        CudaIpcSink::static_type(),
-    )?;
-    gst::Element::register(
-        Some(plugin),
-        "rscudaipcsink",
-        gst::Rank::NONE,
-        CudaIpcSink::static_type(),
-    )
+    for name in crate::element_names::names("cudaipcsink", "rscudaipcsink") {
+        gst::Element::register(
+            Some(plugin),
+            name,
+            gst::Rank::NONE,
+            CudaIpcSink::static_type(),
+        )?;
+    }
+    Ok(())
 }

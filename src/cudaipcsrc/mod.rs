@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Also registered as `rscudaipcsrc`, a name GStreamer's own nvcodec plugin
-//! (1.24+, which has a `cudaipcsrc` of its own) never takes.
+//! (1.24+, which has a `cudaipcsrc` of its own) never takes; where nvcodec
+//! provides its own, the bare name is nvcodec's (see `element_names`).
 
 use gst::glib;
 use gst::prelude::*;
@@ -31,16 +32,13 @@ pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     // and parsers add one); parsing them needs that type registered.
     // SAFETY: a GType getter, callable any time after gst_init.
     unsafe { gst_video::ffi::gst_video_multiview_flagset_get_type() };
-    gst::Element::register(
-        Some(plugin),
-        "cudaipcsrc",
-        gst::Rank::NONE,
-        CudaIpcSrc::static_type(),
-    )?;
-    gst::Element::register(
-        Some(plugin),
-        "rscudaipcsrc",
-        gst::Rank::NONE,
-        CudaIpcSrc::static_type(),
-    )
+    for name in crate::element_names::names("cudaipcsrc", "rscudaipcsrc") {
+        gst::Element::register(
+            Some(plugin),
+            name,
+            gst::Rank::NONE,
+            CudaIpcSrc::static_type(),
+        )?;
+    }
+    Ok(())
 }

@@ -20,6 +20,7 @@ mod enums;
 pub mod gstcuda;
 pub mod ipc;
 pub mod memory;
+mod output_pool;
 mod periodic;
 pub mod transport;
 mod video;

@@ -400,3 +400,113 @@ fn open_device(
     Device::get(ordinal)
         .map_err(|e| SubscriberError::Device(format!("cannot open CUDA device {ordinal}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::{FrameMeta, Producer, ProducerConfig};
+    use crate::test_support::unique_channel;
+    use crate::transport::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
+
+    const SIZE: usize = 64;
+
+    /// A host producer with one slot, and a subscriber attached to it.
+    fn pair() -> (Producer, Box<dyn ProducerSlots>, Subscriber) {
+        let channel = unique_channel("subscriber");
+        let no = AtomicBool::new(false);
+        let producer = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            transport: TransportKind::Host.wire_value(),
+            ..Default::default()
+        })
+        .unwrap();
+        let request = SlotRequest {
+            channel: channel.clone(),
+            session: producer.session(),
+            generation: 1,
+            count: 1,
+            size: SIZE,
+            permissions: 0o600,
+            gpu_sync: GpuSync::Event,
+        };
+        let slots = create_producer_slots(TransportKind::Host, &request, None).unwrap();
+        let descriptors = slots.slot_descriptors();
+        producer
+            .configure_pool(SIZE as u64, &descriptors, &slots.pool_descriptor(), &no)
+            .unwrap();
+        producer.set_caps("video/x-test", &no).unwrap();
+        let config = SubscriberConfig {
+            channel,
+            mode: ConsumerMode::EveryFrame,
+            wait_mode: WaitMode::Hybrid,
+            connect_timeout: Some(Duration::from_secs(5)),
+            device_id: None,
+            on_finish_read_error: Arc::new(|_, e| panic!("finish_read: {e}")),
+        };
+        let subscriber = Subscriber::attach(config, &no, || {}).unwrap();
+        (producer, slots, subscriber)
+    }
+
+    fn publish(producer: &Producer, slots: &dyn ProducerSlots, byte: u8) {
+        let slot = producer.reserve_now().expect("a free slot");
+        slots.before_write(slot, producer).unwrap();
+        let SlotMemory::Host { ptr, len } = slots.slot_memory(slot) else {
+            unreachable!("host transport")
+        };
+        // SAFETY: the producer owns the reserved slot; `len` bounds it.
+        unsafe { std::ptr::write_bytes(ptr, byte, len.min(SIZE)) };
+        slots.after_write(slot).unwrap();
+        let meta = FrameMeta {
+            size: SIZE as u64,
+            ..Default::default()
+        };
+        producer.publish(slot, &meta).unwrap();
+    }
+
+    #[test]
+    fn a_held_frame_keeps_its_slot_until_dropped() {
+        let no = AtomicBool::new(false);
+        let (producer, slots, mut subscriber) = pair();
+        publish(&producer, &*slots, 7);
+        assert!(matches!(subscriber.next(&no), Ok(Event::Caps(c)) if c == "video/x-test"));
+        let Ok(Event::Frame(frame)) = subscriber.next(&no) else {
+            panic!("the frame after its caps")
+        };
+        assert_eq!(frame.host_bytes(), Some(&[7u8; SIZE][..]));
+        assert_eq!((subscriber.held(), frame.frames_held()), (1, 1));
+        assert_eq!(producer.reserve_now(), None, "the held slot is not free");
+        drop(frame);
+        assert_eq!(subscriber.held(), 0);
+        publish(&producer, &*slots, 8);
+        let Ok(Event::Frame(frame)) = subscriber.next(&no) else {
+            panic!("a frame, its caps known")
+        };
+        assert_eq!(frame.host_bytes(), Some(&[8u8; SIZE][..]));
+        drop(frame);
+        producer.publish_eos();
+        assert!(matches!(subscriber.next(&no), Ok(Event::Eos)));
+    }
+
+    #[test]
+    fn a_frame_not_handed_out_is_given_back_with_the_subscriber() {
+        let no = AtomicBool::new(false);
+        let (producer, slots, mut subscriber) = pair();
+        publish(&producer, &*slots, 1);
+        // The frame waits behind its caps inside the subscriber.
+        assert!(matches!(subscriber.next(&no), Ok(Event::Caps(_))));
+        assert_eq!(producer.reserve_now(), None);
+        drop(subscriber);
+        assert!(producer.reserve_now().is_some(), "the slot came back");
+    }
+
+    #[test]
+    fn a_closed_producer_is_an_event() {
+        let no = AtomicBool::new(false);
+        let (producer, _slots, mut subscriber) = pair();
+        drop(producer);
+        assert!(matches!(
+            subscriber.next(&no),
+            Ok(Event::ProducerGone(ProducerGone::Closed))
+        ));
+    }
+}

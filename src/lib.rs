@@ -21,6 +21,7 @@ mod enums;
 pub mod gstcuda;
 pub mod ipc;
 pub mod memory;
+mod output_pool;
 pub mod pattern;
 mod periodic;
 pub mod transport;

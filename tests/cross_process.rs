@@ -85,7 +85,7 @@ fn content_timestamps_caps_and_eos_travel() {
     let channel = unique_channel("travel");
     // The consumer starts first and waits for the producer.
     let consumer = launch(&format!(
-        "-v cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        "-v cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut all = frames("RGB", 320, 240, 12, 0);
@@ -116,7 +116,7 @@ fn content_timestamps_caps_and_eos_travel() {
 fn caps_with_a_multiview_flag_set_reach_a_fresh_process() {
     let channel = unique_channel("multiview");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut all = frames("NV12", 320, 240, 4, 0);
@@ -142,7 +142,7 @@ fn every_format_arrives_byte_identical() {
     ] {
         let channel = unique_channel("format");
         let consumer = launch(&format!(
-            "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+            "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
         ));
         wait_for_waiting_consumers(&channel, 1, LIMIT);
         let all = frames(format, 176, 144, 5, 0);

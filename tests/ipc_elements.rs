@@ -181,7 +181,7 @@ fn sink_and_source_in_one_process_deliver_frames_and_stats() {
     sink.set_src_caps(caps("RGBA", 64, 48));
     sink.play();
     let mut src = harness(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=5000"
+        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=5000"
     ));
     src.play();
     // A consumer that attaches to a running channel starts with the next

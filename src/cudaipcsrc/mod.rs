@@ -21,7 +21,30 @@
 use gst::glib;
 use gst::prelude::*;
 
+mod channel;
+mod copy;
+mod frame;
 mod imp;
+mod stats;
+mod streaming;
+
+/// Where the timestamps of the buffers come from.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstRsCudaIpcTimestampMode")]
+pub enum TimestampMode {
+    #[default]
+    #[enum_value(
+        name = "Pipeline: the running time of this pipeline when the frame arrives (a late viewer never waits on old timestamps)",
+        nick = "pipeline"
+    )]
+    Pipeline,
+    #[enum_value(
+        name = "Producer: the producer's own PTS and DTS (running time of the producer's pipeline)",
+        nick = "producer"
+    )]
+    Producer,
+}
 
 glib::wrapper! {
     pub struct CudaIpcSrc(ObjectSubclass<imp::CudaIpcSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;

@@ -12,6 +12,7 @@ use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, MappedCudaMemory};
 use crate::memory::{self, CudaAllocator};
+use crate::output_pool::{self, CudaOutput, SizedPool};
 use crate::pattern::kernels::{self, Geometry, Planes};
 use crate::pattern::{self, Pattern};
 use crate::video;
@@ -279,27 +280,6 @@ impl CudaTestSrc {
             generated.download(map.as_mut_slice()).map_err(gpu_error)?;
         }
         Ok(())
-    }
-
-    /// Whether the buffers of downstream's `pool` are this plugin's CUDA
-    /// memory, so that frames can be written into them directly: the pool's
-    /// or the query's allocator is a `CudaAllocator`, or it is the slot pool
-    /// of this plugin's `cudaipcsink`.
-    fn pool_holds_cuda_memory(pool: &gst::BufferPool, query: &gst::query::Allocation) -> bool {
-        if pool.type_().name() == memory::SLOT_POOL_TYPE_NAME {
-            return true;
-        }
-        let config_allocator = pool
-            .config()
-            .allocator()
-            .and_then(|(allocator, _)| allocator)
-            .is_some_and(|a| a.is::<CudaAllocator>());
-        let query_allocator = query
-            .allocation_params()
-            .next()
-            .and_then(|(allocator, _)| allocator)
-            .is_some_and(|a| a.is::<CudaAllocator>());
-        config_allocator || query_allocator
     }
 }
 
@@ -588,76 +568,43 @@ impl BaseSrcImpl for CudaTestSrc {
             return Ok(());
         }
         let output_memory = self.settings.lock().unwrap().output_memory;
-        // cudaipcsink's slots take our frames without a copy, even where it
-        // proposes a GstCudaBufferPool first.
-        let slot_pool = match output_memory {
-            OutputMemory::GstCuda => None,
-            _ => memory::proposed_slot_pool(query)
-                .map(|(pool, size, min, max)| (Some(pool), size, min, max)),
-        };
-        let downstream = slot_pool.or_else(|| query.allocation_pools().next());
-        if let Some((Some(pool), size, min, max)) = &downstream
-            && output_memory != OutputMemory::CudaIpc
-            && gstcuda::available()
-            && gstcuda::is_cuda_buffer_pool(pool)
-        {
-            // An element of GStreamer's CUDA library: GstCudaMemory.
-            let size = (*size).max(frame_size);
-            if video::configure_pool(pool, &caps, size, *min, *max) {
-                gst::info!(
+        let chosen = output_pool::choose_cuda_output(
+            self.obj().upcast_ref(),
+            query,
+            &caps,
+            output_memory,
+            &self.cuda_context,
+        )
+        .map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
+        let had_pool = query.allocation_pools().next().is_some();
+        let downstream = match chosen {
+            CudaOutput::GstCuda(chosen) => Some(chosen),
+            CudaOutput::Plugin(Some(proposed)) if proposed.configure(&caps) => Some(proposed),
+            CudaOutput::Plugin(Some(refused)) => {
+                gst::warning!(
                     CAT,
                     imp = self,
-                    "writing into GstCudaMemory of {}",
-                    pool.name()
+                    "{} refused {caps}; using our own CUDA pool",
+                    refused.pool.name()
                 );
-                query.set_nth_allocation_pool(0, Some(pool), size, *min, *max);
-                return Ok(());
+                None
             }
-            gst::warning!(CAT, imp = self, "{} refused {caps}", pool.name());
-        }
-        if output_memory == OutputMemory::GstCuda {
-            let pool = self
-                .cuda_context
-                .get()
-                .and_then(|ctx| ctx.new_buffer_pool())
-                .filter(|pool| video::configure_pool(pool, &caps, frame_size, 0, 0))
-                .ok_or_else(|| {
-                    gst::loggable_error!(
-                        CAT,
-                        "output-memory=gstcuda: cannot make a GstCudaBufferPool for {caps}"
-                    )
-                })?;
-            gst::info!(
-                CAT,
-                imp = self,
-                "writing into GstCudaMemory of our own pool"
-            );
-            if downstream.is_some() {
-                query.set_nth_allocation_pool(0, Some(&pool), frame_size, 0, 0);
+            CudaOutput::Plugin(None) => None,
+        };
+        if let Some(chosen) = downstream {
+            gst::info!(CAT, imp = self, "writing into {}", chosen.pool.name());
+            let SizedPool {
+                pool,
+                size,
+                min,
+                max,
+            } = chosen;
+            if had_pool {
+                query.set_nth_allocation_pool(0, Some(&pool), size, min, max);
             } else {
-                query.add_allocation_pool(Some(&pool), frame_size, 0, 0);
+                query.add_allocation_pool(Some(&pool), size, min, max);
             }
             return Ok(());
-        }
-        if let Some((Some(pool), size, min, max)) = downstream
-            && Self::pool_holds_cuda_memory(&pool, query)
-        {
-            let size = size.max(frame_size);
-            if video::configure_pool(&pool, &caps, size, min, max) {
-                gst::info!(
-                    CAT,
-                    imp = self,
-                    "writing into downstream's CUDA buffer pool {}",
-                    pool.name()
-                );
-                query.set_nth_allocation_pool(0, Some(&pool), size, min, max);
-                return Ok(());
-            }
-            gst::warning!(
-                CAT,
-                imp = self,
-                "downstream's CUDA pool refused {caps}; using our own"
-            );
         }
         let device = match &self.state.lock().unwrap().gpu {
             Some(gpu) => gpu.device.clone(),

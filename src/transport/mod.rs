@@ -9,6 +9,7 @@
 mod cuda;
 mod host;
 mod lending;
+mod subscriber;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
 pub use host::{HostConsumerSlots, HostProducerSlots};
 pub use lending::LentSlots;
+pub use subscriber::{Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError};
 
 /// The `transport` property.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

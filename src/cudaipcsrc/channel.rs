@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! Between the channel and GStreamer: the channel's caps negotiated
+//! downstream (which memory, which pools), and its failures as messages.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use gst::prelude::*;
+use gst_base::prelude::*;
+
+use crate::cuda::Device;
+use crate::enums::OutputMemory;
+use crate::gstcuda::{self, ContextShare};
+use crate::memory::{self, CudaAllocator};
+use crate::output_pool::{self, CudaOutput};
+use crate::transport::{SubscriberError, TransportKind};
+use crate::video;
+
+/// The channel attached to.
+#[derive(Clone)]
+pub(super) struct Channel {
+    pub kind: TransportKind,
+    pub device: Option<Arc<Device>>,
+}
+
+/// What is pushed, negotiated from the channel's caps.
+#[derive(Clone)]
+pub(super) struct Output {
+    /// Caps as published, without memory feature.
+    pub channel_caps: gst::Caps,
+    pub info: gst_video::VideoInfo,
+    pub cuda: bool,
+    /// Buffers of the output memory type, for frames copied out of their slot
+    /// (downloads, and copies when downstream holds many slots).
+    pub copy_pool: gst::BufferPool,
+    /// The active `GstCudaBufferPool` frames are copied into (output-memory).
+    pub gst_cuda_pool: Option<gst::BufferPool>,
+}
+
+/// A failed negotiation: the flow return, and the error to post.
+pub(super) type Failed = (gst::FlowError, gst::ErrorMessage);
+
+/// The caps a caps query gets once the channel's caps are known.
+pub(super) fn query_caps(channel: &Channel, output: &Output) -> gst::Caps {
+    let mut all = gst::Caps::new_empty();
+    if channel.kind == TransportKind::Cuda {
+        all.merge(memory::with_cuda_feature(&output.channel_caps));
+    }
+    all.merge(output.channel_caps.clone());
+    all
+}
+
+/// The channel's caps string as video caps this plugin handles.
+pub(super) fn parse_caps(text: &str) -> Result<gst::Caps, SubscriberError> {
+    let caps = gst::Caps::from_str(text)
+        .ok()
+        .filter(|c| c.is_fixed())
+        .ok_or_else(|| SubscriberError::Corrupt(format!("unusable caps {text:?}")))?;
+    let info = gst_video::VideoInfo::from_caps(&caps)
+        .map_err(|_| SubscriberError::Corrupt(format!("unusable caps {text:?}")))?;
+    if !video::FORMATS.contains(&info.format()) {
+        return Err(SubscriberError::Corrupt(format!(
+            "unsupported format in caps {text:?}"
+        )));
+    }
+    Ok(caps)
+}
+
+/// The error to post for a failed attach or read; `Err`: none, flushing.
+pub(super) fn error_message(
+    e: SubscriberError,
+    channel: &str,
+    connect_timeout_ms: i64,
+) -> Result<gst::ErrorMessage, gst::FlowError> {
+    use gst::{ResourceError, StreamError};
+    Ok(match e {
+        SubscriberError::Interrupted => return Err(gst::FlowError::Flushing),
+        SubscriberError::NoProducer(e) => gst::error_msg!(
+            ResourceError::NotFound,
+            ("{} (connect-timeout={} ms)", e, connect_timeout_ms)
+        ),
+        SubscriberError::Attach(e) => gst::error_msg!(
+            ResourceError::OpenRead,
+            ("cannot attach to channel '{}': {}", channel, e)
+        ),
+        SubscriberError::Device(e) => gst::error_msg!(ResourceError::OpenRead, ("{}", e)),
+        SubscriberError::Corrupt(what) => {
+            gst::error_msg!(StreamError::Decode, ("corrupt control block: {}", what))
+        }
+        SubscriberError::OpenSlots(e) => gst::error_msg!(
+            ResourceError::OpenRead,
+            ("cannot open the channel's slots: {}", e)
+        ),
+        SubscriberError::Read(e) => gst::error_msg!(ResourceError::Read, ("{}", e)),
+    })
+}
+
+/// Chooses CUDA or system memory for the channel's `caps`, sets them on the
+/// pad of `src` and prepares the pools frames are copied into.
+pub(super) fn negotiate(
+    src: &gst_base::BaseSrc,
+    cuda_context: &ContextShare,
+    output_memory: OutputMemory,
+    (channel_name, channel): (&str, &Channel),
+    caps: &gst::Caps,
+) -> Result<Output, Failed> {
+    let not_negotiated = |message| (gst::FlowError::NotNegotiated, message);
+    let cuda_caps = memory::with_cuda_feature(caps);
+    let peer = src.src_pad().peer_query_caps(None);
+    let mut candidates = Vec::new();
+    if channel.kind == TransportKind::Cuda {
+        candidates.push(cuda_caps.clone());
+    }
+    candidates.push(caps.clone());
+    let Some(chosen) = candidates.into_iter().find(|c| peer.can_intersect(c)) else {
+        return Err(not_negotiated(
+            if channel.kind == TransportKind::Host && peer.can_intersect(&cuda_caps) {
+                gst::error_msg!(
+                    gst::CoreError::Negotiation,
+                    (
+                        "channel '{}' uses the host transport, so its frames are in system memory, but downstream takes only CUDA memory: put an upload element (cudaupload) after cudaipcsrc, or give the producer's cudaipcsink transport=cuda (or auto, on a machine with a GPU)",
+                        channel_name
+                    ),
+                    ["channel caps {}; downstream accepts {}", caps, peer]
+                )
+            } else {
+                gst::error_msg!(
+                    gst::CoreError::Negotiation,
+                    (
+                        "downstream accepts neither CUDA nor system memory for the channel's caps {}",
+                        caps
+                    ),
+                    ["downstream accepts {}", peer]
+                )
+            },
+        ));
+    };
+    let cuda = memory::caps_are_cuda(&chosen);
+    let device = channel.device.as_ref().filter(|_| cuda);
+    if let Some(device) = device {
+        // Before the allocation query, so that a pool of ours shares it.
+        cuda_context.ensure(src.upcast_ref(), device);
+    }
+    let failed = |what: &str| {
+        (
+            gst::FlowError::Error,
+            gst::error_msg!(gst::CoreError::Negotiation, ("{}", what)),
+        )
+    };
+    let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| failed("invalid caps"))?;
+    let copy_pool = gst_video::VideoBufferPool::new();
+    let mut config = copy_pool.config();
+    config.set_params(Some(&chosen), info.size() as u32, 0, 0);
+    if let Some(device) = device {
+        let allocator = CudaAllocator::for_device(device);
+        config.set_allocator(Some(allocator.upcast_ref::<gst::Allocator>()), None);
+    }
+    copy_pool
+        .set_config(config)
+        .and_then(|()| copy_pool.set_active(true))
+        .map_err(|_| failed("cannot set up the pool to copy frames into"))?;
+    src.set_caps(&chosen).map_err(|_| {
+        not_negotiated(gst::error_msg!(
+            gst::CoreError::Negotiation,
+            ("downstream refused caps {}", chosen)
+        ))
+    })?;
+    let gst_cuda_pool = if cuda {
+        gst_cuda_pool(src, cuda_context, output_memory, &chosen)
+            .map_err(|e| not_negotiated(gst::error_msg!(gst::CoreError::Negotiation, ("{}", e))))?
+    } else {
+        None
+    };
+    Ok(Output {
+        channel_caps: caps.clone(),
+        info,
+        cuda,
+        copy_pool: copy_pool.upcast(),
+        gst_cuda_pool,
+    })
+}
+
+/// The `GstCudaBufferPool` (configured, active) to copy frames into for
+/// `caps` (CUDA memory); `None`: output the slots themselves. BaseSrc queries
+/// downstream's allocation only when it negotiates itself; these caps come
+/// from the channel, so ask here.
+fn gst_cuda_pool(
+    src: &gst_base::BaseSrc,
+    cuda_context: &ContextShare,
+    output_memory: OutputMemory,
+    caps: &gst::Caps,
+) -> Result<Option<gst::BufferPool>, String> {
+    if output_memory == OutputMemory::CudaIpc || !gstcuda::available() {
+        return Ok(None);
+    }
+    let mut query = gst::query::Allocation::new(Some(caps), true);
+    let _ = src.src_pad().peer_query(&mut query);
+    let chosen = output_pool::choose_cuda_output(
+        src.upcast_ref(),
+        &query,
+        caps,
+        output_memory,
+        cuda_context,
+    )?;
+    let CudaOutput::GstCuda(chosen) = chosen else {
+        return Ok(None);
+    };
+    if chosen.pool.set_active(true).is_err() {
+        return Err(format!("{} refused {caps}", chosen.pool.name()));
+    }
+    Ok(Some(chosen.pool))
+}

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! A held frame as a buffer: its slot wrapped (zero copy) or copied out, with
+//! the producer's metadata.
+
+use gst::prelude::*;
+
+use super::channel::Output;
+use super::copy::copy_frame;
+use crate::memory::{CudaAllocator, CudaIpcMeta};
+use crate::transport::{HeldFrame, SlotMemory};
+use crate::video;
+
+/// Buffer flags that travel from the producer.
+const TRAVELLING_FLAGS: gst::BufferFlags = gst::BufferFlags::DISCONT
+    .union(gst::BufferFlags::DELTA_UNIT)
+    .union(gst::BufferFlags::HEADER)
+    .union(gst::BufferFlags::GAP)
+    .union(gst::BufferFlags::DROPPABLE)
+    .union(gst::BufferFlags::MARKER)
+    .union(gst::BufferFlags::CORRUPTED)
+    .union(gst::BufferFlags::NON_DROPPABLE);
+
+/// Which timestamps a buffer gets.
+pub(super) enum Timestamps {
+    /// The producer's PTS and DTS.
+    Producer,
+    /// This running time as PTS.
+    RunningTime(gst::ClockTime),
+    /// None: BaseSrc stamps them (a live source's do-timestamp).
+    ByBaseSrc,
+}
+
+/// Why a frame did not become a buffer.
+pub(super) enum Failure {
+    /// The pool to copy into did not give a buffer (flushing, mostly).
+    Pool(gst::FlowError),
+    Failed(String),
+}
+
+/// The buffer of `frame`: its slot wrapped when `wrap`, else a copy (the slot
+/// is given back once the copy is queued, after it on the GPU).
+pub(super) fn to_buffer(
+    frame: HeldFrame,
+    output: &Output,
+    wrap: bool,
+    timestamps: Timestamps,
+    discont: bool,
+) -> Result<gst::Buffer, Failure> {
+    let mut buffer = match (wrap, &output.gst_cuda_pool) {
+        (true, _) => gst::Buffer::new(),
+        (false, Some(pool)) => pool.acquire_buffer(None).map_err(Failure::Pool)?,
+        (false, None) => output
+            .copy_pool
+            .acquire_buffer(None)
+            .map_err(Failure::Pool)?,
+    };
+    let b = buffer.get_mut().unwrap();
+    stamp(b, &frame, timestamps, discont);
+    if !wrap {
+        copy_frame(&frame, &output.info, b, output.gst_cuda_pool.is_some())
+            .map_err(|e| Failure::Failed(format!("cannot copy the frame out of its slot: {e}")))?;
+        return Ok(buffer);
+    }
+    if frame.planes != video::planes(&output.info) {
+        add_video_meta(b, &output.info, &frame).map_err(Failure::Failed)?;
+    }
+    let size = frame.size as usize;
+    match frame.memory() {
+        SlotMemory::Device(slot) => {
+            let meta = CudaIpcMeta {
+                device_ptr: slot.ptr(),
+                pitch: frame.planes.first().map(|p| p.1 as i32).unwrap_or(0),
+                size: frame.size,
+                device_id: slot.device().ordinal(),
+            };
+            let allocator = CudaAllocator::for_device(slot.device());
+            // A frame larger than the slot's mapping is cut to it (the
+            // channel refuses those before they get here).
+            let frame_memory = slot.sub(0, size.min(slot.len())).unwrap_or(slot);
+            b.append_memory(allocator.wrap(frame_memory, Box::new(frame), true));
+            CudaIpcMeta::add(b, meta);
+        }
+        SlotMemory::Host { .. } => b.append_memory(gst::Memory::from_slice(HostSlot(frame))),
+    }
+    Ok(buffer)
+}
+
+/// Timestamps, offsets and flags.
+fn stamp(buffer: &mut gst::BufferRef, frame: &HeldFrame, timestamps: Timestamps, discont: bool) {
+    let time = |ns: Option<u64>| ns.map(gst::ClockTime::from_nseconds);
+    match timestamps {
+        Timestamps::Producer => {
+            buffer.set_pts(time(frame.pts));
+            buffer.set_dts(time(frame.dts));
+        }
+        Timestamps::RunningTime(running_time) => buffer.set_pts(running_time),
+        Timestamps::ByBaseSrc => {}
+    }
+    buffer.set_duration(time(frame.duration));
+    buffer.set_offset(frame.offset);
+    buffer.set_offset_end(frame.offset_end);
+    let mut flags = gst::BufferFlags::from_bits_truncate(frame.flags) & TRAVELLING_FLAGS;
+    if frame.missed_before > 0 || discont {
+        flags |= gst::BufferFlags::DISCONT;
+    }
+    buffer.set_flags(flags);
+}
+
+/// The frame's own plane layout, where it is not the caps' default.
+fn add_video_meta(
+    buffer: &mut gst::BufferRef,
+    info: &gst_video::VideoInfo,
+    frame: &HeldFrame,
+) -> Result<(), String> {
+    let offsets: Vec<usize> = frame.planes.iter().map(|p| p.0 as usize).collect();
+    let strides: Vec<i32> = frame.planes.iter().map(|p| p.1 as i32).collect();
+    gst_video::VideoMeta::add_full(
+        buffer,
+        gst_video::VideoFrameFlags::empty(),
+        info.format(),
+        info.width(),
+        info.height(),
+        &offsets,
+        &strides,
+    )
+    .map(|_| ())
+    .map_err(|e| format!("cannot describe the frame's layout: {e}"))
+}
+
+/// A host slot as read-only buffer memory.
+struct HostSlot(HeldFrame);
+
+impl AsRef<[u8]> for HostSlot {
+    fn as_ref(&self) -> &[u8] {
+        self.0.host_bytes().unwrap_or_default()
+    }
+}

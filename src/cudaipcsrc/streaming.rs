@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! What `create` does: attach, wait for the next event of the channel, and
+//! turn it into a buffer, caps or the end of the stream. No element lock is
+//! held while it waits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+
+use super::TimestampMode;
+use super::channel::{self, Channel};
+use super::frame::{self, Failure, Timestamps};
+use super::imp::{CAT, CudaIpcSrc, Settings};
+use crate::enums::ProducerLost;
+use crate::ipc::ProducerGone;
+use crate::transport::{
+    Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
+};
+use crate::video;
+
+impl CudaIpcSrc {
+    fn connect(&self) -> Result<Subscriber, gst::FlowError> {
+        let settings = self.settings.lock().unwrap().clone();
+        let reconnect = self.state.lock().unwrap().connected_before;
+        let config = SubscriberConfig {
+            channel: settings.channel.clone(),
+            mode: settings.frames.into(),
+            wait_mode: settings.wait_mode.into(),
+            // A reconnection waits as long as it takes (on-producer-lost=wait).
+            connect_timeout: (!reconnect && settings.connect_timeout_ms >= 0)
+                .then(|| Duration::from_millis(settings.connect_timeout_ms as u64)),
+            device_id: (settings.device_id >= 0).then_some(settings.device_id),
+            on_finish_read_error: Arc::new(|slot, e| {
+                gst::warning!(CAT, "cannot mark the end of reading slot {slot}: {e}");
+            }),
+        };
+        let subscriber = Subscriber::attach(config, &self.interrupt, || {
+            let (channel, timeout) = (&settings.channel, settings.connect_timeout_ms);
+            gst::info!(
+                CAT,
+                imp = self,
+                "waiting for a producer on channel '{channel}' (connect-timeout={timeout} ms)"
+            );
+        })
+        .map_err(|e| self.failed(e))?;
+        let pid = subscriber.info().producer_pid;
+        let kind = subscriber.kind();
+        gst::info!(
+            CAT,
+            imp = self,
+            "attached to channel '{}' (producer pid {pid}, {kind:?} transport)",
+            settings.channel
+        );
+        *self.waker.lock().unwrap() = Some(subscriber.waker());
+        let mut state = self.state.lock().unwrap();
+        let device = subscriber.device().cloned();
+        state.channel = Some(Channel { kind, device });
+        state.discont |= reconnect;
+        state.connected_before = true;
+        drop(state);
+        let mut stats = self.stats.lock().unwrap();
+        stats.producer_pid = pid;
+        stats.reconnects += u64::from(reconnect);
+        Ok(subscriber)
+    }
+
+    /// Posts the error of a failed attach or read; the flow return for it.
+    fn failed(&self, e: SubscriberError) -> gst::FlowError {
+        let Settings {
+            channel,
+            connect_timeout_ms,
+            ..
+        } = self.settings.lock().unwrap().clone();
+        match channel::error_message(e, &channel, connect_timeout_ms) {
+            Ok(message) => {
+                self.post_error_message(message);
+                gst::FlowError::Error
+            }
+            Err(flow) => flow,
+        }
+    }
+
+    /// Negotiates the channel's `caps` downstream (none: the current ones
+    /// again, on reconfiguration).
+    pub(super) fn negotiate_output(&self, caps: Option<gst::Caps>) -> Result<(), gst::FlowError> {
+        let (channel, caps) = {
+            let state = self.state.lock().unwrap();
+            let current = state.output.as_ref().map(|o| o.channel_caps.clone());
+            (state.channel.clone(), caps.or(current))
+        };
+        let (Some(channel), Some(caps)) = (channel, caps) else {
+            return Ok(());
+        };
+        let Settings {
+            channel: name,
+            output_memory,
+            ..
+        } = self.settings.lock().unwrap().clone();
+        // Downstream may propose the same pool again: it must be inactive.
+        self.deactivate_output();
+        let obj = self.obj();
+        let negotiated = channel::negotiate(
+            obj.upcast_ref(),
+            &self.cuda_context,
+            output_memory,
+            (&name, &channel),
+            &caps,
+        );
+        match negotiated {
+            Ok(output) => {
+                gst::debug!(
+                    CAT,
+                    imp = self,
+                    "negotiated {caps} (CUDA memory: {})",
+                    output.cuda
+                );
+                if let Some(pool) = &output.gst_cuda_pool {
+                    let name = pool.name();
+                    gst::info!(
+                        CAT,
+                        imp = self,
+                        "copying frames into GstCudaMemory of {name}"
+                    );
+                }
+                self.state.lock().unwrap().output = Some(output);
+                Ok(())
+            }
+            Err((flow, message)) => {
+                self.post_error_message(message);
+                Err(flow)
+            }
+        }
+    }
+
+    pub(super) fn deactivate_output(&self) {
+        let output = self.state.lock().unwrap().output.take();
+        if let Some(pool) = output.and_then(|o| o.gst_cuda_pool) {
+            let _ = pool.set_active(false);
+        }
+    }
+
+    /// The next buffer, attaching (again) when needed.
+    pub(super) fn next_buffer(
+        &self,
+        subscriber: &mut Option<Subscriber>,
+    ) -> Result<gst::Buffer, gst::FlowError> {
+        loop {
+            let attached = match subscriber {
+                Some(attached) => attached,
+                None => subscriber.insert(self.connect()?),
+            };
+            let (waits, stale) = (attached.waits(), attached.stale());
+            let event = attached.next(&self.interrupt);
+            {
+                let mut stats = self.stats.lock().unwrap();
+                stats.waits += attached.waits() - waits;
+                stats.missed += attached.stale() - stale;
+            }
+            match event.map_err(|e| self.failed(e))? {
+                Event::Caps(text) => {
+                    let caps = channel::parse_caps(&text).map_err(|e| self.failed(e))?;
+                    self.negotiate_output(Some(caps))?;
+                }
+                Event::Frame(frame) => return self.frame_to_buffer(frame),
+                Event::Eos => {
+                    gst::debug!(CAT, imp = self, "end of stream from the producer");
+                    return Err(gst::FlowError::Eos);
+                }
+                Event::ProducerGone(gone) => {
+                    self.producer_lost(gone)?;
+                    *subscriber = None;
+                }
+            }
+        }
+    }
+
+    fn frame_to_buffer(&self, frame: HeldFrame) -> Result<gst::Buffer, gst::FlowError> {
+        let latency = crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
+        let (output, kind, discont) = {
+            let mut state = self.state.lock().unwrap();
+            let kind = state.channel.as_ref().map(|c| c.kind);
+            (
+                state.output.clone(),
+                kind,
+                std::mem::take(&mut state.discont),
+            )
+        };
+        let output = output.ok_or(gst::FlowError::NotNegotiated)?;
+        if let Err(e) = video::layout_fits(&output.info, &frame.planes, frame.size) {
+            let what = format!("frame {} does not match the caps: {e}", frame.seq);
+            return Err(self.failed(SubscriberError::Corrupt(what)));
+        }
+        // Wrapping is zero-copy, but a wrapped slot stays with us until
+        // downstream drops it. Like v4l2src with its pool, copy instead when
+        // we would otherwise leave the producer no slot to write into (a sink
+        // keeping its last buffer, a queue, or slots=1).
+        let wrappable =
+            (output.cuda && output.gst_cuda_pool.is_none()) || kind == Some(TransportKind::Host);
+        let wrap = wrappable && frame.frames_held() < frame.slot_count();
+        gst::trace!(
+            CAT,
+            imp = self,
+            "frame {} in slot {}: {} ({} slots held downstream)",
+            frame.seq,
+            frame.slot,
+            if wrap { "wrapped" } else { "copied" },
+            frame.frames_held()
+        );
+        let missed = frame.missed_before;
+        let timestamps = self.timestamps();
+        let buffer =
+            frame::to_buffer(frame, &output, wrap, timestamps, discont).map_err(|e| match e {
+                Failure::Pool(flow) => flow,
+                Failure::Failed(e) => self.failed(SubscriberError::Read(e)),
+            })?;
+        let mut stats = self.stats.lock().unwrap();
+        stats.latency.record(latency);
+        stats.frames += 1;
+        stats.missed += missed;
+        stats.copied += u64::from(!wrap);
+        Ok(buffer)
+    }
+
+    /// By default this pipeline's running time now; while not playing
+    /// (prerolling), the last one given (zero at first), so that a syncing
+    /// sink never waits on it.
+    fn timestamps(&self) -> Timestamps {
+        let (is_live, mode) = {
+            let settings = self.settings.lock().unwrap();
+            (settings.is_live, settings.timestamp_mode)
+        };
+        match mode {
+            TimestampMode::Producer => return Timestamps::Producer,
+            TimestampMode::Pipeline if is_live => return Timestamps::ByBaseSrc,
+            TimestampMode::Pipeline => {}
+        }
+        let obj = self.obj();
+        let now = (obj.current_state() == gst::State::Playing)
+            .then(|| obj.current_running_time())
+            .flatten();
+        let mut state = self.state.lock().unwrap();
+        state.last_running_time = now.unwrap_or_default().max(state.last_running_time);
+        Timestamps::RunningTime(state.last_running_time)
+    }
+
+    fn producer_lost(&self, gone: ProducerGone) -> Result<(), gst::FlowError> {
+        let Settings {
+            channel,
+            on_producer_lost,
+            ..
+        } = self.settings.lock().unwrap().clone();
+        let what = match gone {
+            ProducerGone::Closed => "closed the channel",
+            ProducerGone::Died => "died",
+        };
+        gst::info!(CAT, imp = self, "the producer of '{channel}' {what}");
+        match on_producer_lost {
+            ProducerLost::Error => {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::Read,
+                    ("the producer of channel '{}' {}", channel, what)
+                );
+                Err(gst::FlowError::Error)
+            }
+            ProducerLost::Eos => Err(gst::FlowError::Eos),
+            ProducerLost::Wait => {
+                *self.waker.lock().unwrap() = None;
+                self.deactivate_output();
+                self.state.lock().unwrap().channel = None;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! The consumer end of a channel: attaches, opens the producer's slots (again
+//! whenever the pool changes), and hands out frames as [`HeldFrame`]s, which
+//! give their slot back when dropped (like iceoryx2's `Sample`). No GStreamer
+//! here: the caps travel as the producer's string.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
+use crate::cuda::Device;
+use crate::ipc::{
+    ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Frame, Item,
+    ProducerGone, ReleaseHandle, WaitMode,
+};
+
+/// Called when the end of a GPU read cannot be marked (slot, error): the
+/// slot is released all the same.
+pub type FinishReadError = Arc<dyn Fn(usize, &TransportError) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct SubscriberConfig {
+    pub channel: String,
+    pub mode: ConsumerMode,
+    pub wait_mode: WaitMode,
+    /// How long `attach` waits for a producer; `None` waits forever.
+    pub connect_timeout: Option<Duration>,
+    /// CUDA device to read on; `None`: the producer's own.
+    pub device_id: Option<i32>,
+    pub on_finish_read_error: FinishReadError,
+}
+
+#[derive(Debug)]
+pub enum SubscriberError {
+    /// The interrupt flag was raised.
+    Interrupted,
+    /// No producer appeared before the connect timeout.
+    NoProducer(ChannelError),
+    /// The channel exists but cannot be attached to.
+    Attach(ChannelError),
+    /// The channel's device cannot be used here.
+    Device(String),
+    /// The control block holds something impossible.
+    Corrupt(String),
+    /// The producer's slots cannot be opened.
+    OpenSlots(TransportError),
+    /// Any other failure of a read.
+    Read(String),
+}
+
+impl fmt::Display for SubscriberError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Interrupted => f.write_str("interrupted"),
+            Self::NoProducer(e) | Self::Attach(e) => write!(f, "{e}"),
+            Self::Device(e) | Self::Corrupt(e) | Self::Read(e) => f.write_str(e),
+            Self::OpenSlots(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for SubscriberError {}
+
+impl From<ChannelError> for SubscriberError {
+    fn from(e: ChannelError) -> Self {
+        match e {
+            ChannelError::Interrupted => Self::Interrupted,
+            ChannelError::Corrupt(what) => Self::Corrupt(what),
+            e => Self::Read(e.to_string()),
+        }
+    }
+}
+
+/// What [`Subscriber::next`] yields.
+pub enum Event {
+    /// The frames that follow have these caps (the producer's string).
+    Caps(String),
+    Frame(HeldFrame),
+    Eos,
+    ProducerGone(ProducerGone),
+}
+
+/// A frame whose slot this process holds: its metadata (through `Deref`) and
+/// its memory. Dropping it ends the read (after the GPU work queued on the
+/// slot so far) and gives the slot back to the producer.
+pub struct HeldFrame {
+    frame: Frame,
+    /// Set once the read is ordered after the producer's writes
+    /// (`before_read`); every frame handed out has them.
+    slots: Option<Arc<dyn ConsumerSlots>>,
+    release: ReleaseHandle,
+    held: Arc<AtomicUsize>,
+    on_finish_read_error: FinishReadError,
+}
+
+impl HeldFrame {
+    /// Where the frame's bytes are.
+    pub fn memory(&self) -> SlotMemory {
+        self.slots().slot_memory(self.frame.slot)
+    }
+
+    fn slots(&self) -> &Arc<dyn ConsumerSlots> {
+        self.slots
+            .as_ref()
+            .expect("a frame is handed out only once its read is ordered")
+    }
+
+    /// The frame's bytes, for the host transport.
+    pub fn host_bytes(&self) -> Option<&[u8]> {
+        match self.memory() {
+            // SAFETY: the mapping lives as long as `self.slots`, which this
+            // frame keeps; the producer does not write a held slot; the size
+            // was checked against the slot size before the frame was handed out.
+            SlotMemory::Host { ptr, .. } => Some(unsafe {
+                std::slice::from_raw_parts(ptr as *const u8, self.frame.size as usize)
+            }),
+            SlotMemory::Device { .. } => None,
+        }
+    }
+
+    /// Frames of its subscriber being read, this one included.
+    pub fn frames_held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Slots in the producer's pool.
+    pub fn slot_count(&self) -> usize {
+        self.slots().slot_count()
+    }
+}
+
+impl Deref for HeldFrame {
+    type Target = Frame;
+    fn deref(&self) -> &Frame {
+        &self.frame
+    }
+}
+
+impl Drop for HeldFrame {
+    fn drop(&mut self) {
+        if let Some(slots) = &self.slots {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+            if let Err(e) = slots.finish_read(self.frame.slot) {
+                (self.on_finish_read_error)(self.frame.slot, &e);
+            }
+        }
+        self.release.release(self.frame.slot);
+    }
+}
+
+pub struct Subscriber {
+    config: SubscriberConfig,
+    consumer: Consumer,
+    kind: TransportKind,
+    device: Option<Arc<Device>>,
+    slots: Option<Arc<dyn ConsumerSlots>>,
+    pool_generation: u64,
+    caps_generation: u64,
+    /// A frame taken with new caps: handed out after them.
+    pending: Option<HeldFrame>,
+    /// Frames being read (held, or in buffers downstream).
+    held: Arc<AtomicUsize>,
+    /// Frames skipped because the pool or caps had moved on past them.
+    stale: AtomicU64,
+}
+
+impl fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("channel", &self.config.channel)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    /// Attaches to the channel, waiting up to the connect timeout for a
+    /// producer; `on_wait` is called once if there is none yet.
+    pub fn attach(
+        config: SubscriberConfig,
+        interrupt: &AtomicBool,
+        on_wait: impl FnOnce(),
+    ) -> Result<Self, SubscriberError> {
+        let consumer_config = |connect_timeout| ConsumerConfig {
+            channel: config.channel.clone(),
+            mode: config.mode,
+            wait_mode: config.wait_mode,
+            connect_timeout,
+        };
+        // One look first, so that a wait is announced only when it happens.
+        let consumer = match Consumer::attach(consumer_config(Some(Duration::ZERO)), interrupt) {
+            Err(ChannelError::NoProducer { .. }) => {
+                on_wait();
+                Consumer::attach(consumer_config(config.connect_timeout), interrupt)
+            }
+            attached => attached,
+        }
+        .map_err(|e| match e {
+            ChannelError::Interrupted => SubscriberError::Interrupted,
+            e @ ChannelError::NoProducer { .. } => SubscriberError::NoProducer(e),
+            e => SubscriberError::Attach(e),
+        })?;
+        let info = consumer.info().clone();
+        let kind = TransportKind::from_wire(info.transport).ok_or_else(|| {
+            SubscriberError::Corrupt(format!("unknown transport {}", info.transport))
+        })?;
+        let device = match kind {
+            TransportKind::Host => None,
+            TransportKind::Cuda => Some(open_device(&config, &info)?),
+        };
+        Ok(Self {
+            config,
+            consumer,
+            kind,
+            device,
+            slots: None,
+            pool_generation: 0,
+            caps_generation: 0,
+            pending: None,
+            held: Arc::new(AtomicUsize::new(0)),
+            stale: AtomicU64::new(0),
+        })
+    }
+
+    pub fn channel(&self) -> &str {
+        &self.config.channel
+    }
+
+    pub fn kind(&self) -> TransportKind {
+        self.kind
+    }
+
+    /// The device frames are read on (cuda transport).
+    pub fn device(&self) -> Option<&Arc<Device>> {
+        self.device.as_ref()
+    }
+
+    pub fn info(&self) -> &ChannelInfo {
+        self.consumer.info()
+    }
+
+    /// Wakes a `next` waiting in another thread, to see its interrupt flag.
+    pub fn waker(&self) -> ConsumerWaker {
+        self.consumer.waker()
+    }
+
+    /// Times `next` had to wait for a frame.
+    pub fn waits(&self) -> u64 {
+        self.consumer.waits()
+    }
+
+    /// Frames skipped because the pool or caps had moved on past them.
+    pub fn stale(&self) -> u64 {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Frames of this subscriber still being read.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Waits for the next event until `interrupt` is raised (and the waker
+    /// woken). A frame with new caps comes after an `Event::Caps`.
+    pub fn next(&mut self, interrupt: &AtomicBool) -> Result<Event, SubscriberError> {
+        if let Some(frame) = self.pending.take() {
+            return Ok(Event::Frame(frame));
+        }
+        loop {
+            let frame = match self.consumer.next(interrupt, None) {
+                Ok(Item::Frame(frame)) => frame,
+                Ok(Item::Eos) => return Ok(Event::Eos),
+                Err(ChannelError::ProducerGone(gone)) => return Ok(Event::ProducerGone(gone)),
+                Err(e) => return Err(e.into()),
+            };
+            // From here on the slot goes back on every path.
+            let mut frame = HeldFrame {
+                frame,
+                slots: None,
+                release: self.consumer.release_handle(),
+                held: self.held.clone(),
+                on_finish_read_error: self.config.on_finish_read_error.clone(),
+            };
+            let slots = match self.refresh_pool(frame.pool_generation)? {
+                Refresh::Current(slots) => slots,
+                Refresh::Stale => {
+                    self.stale.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Refresh::Gone(gone) => return Ok(Event::ProducerGone(gone)),
+            };
+            let new_caps = if frame.caps_generation != self.caps_generation {
+                let (generation, caps) = self.consumer.caps()?;
+                if generation != frame.caps_generation {
+                    self.stale.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                self.caps_generation = generation;
+                Some(caps)
+            } else {
+                None
+            };
+            let (count, size) = (slots.slot_count(), slots.slot_size());
+            if frame.slot >= count || frame.size > size as u64 {
+                return Err(SubscriberError::Corrupt(format!(
+                    "frame {} (slot {}, {} bytes) lies outside the {count} slots of {size} bytes",
+                    frame.seq, frame.slot, frame.size
+                )));
+            }
+            slots
+                .before_read(frame.slot)
+                .map_err(|e| SubscriberError::Read(e.to_string()))?;
+            frame.slots = Some(slots);
+            self.held.fetch_add(1, Ordering::SeqCst);
+            return Ok(match new_caps {
+                Some(caps) => {
+                    self.pending = Some(frame);
+                    Event::Caps(caps)
+                }
+                None => Event::Frame(frame),
+            });
+        }
+    }
+
+    /// The slots of pool `generation`, opened when it is new.
+    fn refresh_pool(&mut self, generation: u64) -> Result<Refresh, SubscriberError> {
+        if let Some(slots) = self
+            .slots
+            .as_ref()
+            .filter(|_| generation == self.pool_generation)
+        {
+            return Ok(Refresh::Current(slots.clone()));
+        }
+        let pool = match self.consumer.pool() {
+            Ok(pool) => pool,
+            Err(ChannelError::ProducerGone(gone)) => return Ok(Refresh::Gone(gone)),
+            Err(e) => return Err(e.into()),
+        };
+        if pool.generation > generation {
+            // Replaced since the frame was taken.
+            return Ok(Refresh::Stale);
+        }
+        if pool.generation < generation {
+            return Err(SubscriberError::Corrupt(format!(
+                "a frame of pool generation {generation}, but the pool is at {}",
+                pool.generation
+            )));
+        }
+        let slots = match open_consumer_slots(
+            &self.config.channel,
+            self.consumer.info(),
+            &pool,
+            self.device.as_ref(),
+        ) {
+            Ok(slots) => slots,
+            // A producer that died meanwhile takes its device memory with it:
+            // that is its death, not a failure to open.
+            Err(e) => match self.consumer.producer_gone() {
+                Some(gone) => return Ok(Refresh::Gone(gone)),
+                None => return Err(SubscriberError::OpenSlots(e)),
+            },
+        };
+        self.consumer
+            .set_release_descriptors(&slots.release_descriptors());
+        self.slots = Some(slots.clone());
+        self.pool_generation = pool.generation;
+        Ok(Refresh::Current(slots))
+    }
+}
+
+enum Refresh {
+    Current(Arc<dyn ConsumerSlots>),
+    Stale,
+    Gone(ProducerGone),
+}
+
+/// The device to read a cuda channel on: the configured one, else the
+/// producer's own (found by UUID).
+fn open_device(
+    config: &SubscriberConfig,
+    info: &ChannelInfo,
+) -> Result<Arc<Device>, SubscriberError> {
+    if let Err(e) = crate::cuda::driver() {
+        return Err(SubscriberError::Device(format!(
+            "channel '{}' uses the cuda transport, but CUDA is not usable here: {e}",
+            config.channel
+        )));
+    }
+    let ordinal = match config.device_id {
+        Some(ordinal) => ordinal,
+        None => match Device::find_by_uuid(&info.device_uuid) {
+            Ok(Some(ordinal)) => ordinal,
+            Ok(None) => return Err(SubscriberError::Device(
+                "the producer's GPU is not visible in this process (check CUDA_VISIBLE_DEVICES); set cuda-device-id to read through peer access from another GPU".into(),
+            )),
+            Err(e) => return Err(SubscriberError::Device(e.to_string())),
+        },
+    };
+    Device::get(ordinal)
+        .map_err(|e| SubscriberError::Device(format!("cannot open CUDA device {ordinal}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::{FrameMeta, Producer, ProducerConfig};
+    use crate::test_support::unique_channel;
+    use crate::transport::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
+
+    const SIZE: usize = 64;
+
+    /// A host producer with one slot, and a subscriber attached to it.
+    fn pair() -> (Producer, Box<dyn ProducerSlots>, Subscriber) {
+        let channel = unique_channel("subscriber");
+        let no = AtomicBool::new(false);
+        let producer = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            transport: TransportKind::Host.wire_value(),
+            ..Default::default()
+        })
+        .unwrap();
+        let request = SlotRequest {
+            channel: channel.clone(),
+            session: producer.session(),
+            generation: 1,
+            count: 1,
+            size: SIZE,
+            permissions: 0o600,
+            gpu_sync: GpuSync::Event,
+        };
+        let slots = create_producer_slots(TransportKind::Host, &request, None).unwrap();
+        let descriptors = slots.slot_descriptors();
+        producer
+            .configure_pool(SIZE as u64, &descriptors, &slots.pool_descriptor(), &no)
+            .unwrap();
+        producer.set_caps("video/x-test", &no).unwrap();
+        let config = SubscriberConfig {
+            channel,
+            mode: ConsumerMode::EveryFrame,
+            wait_mode: WaitMode::Hybrid,
+            connect_timeout: Some(Duration::from_secs(5)),
+            device_id: None,
+            on_finish_read_error: Arc::new(|_, e| panic!("finish_read: {e}")),
+        };
+        let subscriber = Subscriber::attach(config, &no, || {}).unwrap();
+        (producer, slots, subscriber)
+    }
+
+    fn publish(producer: &Producer, slots: &dyn ProducerSlots, byte: u8) {
+        let slot = producer.reserve_now().expect("a free slot");
+        slots.before_write(slot, producer).unwrap();
+        let SlotMemory::Host { ptr, len } = slots.slot_memory(slot) else {
+            unreachable!("host transport")
+        };
+        // SAFETY: the producer owns the reserved slot; `len` bounds it.
+        unsafe { std::ptr::write_bytes(ptr, byte, len.min(SIZE)) };
+        slots.after_write(slot).unwrap();
+        let meta = FrameMeta {
+            size: SIZE as u64,
+            ..Default::default()
+        };
+        producer.publish(slot, &meta).unwrap();
+    }
+
+    #[test]
+    fn a_held_frame_keeps_its_slot_until_dropped() {
+        let no = AtomicBool::new(false);
+        let (producer, slots, mut subscriber) = pair();
+        publish(&producer, &*slots, 7);
+        assert!(matches!(subscriber.next(&no), Ok(Event::Caps(c)) if c == "video/x-test"));
+        let Ok(Event::Frame(frame)) = subscriber.next(&no) else {
+            panic!("the frame after its caps")
+        };
+        assert_eq!(frame.host_bytes(), Some(&[7u8; SIZE][..]));
+        assert_eq!((subscriber.held(), frame.frames_held()), (1, 1));
+        assert_eq!(producer.reserve_now(), None, "the held slot is not free");
+        drop(frame);
+        assert_eq!(subscriber.held(), 0);
+        publish(&producer, &*slots, 8);
+        let Ok(Event::Frame(frame)) = subscriber.next(&no) else {
+            panic!("a frame, its caps known")
+        };
+        assert_eq!(frame.host_bytes(), Some(&[8u8; SIZE][..]));
+        drop(frame);
+        producer.publish_eos();
+        assert!(matches!(subscriber.next(&no), Ok(Event::Eos)));
+    }
+
+    #[test]
+    fn a_frame_not_handed_out_is_given_back_with_the_subscriber() {
+        let no = AtomicBool::new(false);
+        let (producer, slots, mut subscriber) = pair();
+        publish(&producer, &*slots, 1);
+        // The frame waits behind its caps inside the subscriber.
+        assert!(matches!(subscriber.next(&no), Ok(Event::Caps(_))));
+        assert_eq!(producer.reserve_now(), None);
+        drop(subscriber);
+        assert!(producer.reserve_now().is_some(), "the slot came back");
+    }
+
+    #[test]
+    fn a_closed_producer_is_an_event() {
+        let no = AtomicBool::new(false);
+        let (producer, _slots, mut subscriber) = pair();
+        drop(producer);
+        assert!(matches!(
+            subscriber.next(&no),
+            Ok(Event::ProducerGone(ProducerGone::Closed))
+        ));
+    }
+}

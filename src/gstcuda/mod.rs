@@ -26,8 +26,8 @@
 mod stream;
 
 pub use stream::{
-    CudaStream, Ordered, StreamOrdering, UpstreamOrder, sync_memory, upstream_order,
-    wrap_device_buffer, wrap_device_memory, wrappable_layout,
+    CudaStream, Ordered, StreamOrdering, TRANSFER_NEED_SYNC, UpstreamOrder, needs_sync,
+    sync_memory, upstream_order, wrap_device_buffer, wrap_device_memory, wrappable_layout,
 };
 
 use std::ffi::{c_int, c_uint, c_void};

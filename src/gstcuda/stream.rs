@@ -377,6 +377,34 @@ impl StreamOrdering {
         }
     }
 
+    /// Writer side (a source writing into a downstream `GstCudaBufferPool`'s
+    /// memory), after queueing the writes into `memory` on `ours`: orders the
+    /// memory's stream, which its readers order themselves after, after
+    /// those writes and sets `NEED_SYNC`, so the buffer can be pushed without
+    /// a host wait. [`Ordered::Unordered`] (no stream, 1.22): synchronise
+    /// `ours` before pushing, as on 1.22.
+    pub fn order_readers_after(
+        &self,
+        memory: &gst::MemoryRef,
+        ours: &Stream,
+    ) -> Result<Ordered, CudaError> {
+        match upstream_order(memory) {
+            UpstreamOrder::Unordered => Ok(Ordered::Unordered),
+            UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs) => {
+                if !theirs.is_in_primary_context_of(&self.device) {
+                    ours.synchronize()?;
+                    return Ok(Ordered::HostSynchronized);
+                }
+                self.enqueue_wait(theirs.handle(), ours.raw())?;
+                // SAFETY: a valid memory that the caller is writing (so no
+                // other writer touches its flags now); GStreamer's own
+                // writers set this flag the same way.
+                unsafe { (*memory.as_mut_ptr()).mini_object.flags |= TRANSFER_NEED_SYNC };
+                Ok(Ordered::OnGpu)
+            }
+        }
+    }
+
     /// Source side, when wrapped memory is freed, before releasing the slot:
     /// orders `ours` after everything queued so far on the blocking streams of
     /// the device's primary context (an event on its legacy default stream).
@@ -719,6 +747,11 @@ mod tests {
             ordering.wait_for_context_work(&ours).unwrap(),
             Ordered::OnGpu
         );
+        assert_eq!(
+            ordering.order_readers_after(&pending, &ours).unwrap(),
+            Ordered::OnGpu
+        );
+        assert!(needs_sync(&pending));
         ours.synchronize().unwrap();
         drop(pending);
 

@@ -17,8 +17,18 @@
 //! is 1.24's `gst_cuda_allocator_alloc_wrapped`), so frames cross into it with
 //! one device-to-device copy. Its `GstCudaMemory` has no stream either: its
 //! elements take memory as ready when pushed, so writers here synchronise.
+//! On 1.24 and later, [`stream`] orders work on the GPU instead and wraps
+//! device memory without a copy; which library is there is found at run time
+//! ([`api_level`]).
 //!
 //! `CUDAIPC_GSTCUDA=0` in the environment disables the interoperation.
+
+mod stream;
+
+pub use stream::{
+    CudaStream, Ordered, StreamOrdering, TRANSFER_NEED_SYNC, UpstreamOrder, needs_sync,
+    sync_memory, upstream_order, wrap_device_buffer, wrap_device_memory, wrappable_layout,
+};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -75,7 +85,30 @@ struct Library {
     handle_context_query: HandleContextQuery,
     new_cuda_context: NewCudaContext,
     buffer_pool_new: BufferPoolNew,
+    /// What GStreamer 1.24 added; `None` on 1.22.
+    v1_24: Option<stream::Api1_24>,
     _library: libloading::Library,
+}
+
+/// Which `libgstcuda-1.0` this process loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ApiLevel {
+    /// None (not installed, or `CUDAIPC_GSTCUDA=0`).
+    Absent,
+    /// GStreamer 1.22's: contexts, memory and pools, no streams.
+    V1_22,
+    /// GStreamer 1.24 or later: also `GstCudaStream` on memory and wrapped
+    /// device memory.
+    V1_24,
+}
+
+/// The API level of the loaded library (whether or not a GPU is usable).
+pub fn api_level() -> ApiLevel {
+    match LIBRARY.as_ref() {
+        None => ApiLevel::Absent,
+        Some(lib) if lib.v1_24.is_some() => ApiLevel::V1_24,
+        Some(_) => ApiLevel::V1_22,
+    }
 }
 
 impl Library {
@@ -120,9 +153,18 @@ impl Library {
             handle_context_query: symbol!("gst_cuda_handle_context_query"),
             new_cuda_context: symbol!("gst_context_new_cuda_context"),
             buffer_pool_new: symbol!("gst_cuda_buffer_pool_new"),
+            v1_24: stream::Api1_24::load(&library),
             _library: library,
         };
-        gst::info!(CAT, "using GStreamer's CUDA library");
+        gst::info!(
+            CAT,
+            "using GStreamer's CUDA library ({})",
+            if lib.v1_24.is_some() {
+                "1.24 or later: stream-ordered and wrapped memory"
+            } else {
+                "1.22: no streams on memory"
+            }
+        );
         Some(lib)
     }
 }

@@ -701,7 +701,9 @@ mod tests {
         let ours = device.stream();
         // Written on our stream, read through GStreamer's stream: the order
         // comes from `order_after` alone (no host sync in between).
-        ours.memset(buffer.ptr(), 0x5a, info.size()).unwrap();
+        // SAFETY: the buffer holds `info.size()` bytes and outlives the
+        // stream's work (it is freed after the host read below).
+        unsafe { ours.memset(buffer.ptr(), 0x5a, info.size()) }.unwrap();
         assert_eq!(
             ordering.order_after(&stream, &ours).unwrap(),
             Ordered::OnGpu

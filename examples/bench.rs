@@ -432,7 +432,11 @@ fn two_process(
     let (config, consumer) = match consumer_device {
         Some(d) => (
             format!("{config} [consumer GPU {d}]"),
-            consumer.replacen("cudaipcsrc ", &format!("cudaipcsrc cuda-device-id={d} "), 1),
+            consumer.replacen(
+                "rscudaipcsrc ",
+                &format!("rscudaipcsrc cuda-device-id={d} "),
+                1,
+            ),
         ),
         None => (config.to_string(), consumer.to_string()),
     };
@@ -718,10 +722,10 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         two_process(
             config,
             &format!(
-                "{} ! cudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
+                "{} ! rscudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
                 generate_with(frames + warmup, source_props)
             ),
-            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 {consumer}"),
+            &format!("rscudaipcsrc name=src channel={ch} connect-timeout=60000 {consumer}"),
             warmup,
             env,
             o.consumer_device,
@@ -842,11 +846,11 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     rows.push(two_process(
         "6a system-memory producer (upload)",
         &format!(
-            "videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! imagefreeze num-buffers={} ! cudaipcsink name=ipcsink channel={ch} sync=false",
+            "videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! imagefreeze num-buffers={} ! rscudaipcsink name=ipcsink channel={ch} sync=false",
             few + 10
         ),
         &format!(
-            "cudaipcsrc name=src channel={ch} connect-timeout=60000 ! cudaprocess operation=invert ! fakesink name=sink sync=false"
+            "rscudaipcsrc name=src channel={ch} connect-timeout=60000 ! cudaprocess operation=invert ! fakesink name=sink sync=false"
         ),
         10,
         env,
@@ -920,19 +924,19 @@ fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
         let (producer, consumer) = if gpu {
             (
                 format!(
-                    "cudatestsrc is-live=true num-buffers={frames} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=60/1 ! cudaipcsink name=ipcsink channel={ch} wait-mode={wait}"
+                    "cudatestsrc is-live=true num-buffers={frames} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=60/1 ! rscudaipcsink name=ipcsink channel={ch} wait-mode={wait}"
                 ),
                 format!(
-                    "cudaipcsrc name=src channel={ch} connect-timeout=60000 wait-mode={wait} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false"
+                    "rscudaipcsrc name=src channel={ch} connect-timeout=60000 wait-mode={wait} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false"
                 ),
             )
         } else {
             (
                 format!(
-                    "videotestsrc is-live=true num-buffers={frames} ! video/x-raw,format=RGB,width=320,height=240,framerate=60/1 ! cudaipcsink name=ipcsink channel={ch} transport=host wait-mode={wait}"
+                    "videotestsrc is-live=true num-buffers={frames} ! video/x-raw,format=RGB,width=320,height=240,framerate=60/1 ! rscudaipcsink name=ipcsink channel={ch} transport=host wait-mode={wait}"
                 ),
                 format!(
-                    "cudaipcsrc name=src channel={ch} connect-timeout=60000 wait-mode={wait} ! fakesink name=sink sync=false"
+                    "rscudaipcsrc name=src channel={ch} connect-timeout=60000 wait-mode={wait} ! fakesink name=sink sync=false"
                 ),
             )
         };
@@ -975,8 +979,8 @@ fn host_rows(o: &Options) -> Vec<Row> {
         let ch = channel(&format!("host{}", rows.len()));
         rows.push(two_process(
             config,
-            &format!("{source} ! cudaipcsink name=ipcsink channel={ch} transport=host sync=false {sink_props}"),
-            &format!("cudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
+            &format!("{source} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false {sink_props}"),
+            &format!("rscudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
             o.warmup,
             &[],
             None,

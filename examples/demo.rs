@@ -66,7 +66,7 @@ fn producer(channel: &str, frames: u64, cuda: bool) -> i32 {
     };
     let transport = if cuda { "cuda" } else { "host" };
     let pipeline = gst::parse::launch(&format!(
-        "{source} ! cudaipcsink name=sink channel={channel} transport={transport} sync=false"
+        "{source} ! rscudaipcsink name=sink channel={channel} transport={transport} sync=false"
     ))
     .unwrap();
     let sink = pipeline
@@ -95,7 +95,7 @@ fn consumer(channel: &str, cuda: bool) -> bool {
         ""
     };
     let pipeline = gst::parse::launch(&format!(
-        "cudaipcsrc name=src channel={channel} connect-timeout=30000 ! {processing}fakesink name=sink sync=false"
+        "rscudaipcsrc name=src channel={channel} connect-timeout=30000 ! {processing}fakesink name=sink sync=false"
     ))
     .unwrap();
     let bin = pipeline.downcast_ref::<gst::Bin>().unwrap();

@@ -59,7 +59,7 @@ fn consume(channel: &str) -> i32 {
     gst::init().unwrap();
     gstcudaipc::plugin_register_static().unwrap();
     let pipeline = gst::parse::launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout={} ! appsink name=sink sync=false max-buffers=2",
+        "rscudaipcsrc channel={channel} connect-timeout={} ! appsink name=sink sync=false max-buffers=2",
         LIMIT.as_millis()
     ))
     .unwrap()

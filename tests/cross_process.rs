@@ -49,7 +49,7 @@ fn expected_lines(frames: &[Frame]) -> Vec<String> {
 fn produce(channel: &str, sink_props: &str, frames: &[Frame]) {
     init();
     let pipeline = gst::parse::launch(&format!(
-        "appsrc name=src format=time ! cudaipcsink name=sink channel={channel} sync=false {sink_props}"
+        "appsrc name=src format=time ! rscudaipcsink name=sink channel={channel} sync=false {sink_props}"
     ))
     .unwrap()
     .downcast::<gst::Pipeline>()
@@ -85,7 +85,7 @@ fn content_timestamps_caps_and_eos_travel() {
     let channel = unique_channel("travel");
     // The consumer starts first and waits for the producer.
     let consumer = launch(&format!(
-        "-v cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "-v rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut all = frames("RGB", 320, 240, 12, 0);
@@ -116,7 +116,7 @@ fn content_timestamps_caps_and_eos_travel() {
 fn caps_with_a_multiview_flag_set_reach_a_fresh_process() {
     let channel = unique_channel("multiview");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut all = frames("NV12", 320, 240, 4, 0);
@@ -142,7 +142,7 @@ fn every_format_arrives_byte_identical() {
     ] {
         let channel = unique_channel("format");
         let consumer = launch(&format!(
-            "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+            "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
         ));
         wait_for_waiting_consumers(&channel, 1, LIMIT);
         let all = frames(format, 176, 144, 5, 0);
@@ -160,11 +160,11 @@ fn a_consumer_started_first_gets_every_frame_of_gst_launch_producer() {
     let expected = reference_checksums(source);
     assert_eq!(expected.len(), 40);
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(
-        "{source} ! cudaipcsink channel={channel} transport=host sync=false"
+        "{source} ! rscudaipcsink channel={channel} transport=host sync=false"
     ));
     producer.finish(LIMIT).assert_success("producer");
     let done = consumer.finish(LIMIT);
@@ -180,14 +180,14 @@ fn two_consumers_both_receive_everything() {
     let consumers: Vec<_> = (0..2)
         .map(|_| {
             launch(&format!(
-                "cudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+                "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
             ))
         })
         .collect();
     wait_for_waiting_consumers(&channel, 2, LIMIT);
     // Few slots and no pacing: the producer must wait for both consumers.
     let producer = launch(&format!(
-        "{source} ! cudaipcsink channel={channel} transport=host slots=2 sync=false"
+        "{source} ! rscudaipcsink channel={channel} transport=host slots=2 sync=false"
     ));
     producer.finish(LIMIT).assert_success("producer");
     for consumer in consumers {
@@ -201,11 +201,11 @@ fn two_consumers_both_receive_everything() {
 fn a_second_producer_on_a_live_channel_fails_clearly() {
     let channel = unique_channel("busy");
     let first = launch(&format!(
-        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=10/1 ! cudaipcsink channel={channel} transport=host"
+        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=10/1 ! rscudaipcsink channel={channel} transport=host"
     ));
     assert!(wait_for_channel(&channel, Duration::from_secs(10)));
     let second = launch(&format!(
-        "videotestsrc num-buffers=5 ! video/x-raw,width=64,height=48 ! cudaipcsink channel={channel} transport=host"
+        "videotestsrc num-buffers=5 ! video/x-raw,width=64,height=48 ! rscudaipcsink channel={channel} transport=host"
     ))
     .finish(LIMIT);
     assert!(!second.success, "a second producer must fail");
@@ -226,7 +226,7 @@ fn a_second_producer_on_a_live_channel_fails_clearly() {
 fn a_missing_producer_times_out_with_a_clear_error() {
     let channel = unique_channel("nobody");
     let done = launch(&format!(
-        "cudaipcsrc channel={channel} is-live=true connect-timeout=300 ! fakesink"
+        "rscudaipcsrc channel={channel} is-live=true connect-timeout=300 ! fakesink"
     ))
     .finish(LIMIT);
     assert!(!done.success);
@@ -242,11 +242,11 @@ fn one_slot_and_a_sink_keeping_its_last_buffer_do_not_stall() {
     let source = "videotestsrc num-buffers=30 pattern=snow ! video/x-raw,format=RGBx,width=320,height=240,framerate=30/1";
     let expected = reference_checksums(source);
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} wait-mode=spin connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} wait-mode=spin connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(
-        "{source} ! cudaipcsink channel={channel} transport=host slots=1 wait-mode=spin sync=false"
+        "{source} ! rscudaipcsink channel={channel} transport=host slots=1 wait-mode=spin sync=false"
     ));
     producer.finish(LIMIT).assert_success("producer");
     let done = consumer.finish(LIMIT);

@@ -57,7 +57,7 @@ fn block(channel: &str) -> ControlBlock {
 /// A live producer that streams until it is killed.
 fn live_producer(t: Transport, channel: &str) -> Launch {
     launch(&format!(
-        "videotestsrc is-live=true pattern=ball ! {} ! cudaipcsink channel={channel} {}",
+        "videotestsrc is-live=true pattern=ball ! {} ! rscudaipcsink channel={channel} {}",
         t.caps, t.sink
     ))
 }
@@ -74,7 +74,7 @@ fn produce_for_waiting_consumer(
     let src = source(t, frames);
     let expected = reference_checksums(&src);
     launch(&format!(
-        "{src} ! cudaipcsink channel={channel} {} sync=false",
+        "{src} ! rscudaipcsink channel={channel} {} sync=false",
         t.sink
     ))
     .finish(LIMIT)
@@ -104,7 +104,7 @@ fn producer_killed(t: Transport) {
             (
                 mode,
                 launch(&format!(
-                    "cudaipcsrc channel={channel} on-producer-lost={mode} connect-timeout=30000 ! checksumsink"
+                    "rscudaipcsrc channel={channel} on-producer-lost={mode} connect-timeout=30000 ! checksumsink"
                 )),
             )
         })
@@ -182,7 +182,7 @@ fn cuda_producer_killed_consumers_follow_their_policy() {
 fn restarted_producers(t: Transport, host: bool) {
     let channel = unique_channel("restart");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} on-producer-lost=wait connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} on-producer-lost=wait connect-timeout=30000 ! checksumsink"
     ));
     let pid = consumer.pid();
     let mut fds = Vec::new();
@@ -254,15 +254,15 @@ fn consumer_killed(t: Transport) {
     let src = source(t, frames);
     let expected = reference_checksums(&src);
     let slow = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=30000 ! identity sleep-time=100000 ! fakesink"
+        "rscudaipcsrc channel={channel} connect-timeout=30000 ! identity sleep-time=100000 ! fakesink"
     ));
     let fast = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 2, LIMIT);
     let producer = PipelineChild::spawn(
         &format!(
-            "{src} ! cudaipcsink name=sink channel={channel} slots=3 sync=false {}",
+            "{src} ! rscudaipcsink name=sink channel={channel} slots=3 sync=false {}",
             t.sink
         ),
         &["sink"],
@@ -327,12 +327,12 @@ fn stopped_consumer_block(t: Transport) {
     let src = source(t, frames);
     let expected = reference_checksums(&src);
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut producer = PipelineChild::spawn(
         &format!(
-            "{src} ! cudaipcsink name=sink channel={channel} when-full=block sync=false {}",
+            "{src} ! rscudaipcsink name=sink channel={channel} when-full=block sync=false {}",
             t.sink
         ),
         &["sink"],
@@ -402,14 +402,14 @@ fn reporting_pair(
 ) -> (PipelineChild, PipelineChild) {
     let consumer = PipelineChild::spawn(
         &format!(
-            "cudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
+            "rscudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
         ),
         &["src"],
     );
     wait_for_waiting_consumers(channel, 1, LIMIT);
     let producer = PipelineChild::spawn(
         &format!(
-            "videotestsrc pattern=ball ! {caps} ! cudaipcsink name=sink channel={channel} {sink_props} sync=false {}",
+            "videotestsrc pattern=ball ! {caps} ! rscudaipcsink name=sink channel={channel} {sink_props} sync=false {}",
             t.sink
         ),
         &["sink"],
@@ -532,7 +532,7 @@ fn stale_channel_replaced(t: Transport) {
     let path = gstcudaipc::ipc::shm::control_path(&channel);
     assert!(path.exists(), "a killed producer cannot remove its channel");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
     ));
     let expected = produce_for_waiting_consumer(t, &channel, 20, "a producer on a stale channel");
     let done = consumer.finish(LIMIT);
@@ -583,7 +583,7 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
     );
     drop(copy);
     let done = launch(&format!(
-        "cudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
+        "rscudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
     ))
     .finish(LIMIT);
     assert!(!done.success);
@@ -594,12 +594,12 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
         done.stderr
     );
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let src = source(HOST, 10);
     launch(&format!(
-        "{src} ! cudaipcsink channel={channel} transport=host sync=false"
+        "{src} ! rscudaipcsink channel={channel} transport=host sync=false"
     ))
     .finish(LIMIT)
     .assert_success("a producer replacing a block whose recorded pid lives");
@@ -692,7 +692,7 @@ fn other_user(t: Transport) {
             .map(|p| format!("permissions={p}"))
             .unwrap_or_default();
         let producer = launch(&format!(
-            "videotestsrc is-live=true pattern=ball ! {} ! cudaipcsink channel={channel} {} {property} {sync}",
+            "videotestsrc is-live=true pattern=ball ! {} ! rscudaipcsink channel={channel} {} {property} {sync}",
             t.caps, t.sink
         ));
         let cb = block(&channel);
@@ -707,7 +707,7 @@ fn other_user(t: Transport) {
             &NOBODY,
             &env,
             &format!(
-                "cudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 ! checksumsink"
+                "rscudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 ! checksumsink"
             ),
         )
         .finish(LIMIT);
@@ -767,7 +767,7 @@ fn other_pid_namespace(t: Transport) {
     let done = launch_with(
         &["unshare", "--pid", "--fork", "--mount-proc"],
         &[],
-        &format!("cudaipcsrc channel={channel} is-live=true connect-timeout=5000 ! fakesink"),
+        &format!("rscudaipcsrc channel={channel} is-live=true connect-timeout=5000 ! fakesink"),
     )
     .finish(LIMIT);
     assert!(

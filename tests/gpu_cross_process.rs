@@ -19,14 +19,14 @@ fn frames_arrive_intact(sink_props: &str) {
     let expected = reference_checksums(SOURCE_4K);
     let channel = unique_channel("gpu");
     let in_cuda = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=60000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=60000 ! checksumsink"
     ));
     let in_system = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=60000 ! videoconvert ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=60000 ! videoconvert ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 2, LIMIT);
     let producer = launch(&format!(
-        "{SOURCE_4K} ! cudaipcsink channel={channel} transport=cuda sync=false {sink_props}"
+        "{SOURCE_4K} ! rscudaipcsink channel={channel} transport=cuda sync=false {sink_props}"
     ));
     producer.finish(LIMIT).assert_success("producer");
     for consumer in [in_cuda, in_system] {
@@ -60,10 +60,10 @@ fn the_source_wraps_the_slots_without_copying() {
     init();
     let channel = unique_channel("wrap");
     let producer = launch(&format!(
-        "videotestsrc num-buffers=40 ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1 ! cudaipcsink channel={channel} transport=cuda slots=3 sync=false"
+        "videotestsrc num-buffers=40 ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1 ! rscudaipcsink channel={channel} transport=cuda slots=3 sync=false"
     ));
     let pipeline = gst::parse::launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=60000 ! appsink name=out sync=false"
+        "rscudaipcsrc channel={channel} connect-timeout=60000 ! appsink name=out sync=false"
     ))
     .unwrap()
     .downcast::<gst::Pipeline>()
@@ -79,7 +79,7 @@ fn the_source_wraps_the_slots_without_copying() {
     while let Ok(sample) = appsink.pull_sample() {
         let buffer = sample.buffer().unwrap();
         let memory = gstcudaipc::memory::buffer_device_memory(buffer)
-            .expect("buffers from cudaipcsrc hold CUDA memory");
+            .expect("buffers from rscudaipcsrc hold CUDA memory");
         let meta = gstcudaipc::memory::CudaIpcMeta::get(buffer).expect("CudaIpcMeta");
         assert_eq!(meta.device_ptr, memory.ptr);
         assert_eq!(meta.pitch, 3840 * 3);
@@ -127,7 +127,7 @@ fn a_consumer_on_another_gpu_reads_every_frame_through_peer_access() {
     init();
     let channel = unique_channel("peer");
     let pipeline = gst::parse::launch(&format!(
-        "cudaipcsrc channel={channel} cuda-device-id=1 connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
+        "rscudaipcsrc channel={channel} cuda-device-id=1 connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
     ))
     .unwrap()
     .downcast::<gst::Pipeline>()
@@ -149,7 +149,7 @@ fn a_consumer_on_another_gpu_reads_every_frame_through_peer_access() {
     pipeline.set_state(gst::State::Playing).unwrap();
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(
-        "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! cudaipcsink channel={channel} sync=false"
+        "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! rscudaipcsink channel={channel} sync=false"
     ));
     producer.finish(LIMIT).assert_success("producer");
     let end = pipeline

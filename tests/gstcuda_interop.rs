@@ -107,13 +107,13 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
         &[],
         &[("GST_DEBUG", "cudaipcsrc:4")],
         &format!(
-            "cudaipcsrc channel={channel} connect-timeout=60000 ! cudadownload ! video/x-raw ! checksumsink"
+            "rscudaipcsrc channel={channel} connect-timeout=60000 ! cudadownload ! video/x-raw ! checksumsink"
         ),
     );
     // Lent frames keep the pool's padded rows: this one downloads them
     // laid out tightly, to compare checksums.
     let own_memory = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=60000 ! video/x-raw ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=60000 ! video/x-raw ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 2, LIMIT);
     // The caps make cudaupload upload (the sink also takes system memory,
@@ -121,7 +121,7 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
     // GstCudaBufferPool the sink proposes: once each of its buffers went
     // through (copied), they are the slots.
     let (zero_copy, copied) = run_producer(&format!(
-        "{SOURCE} ! cudaupload ! video/x-raw(memory:CUDAMemory) ! cudaipcsink name=sink channel={channel} transport=cuda sync=false"
+        "{SOURCE} ! cudaupload ! video/x-raw(memory:CUDAMemory) ! rscudaipcsink name=sink channel={channel} transport=cuda sync=false"
     ));
     eprintln!("cudaupload ! cudaipcsink: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, FRAMES as u64);
@@ -136,7 +136,7 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
         into_nvcodec
             .stderr
             .contains("copying frames into GstCudaMemory"),
-        "cudaipcsrc did not output GstCudaMemory to cudadownload:\n{}",
+        "rscudaipcsrc did not output GstCudaMemory to cudadownload:\n{}",
         into_nvcodec.stderr
     );
     let own_memory = own_memory.finish(LIMIT);
@@ -176,19 +176,19 @@ fn nvcodec_kernels_read_frames_from_cudaipcsrc() {
     assert_eq!(expected.len(), FRAMES);
     let channel = unique_channel("convert");
     let consumer_pipeline = format!(
-        "cudaipcsrc name=probe channel={channel} connect-timeout=60000 ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx ! cudadownload ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+        "rscudaipcsrc name=probe channel={channel} connect-timeout=60000 ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx ! cudadownload ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
     );
     let consumer = std::thread::spawn(move || {
         frames_with(&consumer_pipeline, |buffer| {
             assert!(
                 gstcuda::is_cuda_memory(buffer.peek_memory(0)),
-                "cudaipcsrc must hand GstCudaMemory to cudaconvert"
+                "rscudaipcsrc must hand GstCudaMemory to cudaconvert"
             )
         })
     });
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(
-        "{source} ! cudaipcsink channel={channel} transport=cuda sync=false"
+        "{source} ! rscudaipcsink channel={channel} transport=cuda sync=false"
     ));
     producer.finish(LIMIT).assert_success("producer");
     let frames = consumer.join().expect("consumer");
@@ -238,7 +238,7 @@ fn the_cuda_context_is_shared_with_nvcodec_elements() {
     // context cudaipcsink shares, our primary context.
     let channel = unique_channel("context");
     let upload = gst::parse::launch(&format!(
-        "videotestsrc ! video/x-raw,format=RGB,width=64,height=64 ! cudaupload name=upload ! cudaipcsink channel={channel} transport=cuda"
+        "videotestsrc ! video/x-raw,format=RGB,width=64,height=64 ! cudaupload name=upload ! rscudaipcsink channel={channel} transport=cuda"
     ))
     .unwrap()
     .downcast::<gst::Pipeline>()
@@ -293,7 +293,7 @@ fn gstcuda_output_without_the_library_or_a_driver_is_a_clear_error() {
         return;
     }
     let pipeline = gst::parse::launch(&format!(
-        "cudaipcsrc channel={} output-memory=gstcuda connect-timeout=100 ! fakesink",
+        "rscudaipcsrc channel={} output-memory=gstcuda connect-timeout=100 ! fakesink",
         unique_channel("nogstcuda")
     ))
     .unwrap();
@@ -353,7 +353,7 @@ fn frames_nvdec_decodes_reach_another_process_unchanged() {
     .iter()
     .map(|tail| {
         launch(&format!(
-            "cudaipcsrc channel={channel} connect-timeout=60000 ! {tail}"
+            "rscudaipcsrc channel={channel} connect-timeout=60000 ! {tail}"
         ))
     })
     .collect();
@@ -361,7 +361,7 @@ fn frames_nvdec_decodes_reach_another_process_unchanged() {
     // GstCudaMemory from the decoder: copied until each buffer of the pool
     // the sink proposed went through once, then lent as slots.
     let (zero_copy, copied) = run_producer(&format!(
-        "{decode} ! cudaipcsink name=sink channel={channel} transport=cuda sync=false"
+        "{decode} ! rscudaipcsink name=sink channel={channel} transport=cuda sync=false"
     ));
     eprintln!("nvh264dec ! cudaipcsink: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, 30);
@@ -389,7 +389,7 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
         .map(|_| {
             PipelineChild::spawn(
                 &format!(
-                    "cudaipcsrc channel={channel} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
+                    "rscudaipcsrc channel={channel} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
                 ),
                 &["check"],
             )
@@ -397,7 +397,7 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
         .collect();
     wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
     let (zero_copy, copied) = run_producer(&format!(
-        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! cudaipcsink name=sink channel={channel} sync=false"
+        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
     ));
     eprintln!("lent slots: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, FRAMES);

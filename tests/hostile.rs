@@ -116,7 +116,7 @@ impl Hostile {
     /// next reaches it.
     fn consumer(&self) -> Launch {
         let consumer = launch(&format!(
-            "cudaipcsrc channel={} {LIVE} connect-timeout=20000 ! fakesink",
+            "rscudaipcsrc channel={} {LIVE} connect-timeout=20000 ! fakesink",
             self.channel
         ));
         let pid = consumer.pid();
@@ -167,7 +167,7 @@ fn fake_channel(tag: &str, bytes: &[u8]) -> (String, std::fs::File) {
 
 fn consumer_of(channel: &str) -> Launch {
     launch(&format!(
-        "cudaipcsrc channel={channel} {LIVE} connect-timeout=5000 ! fakesink"
+        "rscudaipcsrc channel={channel} {LIVE} connect-timeout=5000 ! fakesink"
     ))
 }
 
@@ -341,11 +341,11 @@ fn a_queue_entry_from_the_past_is_refused() {
 fn tampering_with_a_live_producer_is_caught() {
     let channel = unique_channel("live");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} {LIVE} connect-timeout=20000 ! fakesink"
+        "rscudaipcsrc channel={channel} {LIVE} connect-timeout=20000 ! fakesink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(
-        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=30/1 ! cudaipcsink channel={channel} transport=host"
+        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=30/1 ! rscudaipcsink channel={channel} transport=host"
     ));
     let mut block = None;
     wait_until(LIMIT, "frames flow", || {

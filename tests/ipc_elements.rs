@@ -69,8 +69,8 @@ fn stats(element: &gst::Element) -> gst::Structure {
 fn elements_register_under_both_names_with_unique_types() {
     init();
     for (name, alias, type_name) in [
-        ("cudaipcsink", "rscudaipcsink", "GstRsCudaIpcSink"),
-        ("cudaipcsrc", "rscudaipcsrc", "GstRsCudaIpcSrc"),
+        ("rscudaipcsink", "rscudaipcsink", "GstRsCudaIpcSink"),
+        ("rscudaipcsrc", "rscudaipcsrc", "GstRsCudaIpcSrc"),
     ] {
         let a = gst::ElementFactory::make(name).build().unwrap();
         let b = gst::ElementFactory::make(alias).build().unwrap();
@@ -82,7 +82,7 @@ fn elements_register_under_both_names_with_unique_types() {
 #[test]
 fn properties_have_documented_defaults() {
     init();
-    let sink = gst::ElementFactory::make("cudaipcsink").build().unwrap();
+    let sink = gst::ElementFactory::make("rscudaipcsink").build().unwrap();
     assert_eq!(sink.property::<String>("channel"), "default");
     assert_eq!(sink.property::<u32>("slots"), 0, "automatic");
     assert_eq!(sink.property::<u32>("permissions"), 0o600);
@@ -102,7 +102,7 @@ fn properties_have_documented_defaults() {
         assert_eq!(s.get::<u64>(field).unwrap(), 0, "{field}");
     }
 
-    let src = gst::ElementFactory::make("cudaipcsrc").build().unwrap();
+    let src = gst::ElementFactory::make("rscudaipcsrc").build().unwrap();
     assert_eq!(src.property::<String>("channel"), "default");
     assert_eq!(src.property::<i32>("cuda-device-id"), -1);
     assert_eq!(src.property::<i64>("connect-timeout"), 10_000);
@@ -144,7 +144,7 @@ fn start_error(launch: &str) -> String {
 fn a_bad_channel_name_fails_at_start_with_a_clear_message() {
     init();
     let text = start_error(
-        "videotestsrc num-buffers=1 ! video/x-raw,width=16,height=16 ! cudaipcsink channel=../etc transport=host",
+        "videotestsrc num-buffers=1 ! video/x-raw,width=16,height=16 ! rscudaipcsink channel=../etc transport=host",
     );
     assert!(text.contains("is invalid"), "{text}");
     assert!(text.contains("../etc"), "{text}");
@@ -158,7 +158,7 @@ fn transport_cuda_without_a_gpu_fails_clearly() {
         return;
     }
     let text = start_error(&format!(
-        "videotestsrc num-buffers=1 ! video/x-raw,width=16,height=16 ! cudaipcsink transport=cuda channel={}",
+        "videotestsrc num-buffers=1 ! video/x-raw,width=16,height=16 ! rscudaipcsink transport=cuda channel={}",
         unique_channel("nocuda")
     ));
     assert!(
@@ -176,12 +176,12 @@ fn sink_and_source_in_one_process_deliver_frames_and_stats() {
     init();
     let channel = unique_channel("harness");
     let mut sink = harness(&format!(
-        "cudaipcsink channel={channel} transport=host slots=3 sync=false"
+        "rscudaipcsink channel={channel} transport=host slots=3 sync=false"
     ));
     sink.set_src_caps(caps("RGBA", 64, 48));
     sink.play();
     let mut src = harness(&format!(
-        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=5000"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=5000"
     ));
     src.play();
     // A consumer that attaches to a running channel starts with the next
@@ -244,7 +244,7 @@ fn the_sink_proposes_a_pool_whose_buffers_are_the_slots() {
     init();
     let channel = unique_channel("pool");
     let mut h = harness(&format!(
-        "cudaipcsink channel={channel} transport=host slots=2 sync=false"
+        "rscudaipcsink channel={channel} transport=host slots=2 sync=false"
     ));
     let caps = caps("GRAY8", 32, 16);
     h.set_src_caps(caps.clone());
@@ -284,7 +284,7 @@ fn drop_mode_drops_and_counts_instead_of_waiting() {
     init();
     let channel = unique_channel("dropmode");
     let mut h = harness(&format!(
-        "cudaipcsink channel={channel} transport=host slots=2 when-full=drop sync=false"
+        "rscudaipcsink channel={channel} transport=host slots=2 when-full=drop sync=false"
     ));
     h.set_src_caps(caps("GRAY8", 16, 16));
     h.play();
@@ -326,11 +326,11 @@ fn stats_are_posted_on_the_bus_at_the_interval() {
     init();
     let channel = unique_channel("statsmsg");
     let producer = gst::parse::launch(&format!(
-        "videotestsrc is-live=true num-buffers=40 ! video/x-raw,width=64,height=48,framerate=100/1 ! cudaipcsink channel={channel} transport=host stats-interval=100"
+        "videotestsrc is-live=true num-buffers=40 ! video/x-raw,width=64,height=48,framerate=100/1 ! rscudaipcsink channel={channel} transport=host stats-interval=100"
     ))
     .unwrap();
     let consumer = gst::parse::launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=5000 stats-interval=100 ! fakesink"
+        "rscudaipcsrc channel={channel} connect-timeout=5000 stats-interval=100 ! fakesink"
     ))
     .unwrap();
     consumer.set_state(gst::State::Playing).unwrap();

@@ -112,7 +112,7 @@ fn soak_one_producer_two_verifying_consumers() {
         .map(|_| {
             PipelineChild::spawn_with(
                 &format!(
-                    "cudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=60000 ! cudaprocess name=proc verify=true ! fakesink"
+                    "rscudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=60000 ! cudaprocess name=proc verify=true ! fakesink"
                 ),
                 &["src", "proc"],
                 &env,
@@ -125,7 +125,7 @@ fn soak_one_producer_two_verifying_consumers() {
     let producer_props = std::env::var("CUDAIPC_SOAK_PRODUCER_PROPS").unwrap_or_default();
     let mut producer = PipelineChild::spawn_with(
         &format!(
-            "cudatestsrc pattern=counter {producer_props} ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! cudaipcsink name=sink channel={channel} sync=false"
+            "cudatestsrc pattern=counter {producer_props} ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
         ),
         &["sink"],
         &env,

@@ -75,7 +75,7 @@ fn queries_are_answered_while_the_source_waits() {
     let channel = unique_channel("queries");
     // connect-timeout=-1: it waits for a producer for ever.
     let consumer = pipeline(&format!(
-        "cudaipcsrc name=src channel={channel} connect-timeout=-1 ! fakesink"
+        "rscudaipcsrc name=src channel={channel} connect-timeout=-1 ! fakesink"
     ));
     let src = consumer.by_name("src").unwrap();
     consumer.set_state(gst::State::Playing).unwrap();
@@ -85,7 +85,7 @@ fn queries_are_answered_while_the_source_waits() {
 
     // A producer that is there but sends nothing yet.
     let producer = pipeline(&format!(
-        "appsrc name=feed format=time caps=video/x-raw,format=RGBA,width=64,height=48,framerate=30/1 ! cudaipcsink name=sink channel={channel} transport=host sync=false"
+        "appsrc name=feed format=time caps=video/x-raw,format=RGBA,width=64,height=48,framerate=30/1 ! rscudaipcsink name=sink channel={channel} transport=host sync=false"
     ));
     producer.set_state(gst::State::Playing).unwrap();
     let sink = producer.by_name("sink").unwrap();
@@ -126,7 +126,7 @@ fn queries_are_answered_while_the_source_waits() {
 /// A producer in another process whose timestamps start ten minutes in.
 fn old_producer(channel: &str) -> Launch {
     let producer = launch(&format!(
-        "videotestsrc timestamp-offset={} ! video/x-raw,width=64,height=48,framerate=30/1 ! identity sleep-time=10000 ! cudaipcsink channel={channel} transport=host sync=false",
+        "videotestsrc timestamp-offset={} ! video/x-raw,width=64,height=48,framerate=30/1 ! identity sleep-time=10000 ! rscudaipcsink channel={channel} transport=host sync=false",
         PRODUCER_OFFSET.nseconds()
     ));
     assert!(wait_for_channel(channel, LIMIT), "no producer");
@@ -142,7 +142,7 @@ fn late_viewer(
     frames: usize,
 ) -> Vec<(gst::ClockTime, Duration)> {
     let consumer = pipeline(&format!(
-        "cudaipcsrc name=src channel={channel} connect-timeout=10000 {props} ! appsink name=out sync={sync}"
+        "rscudaipcsrc name=src channel={channel} connect-timeout=10000 {props} ! appsink name=out sync={sync}"
     ));
     let pushed = Arc::new(Mutex::new(Vec::new()));
     let record = pushed.clone();
@@ -229,7 +229,7 @@ fn a_waiting_consumer_says_so() {
     let done = launch_with(
         &[],
         &[("GST_DEBUG", "cudaipcsrc:4")],
-        &format!("cudaipcsrc channel={channel} connect-timeout=300 ! fakesink"),
+        &format!("rscudaipcsrc channel={channel} connect-timeout=300 ! fakesink"),
     )
     .finish(LIMIT);
     assert!(!done.success, "no producer: it fails");
@@ -246,7 +246,7 @@ fn a_host_channel_into_cuda_only_downstream_names_the_cause() {
     let channel = unique_channel("host-cuda");
     let producer = old_producer(&channel);
     let done = launch(&format!(
-        "cudaipcsrc channel={channel} connect-timeout=10000 ! video/x-raw(memory:CUDAMemory) ! fakesink"
+        "rscudaipcsrc channel={channel} connect-timeout=10000 ! video/x-raw(memory:CUDAMemory) ! fakesink"
     ))
     .finish(LIMIT);
     assert!(!done.success, "it cannot negotiate");

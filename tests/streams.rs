@@ -31,7 +31,7 @@ impl Producer {
     fn start(channel: &str, caps: &str, sink: &str) -> Self {
         init();
         let pipeline = gst::parse::launch(&format!(
-            "videotestsrc pattern=ball ! capsfilter name=f caps={caps} ! identity sleep-time=2000 ! cudaipcsink name=sink channel={channel} sync=false {sink}"
+            "videotestsrc pattern=ball ! capsfilter name=f caps={caps} ! identity sleep-time=2000 ! rscudaipcsink name=sink channel={channel} sync=false {sink}"
         ))
         .unwrap()
         .downcast::<gst::Pipeline>()
@@ -116,7 +116,7 @@ fn caps(format: &str, width: u32, height: u32) -> String {
 fn caps_change(sink: &str, zero_copy: bool) {
     let channel = unique_channel("caps");
     let consumer = launch(&format!(
-        "-v cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "-v rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -168,7 +168,7 @@ fn cuda_caps_changes_mid_stream_reach_the_consumer() {
 fn eos_then_new_stream(sink: &str) {
     let channel = unique_channel("eos");
     let first = launch(&format!(
-        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -180,7 +180,7 @@ fn eos_then_new_stream(sink: &str) {
     assert_eq!(done.checksum_lines(), stream1);
 
     let second = launch(&format!(
-        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
     ));
     let block = ControlBlock::open(&channel).expect("the channel stays open after EOS");
     let pid = second.pid();
@@ -221,7 +221,7 @@ fn cuda_eos_ends_a_session_and_a_new_one_gets_the_next_stream() {
 fn flushing_seeks(sink: &str) {
     let channel = unique_channel("seek");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! identity sleep-time=5000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! identity sleep-time=5000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -272,7 +272,7 @@ fn cuda_flushing_seeks_upstream_push_no_stale_frame() {
 fn live_consumer(sink: &str) {
     let channel = unique_channel("live");
     let consumer = launch(&format!(
-        "cudaipcsrc channel={channel} is-live=true num-buffers=10 connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} is-live=true num-buffers=10 connect-timeout=20000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);

@@ -72,10 +72,10 @@ def format_time(t):
 
 def plugin_or_exit():
     """Loads the plugin (registering its meta) or explains what is missing."""
-    factory = Gst.ElementFactory.find("cudaipcsrc")
+    factory = Gst.ElementFactory.find("rscudaipcsrc")
     if factory is None or factory.load() is None:
         sys.exit(
-            "cudaipcsrc not found: point GST_PLUGIN_PATH at the folder "
+            "rscudaipcsrc not found: point GST_PLUGIN_PATH at the folder "
             "holding libgstcudaipc.so (e.g. target/release)"
         )
 
@@ -97,7 +97,7 @@ def main():
     plugin_or_exit()
     caps = " ! video/x-raw" if args.system_memory else ""
     pipeline = Gst.parse_launch(
-        f"cudaipcsrc name=src channel={args.channel} "
+        f"rscudaipcsrc name=src channel={args.channel} "
         f"connect-timeout={args.timeout_ms}{caps} "
         "! appsink name=sink sync=false max-buffers=2"
     )

@@ -209,7 +209,7 @@ fn produce(
     let gpu = renderer.is_gpu();
     let pipeline = gst::parse::launch(&format!(
         "appsrc name=src format=time max-buffers=2 \
-         ! cudaipcsink channel={channel} transport={} when-full=block sync=false",
+         ! rscudaipcsink channel={channel} transport={} when-full=block sync=false",
         if gpu { "auto" } else { "host" }
     ))
     .map_err(|e| e.to_string())?

@@ -109,7 +109,7 @@ fn publish(
     let transport = if gpu { "auto" } else { "host" };
     let pipeline = gst::parse::launch(&format!(
         "appsrc name=src format=time max-buffers=2 \
-         ! cudaipcsink name=sink channel={channel} transport={transport} sync={paced}"
+         ! rscudaipcsink name=sink channel={channel} transport={transport} sync={paced}"
     ))
     .map_err(|e| e.to_string())?
     .downcast::<gst::Pipeline>()

@@ -94,7 +94,7 @@ fn read(o: &Options) -> Result<(), String> {
         ""
     };
     let pipeline = gst::parse::launch(&format!(
-        "cudaipcsrc name=src channel={} connect-timeout={} frames={}{caps} \
+        "rscudaipcsrc name=src channel={} connect-timeout={} frames={}{caps} \
          ! appsink name=sink sync=false max-buffers=2",
         o.channel,
         o.timeout_ms,

@@ -101,11 +101,12 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
     let expected = reference_checksums(SOURCE);
     assert_eq!(expected.len(), FRAMES);
     let channel = unique_channel("upload");
-    // One consumer hands GstCudaMemory to cudadownload (the source copies
-    // into its pool: the debug log says so), one keeps the shared slots.
+    // One consumer hands GstCudaMemory to cudadownload (the source wraps
+    // its slots or copies into its pool: the debug log says which), one
+    // keeps the shared slots.
     let into_nvcodec = launch_with(
         &[],
-        &[("GST_DEBUG", "cudaipcsrc:4")],
+        &[("GST_DEBUG", "cudaipcsrc:5")],
         &format!(
             "cudaipcsrc channel={channel} connect-timeout=60000 ! cudadownload ! video/x-raw ! checksumsink"
         ),
@@ -133,9 +134,7 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
     into_nvcodec.assert_success("consumer into cudadownload");
     assert_eq!(into_nvcodec.checksums(), expected, "through cudadownload");
     assert!(
-        into_nvcodec
-            .stderr
-            .contains("copying frames into GstCudaMemory"),
+        into_nvcodec.stderr.contains("GstCudaMemory output:"),
         "cudaipcsrc did not output GstCudaMemory to cudadownload:\n{}",
         into_nvcodec.stderr
     );

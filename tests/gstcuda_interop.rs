@@ -101,11 +101,12 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
     let expected = reference_checksums(SOURCE);
     assert_eq!(expected.len(), FRAMES);
     let channel = unique_channel("upload");
-    // One consumer hands GstCudaMemory to cudadownload (the source copies
-    // into its pool: the debug log says so), one keeps the shared slots.
+    // One consumer hands GstCudaMemory to cudadownload (the source wraps
+    // its slots or copies into its pool: the debug log says which), one
+    // keeps the shared slots.
     let into_nvcodec = launch_with(
         &[],
-        &[("GST_DEBUG", "cudaipcsrc:4")],
+        &[("GST_DEBUG", "cudaipcsrc:5")],
         &format!(
             "rscudaipcsrc channel={channel} connect-timeout=60000 ! cudadownload ! video/x-raw ! checksumsink"
         ),
@@ -133,9 +134,7 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
     into_nvcodec.assert_success("consumer into cudadownload");
     assert_eq!(into_nvcodec.checksums(), expected, "through cudadownload");
     assert!(
-        into_nvcodec
-            .stderr
-            .contains("copying frames into GstCudaMemory"),
+        into_nvcodec.stderr.contains("GstCudaMemory output:"),
         "rscudaipcsrc did not output GstCudaMemory to cudadownload:\n{}",
         into_nvcodec.stderr
     );
@@ -411,4 +410,232 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
         assert_eq!(report.num("check.corrupt"), 0, "{report:?}");
         assert_eq!(report.num("check.missing"), 0, "{report:?}");
     }
+}
+
+/// What a consumer that checks every frame in its `appsink name=sink` saw,
+/// and the final stats of its `rscudaipcsrc name=src`.
+struct Checked {
+    frames: u64,
+    /// The first few bad frames, described.
+    bad: Vec<String>,
+    bad_count: u64,
+    src_stats: gst::Structure,
+}
+
+/// Runs `description` in this process to its end; `check` sees each frame
+/// with its number in arrival order and says what is wrong with it.
+fn run_checking_consumer(
+    description: &str,
+    check: impl Fn(u64, &gst_video::VideoInfo, &gst::BufferRef) -> Result<(), String>
+    + Send
+    + Sync
+    + 'static,
+) -> Checked {
+    use std::sync::{Arc, Mutex};
+    let pipeline = gst::parse::launch(description)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+    let sink = pipeline
+        .by_name("sink")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    // (frames, first bad ones, bad count)
+    let seen = Arc::new(Mutex::new((0u64, Vec::new(), 0u64)));
+    let record = seen.clone();
+    sink.set_callbacks(
+        gst_app::AppSinkCallbacks::builder()
+            .new_sample(move |sink| {
+                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+                let mut seen = record.lock().unwrap();
+                let n = seen.0;
+                seen.0 += 1;
+                if let Err(what) = check(n, &info, sample.buffer().unwrap()) {
+                    seen.2 += 1;
+                    if seen.1.len() < 5 {
+                        seen.1.push(format!("frame {n}: {what}"));
+                    }
+                }
+                Ok(gst::FlowSuccess::Ok)
+            })
+            .build(),
+    );
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let bus = pipeline.bus().unwrap();
+    let message = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(LIMIT.as_secs() * 2),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the consumer ends");
+    let src_stats = pipeline
+        .by_name("src")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    if let gst::MessageView::Error(e) = message.view() {
+        panic!("{description}: {} ({:?})", e.error(), e.debug());
+    }
+    let (frames, bad, bad_count) = std::mem::take(&mut *seen.lock().unwrap());
+    Checked {
+        frames,
+        bad,
+        bad_count,
+        src_stats,
+    }
+}
+
+/// Checks a frame of cudatestsrc's counter pattern in system memory: every
+/// byte, and that it is frame `n` of the sequence.
+fn exact_counter_frame(
+    n: u64,
+    info: &gst_video::VideoInfo,
+    buffer: &gst::BufferRef,
+) -> Result<(), String> {
+    use gstcudaipc::pattern;
+    let planes = pattern::buffer_planes(info, buffer)?;
+    let map = buffer.map_readable().map_err(|_| "cannot map")?;
+    let frame = pattern::verify_frame(info, &planes, &map)?;
+    if u64::from(frame) != n {
+        return Err(format!("carries frame {frame}"));
+    }
+    Ok(())
+}
+
+/// Checks frame `n` of cudatestsrc's RGBA counter pattern after a
+/// conversion to BGRA by cudaconvert (which computes in floating point: one
+/// rounding step allowed): each row's header and bytes across it. A frame
+/// overwritten while it was read carries another frame's numbers in some
+/// rows, far outside that tolerance.
+fn counter_frame_as_bgra(
+    n: u64,
+    info: &gst_video::VideoInfo,
+    buffer: &gst::BufferRef,
+) -> Result<(), String> {
+    use gstcudaipc::pattern;
+    const RGBA_FROM_BGRA: [usize; 4] = [2, 1, 0, 3];
+    let planes = pattern::buffer_planes(info, buffer)?;
+    let (offset, stride) = planes[0];
+    let map = buffer.map_readable().map_err(|_| "cannot map")?;
+    let row_bytes = info.width() as usize * 4;
+    let frame = n as u32;
+    for row in 0..info.height() as usize {
+        let data = &map[offset + row * stride..][..row_bytes];
+        let header = pattern::row_header(frame, 0, row);
+        // The header, and every 997th byte after it (all four channels).
+        let samples =
+            (0..pattern::HEADER_BYTES).chain((pattern::HEADER_BYTES..row_bytes).step_by(997));
+        for x in samples {
+            let expected = if x < pattern::HEADER_BYTES {
+                header[x]
+            } else {
+                pattern::counter_byte(frame, 0, row, x)
+            };
+            let found = data[x / 4 * 4 + RGBA_FROM_BGRA[x % 4]];
+            if found.abs_diff(expected) > 1 {
+                return Err(format!(
+                    "row {row} byte {x}: expected {expected:#04x}, found {found:#04x}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asserts how the source handed its frames to GStreamer's CUDA elements:
+/// on GStreamer 1.24+ every slot wrapped as GstCudaMemory, on 1.22 every
+/// frame copied into it.
+fn assert_gstcuda_delivery(stats: &gst::Structure, frames: u64) {
+    let wrapped = stats.get::<u64>("gstcuda-wrapped").unwrap();
+    let copied = stats.get::<u64>("gstcuda-copied").unwrap();
+    eprintln!(
+        "GStreamer {:?}, libgstcuda {:?}: {wrapped} slots wrapped as GstCudaMemory, {copied} frames copied into it",
+        gst::version(),
+        gstcuda::api_level()
+    );
+    if gstcuda::api_level() >= gstcuda::ApiLevel::V1_24 {
+        assert_eq!((wrapped, copied), (frames, 0), "{stats}");
+    } else {
+        assert_eq!((wrapped, copied), (0, frames), "{stats}");
+    }
+}
+
+/// GstCudaMemory out of the source, read by cudadownload: on GStreamer
+/// 1.24+ the slots themselves (no copy), on 1.22 copies; every frame of a
+/// fast producer arrives intact and in order, in a packed and a planar
+/// format.
+#[test]
+fn gstcuda_output_delivers_every_frame_intact_wrapping_slots_on_1_24() {
+    const TEST: &str = "gstcuda_output_delivers_every_frame_intact_wrapping_slots_on_1_24";
+    const FRAMES: u64 = 1500;
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    for (format, width, height) in [("RGBA", 1920, 1080), ("NV12", 3840, 2160)] {
+        let caps = format!("format={format},width={width},height={height}");
+        let channel = unique_channel("gstcudaout");
+        let consumer_pipeline = format!(
+            "rscudaipcsrc name=src channel={channel} connect-timeout=60000 output-memory=gstcuda ! cudadownload ! video/x-raw,{caps} ! appsink name=sink sync=false"
+        );
+        let consumer = std::thread::spawn(move || {
+            run_checking_consumer(&consumer_pipeline, exact_counter_frame)
+        });
+        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        run_producer(&format!(
+            "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),{caps},framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
+        ));
+        let checked = consumer.join().expect("consumer");
+        assert_eq!(checked.frames, FRAMES, "{format}");
+        assert!(
+            checked.bad.is_empty(),
+            "{format}: {} bad frames: {:#?}",
+            checked.bad_count,
+            checked.bad
+        );
+        assert_gstcuda_delivery(&checked.src_stats, FRAMES);
+    }
+}
+
+/// The release race: the producer has two slots and writes as fast as it
+/// can; the source wraps them for cudaconvert, which only queues its reads
+/// before dropping its input. A slot given back before those reads ran
+/// would be rewritten under them: every frame must still arrive intact.
+#[test]
+fn wrapped_slots_go_back_only_after_cudaconvert_read_them() {
+    const TEST: &str = "wrapped_slots_go_back_only_after_cudaconvert_read_them";
+    const FRAMES: u64 = 2000;
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    if gst::ElementFactory::find("cudaconvert").is_none() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: nvcodec registered no cudaconvert here (its NVRTC was not found) ({TEST})"
+        );
+        return;
+    }
+    let size = "width=3840,height=2160";
+    let channel = unique_channel("race");
+    let consumer_pipeline = format!(
+        "rscudaipcsrc name=src channel={channel} connect-timeout=60000 output-memory=gstcuda ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRA,{size} ! cudadownload ! video/x-raw,format=BGRA,{size} ! appsink name=sink sync=false"
+    );
+    let consumer = std::thread::spawn(move || {
+        run_checking_consumer(&consumer_pipeline, counter_frame_as_bgra)
+    });
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    run_producer(&format!(
+        "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGBA,{size},framerate=0/1 ! rscudaipcsink name=sink channel={channel} slots=2 sync=false"
+    ));
+    let checked = consumer.join().expect("consumer");
+    assert_eq!(checked.frames, FRAMES);
+    assert!(
+        checked.bad.is_empty(),
+        "{} frames were rewritten while cudaconvert read them: {:#?}",
+        checked.bad_count,
+        checked.bad
+    );
+    assert_gstcuda_delivery(&checked.src_stats, FRAMES);
 }

@@ -117,8 +117,17 @@ fn properties_have_documented_defaults() {
         assert_eq!(enum_value.nick(), nick, "{property}");
     }
     let s = stats(&src);
-    assert_eq!(s.get::<u64>("frames").unwrap(), 0);
-    assert_eq!(s.get::<u64>("latency-p50-ns").unwrap(), 0);
+    // How frames left: wrapped or copied, and as GstCudaMemory for
+    // GStreamer's CUDA elements (slots wrapped on 1.24+, copies on 1.22).
+    for field in [
+        "frames",
+        "copied",
+        "gstcuda-wrapped",
+        "gstcuda-copied",
+        "latency-p50-ns",
+    ] {
+        assert_eq!(s.get::<u64>(field).unwrap(), 0, "{field} in {s}");
+    }
     // stats is read-only.
     let pspec = src.find_property("stats").unwrap();
     assert!(!pspec.flags().contains(glib::ParamFlags::WRITABLE));

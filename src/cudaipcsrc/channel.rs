@@ -9,9 +9,10 @@ use std::sync::Arc;
 use gst::prelude::*;
 use gst_base::prelude::*;
 
+use super::gstcuda_out::{self, GstCudaPath, SlotWrapper};
 use crate::cuda::Device;
 use crate::enums::OutputMemory;
-use crate::gstcuda::{self, ContextShare};
+use crate::gstcuda::{self, ContextShare, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput};
 use crate::transport::{SubscriberError, TransportKind};
@@ -36,6 +37,12 @@ pub(super) struct Output {
     pub copy_pool: gst::BufferPool,
     /// The active `GstCudaBufferPool` frames are copied into (output-memory).
     pub gst_cuda_pool: Option<gst::BufferPool>,
+    /// With `gst_cuda_pool`, how frames become `GstCudaMemory`.
+    pub gst_cuda_path: Option<GstCudaPath>,
+    /// Wraps the slots as `GstCudaMemory` (GStreamer 1.24+).
+    pub slot_wrapper: Option<Arc<SlotWrapper>>,
+    /// Orders GStreamer's streams against ours (GStreamer 1.24+).
+    pub ordering: Option<Arc<StreamOrdering>>,
 }
 
 /// A failed negotiation: the flow return, and the error to post.
@@ -172,13 +179,47 @@ pub(super) fn negotiate(
     } else {
         None
     };
+    let (gst_cuda_path, slot_wrapper, ordering) = match (&gst_cuda_pool, device) {
+        (Some(_), Some(device)) => gst_cuda_output(cuda_context, device),
+        _ => (None, None, None),
+    };
     Ok(Output {
         channel_caps: caps.clone(),
         info,
         cuda,
         copy_pool: copy_pool.upcast(),
         gst_cuda_pool,
+        gst_cuda_path,
+        slot_wrapper,
+        ordering,
     })
+}
+
+/// How frames of `device` become `GstCudaMemory` of the shared context.
+fn gst_cuda_output(
+    cuda_context: &ContextShare,
+    device: &Arc<Device>,
+) -> (
+    Option<GstCudaPath>,
+    Option<Arc<SlotWrapper>>,
+    Option<Arc<StreamOrdering>>,
+) {
+    let api = gstcuda::api_level();
+    let ordering =
+        (api >= gstcuda::ApiLevel::V1_24).then(|| Arc::new(StreamOrdering::new(device.clone())));
+    let context = cuda_context.get();
+    let primary = context.as_ref().is_some_and(|c| c.is_primary_of(device));
+    let mut path = gstcuda_out::choose_path(api, primary);
+    let wrapper = match (path, context, &ordering) {
+        (GstCudaPath::WrapSlots, Some(context), Some(ordering)) => {
+            SlotWrapper::new(context, device.clone(), ordering.clone()).map(Arc::new)
+        }
+        _ => None,
+    };
+    if path == GstCudaPath::WrapSlots && wrapper.is_none() {
+        path = GstCudaPath::Copy("GStreamer could not make a CUDA stream");
+    }
+    (Some(path), wrapper, ordering)
 }
 
 /// The `GstCudaBufferPool` (configured, active) to copy frames into for

@@ -4,22 +4,31 @@
 //! into system memory, GstCudaMemory for GStreamer's CUDA elements, and copies
 //! that leave the producer its slot.
 
-use crate::gstcuda::MappedCudaMemory;
+use crate::gstcuda::{MappedCudaMemory, Ordered, StreamOrdering};
 use crate::memory::{self, CudaIpcMeta};
 use crate::transport::{HeldFrame, SlotMemory};
 use crate::video;
 
-/// Copies `frame` into `buffer` (of the output memory type: GstCudaMemory
-/// when `gst_cuda`), in the caps' default layout. The copy is queued before
-/// the frame's read ends (its drop), so the slot is given back after it.
+/// Where a frame is copied to.
+pub(super) enum CopyInto<'a> {
+    /// The plugin's CUDA memory or system memory.
+    PluginOrSystem,
+    /// `GstCudaMemory`, whose readers are ordered with this (GStreamer
+    /// 1.24+; `None`: synchronised on the host, as on 1.22).
+    GstCuda(Option<&'a StreamOrdering>),
+}
+
+/// Copies `frame` into `buffer` (of the output memory type), in the caps'
+/// default layout. The copy is queued before the frame's read ends (its
+/// drop), so the slot is given back after it.
 pub(super) fn copy_frame(
     frame: &HeldFrame,
     info: &gst_video::VideoInfo,
     buffer: &mut gst::BufferRef,
-    gst_cuda: bool,
+    into: CopyInto,
 ) -> Result<(), String> {
-    if gst_cuda {
-        copy_to_gst_cuda(frame, info, buffer)?;
+    if let CopyInto::GstCuda(ordering) = into {
+        copy_to_gst_cuda(frame, info, buffer, ordering)?;
     } else {
         copy_to_plugin_or_system(frame, info, buffer)?;
     }
@@ -88,31 +97,52 @@ fn copy_to_plugin_or_system(
     Ok(())
 }
 
-/// Into a buffer of `GstCudaMemory`, done when this returns: GStreamer
-/// 1.22's CUDA elements take pushed memory as ready.
+/// Into a buffer of `GstCudaMemory`. Memory with a stream (GStreamer 1.24+)
+/// is pushed with the copy still queued, its stream ordered after it;
+/// memory without one is complete when this returns, as GStreamer 1.22's
+/// CUDA elements take pushed memory as ready.
 fn copy_to_gst_cuda(
     frame: &HeldFrame,
     info: &gst_video::VideoInfo,
     buffer: &mut gst::BufferRef,
+    ordering: Option<&StreamOrdering>,
 ) -> Result<(), String> {
     let SlotMemory::Device(slot) = frame.memory() else {
         return Err("GstCudaMemory output needs the cuda transport".into());
     };
-    let dst = MappedCudaMemory::of_buffer(buffer, true)
-        .ok_or("the output buffer holds no GstCudaMemory that maps")?;
     let stream = slot.device().stream();
-    // SAFETY: the mapped output holds a frame of `info` in `dst.planes`; the
-    // held slot holds `frame.planes`.
-    unsafe {
-        video::copy_planes_device(
-            &stream,
-            dst.ptr,
-            &dst.planes,
-            slot.ptr(),
-            &frame.planes,
-            info,
-        )
+    if let Some(ordering) = ordering {
+        // The pool's memory may still be read by downstream's work queued on
+        // its stream: write after it.
+        ordering
+            .wait_for_upstream(buffer.peek_memory(0), &stream)
+            .map_err(|e| e.to_string())?;
     }
-    .and_then(|()| stream.synchronize())
-    .map_err(|e| e.to_string())
+    {
+        let dst = MappedCudaMemory::of_buffer(buffer, true)
+            .ok_or("the output buffer holds no GstCudaMemory that maps")?;
+        // SAFETY: the mapped output holds a frame of `info` in `dst.planes`;
+        // the held slot holds `frame.planes`.
+        unsafe {
+            video::copy_planes_device(
+                &stream,
+                dst.ptr,
+                &dst.planes,
+                slot.ptr(),
+                &frame.planes,
+                info,
+            )
+        }
+        .map_err(|e| e.to_string())?;
+    }
+    let ordered = match ordering {
+        Some(ordering) => ordering
+            .order_readers_after(buffer.peek_memory(0), &stream)
+            .map_err(|e| e.to_string())?,
+        None => Ordered::Unordered,
+    };
+    if ordered == Ordered::Unordered {
+        stream.synchronize().map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@
 use gst::prelude::*;
 
 use super::channel::Output;
-use super::copy::copy_frame;
+use super::copy::{CopyInto, copy_frame};
 use crate::memory::{CudaAllocator, CudaIpcMeta};
 use crate::transport::{HeldFrame, SlotMemory};
 use crate::video;
@@ -38,15 +38,41 @@ pub(super) enum Failure {
     Failed(String),
 }
 
-/// The buffer of `frame`: its slot wrapped when `wrap`, else a copy (the slot
-/// is given back once the copy is queued, after it on the GPU).
+/// How a frame became a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// Its slot, as this plugin's memory (or shared host memory).
+    Slot,
+    /// Its slot, as `GstCudaMemory` (GStreamer 1.24+).
+    GstCudaSlot,
+    /// Copied into this plugin's memory or system memory.
+    Copied,
+    /// Copied into `GstCudaMemory`.
+    GstCudaCopied,
+}
+
+/// The buffer of `frame`: its slot wrapped when `wrap` (as `GstCudaMemory`
+/// where the output is that and the slot can be), else a copy (the slot is
+/// given back once the copy is queued, after it on the GPU).
 pub(super) fn to_buffer(
     frame: HeldFrame,
     output: &Output,
     wrap: bool,
     timestamps: Timestamps,
     discont: bool,
-) -> Result<gst::Buffer, Failure> {
+) -> Result<(gst::Buffer, Delivery), Failure> {
+    let stamp = Stamp::of(&frame, timestamps, discont);
+    let frame = match (&output.slot_wrapper, wrap) {
+        (Some(wrapper), true) => match wrapper.wrap(frame, &output.info) {
+            Ok(mut buffer) => {
+                stamp.apply(buffer.get_mut().unwrap());
+                return Ok((buffer, Delivery::GstCudaSlot));
+            }
+            Err(frame) => *frame,
+        },
+        _ => frame,
+    };
+    let wrap = wrap && output.gst_cuda_pool.is_none();
     let mut buffer = match (wrap, &output.gst_cuda_pool) {
         (true, _) => gst::Buffer::new(),
         (false, Some(pool)) => pool.acquire_buffer(None).map_err(Failure::Pool)?,
@@ -56,11 +82,18 @@ pub(super) fn to_buffer(
             .map_err(Failure::Pool)?,
     };
     let b = buffer.get_mut().unwrap();
-    stamp(b, &frame, timestamps, discont);
+    stamp.apply(b);
     if !wrap {
-        copy_frame(&frame, &output.info, b, output.gst_cuda_pool.is_some())
+        let (into, delivery) = match &output.gst_cuda_pool {
+            Some(_) => (
+                CopyInto::GstCuda(output.ordering.as_deref()),
+                Delivery::GstCudaCopied,
+            ),
+            None => (CopyInto::PluginOrSystem, Delivery::Copied),
+        };
+        copy_frame(&frame, &output.info, b, into)
             .map_err(|e| Failure::Failed(format!("cannot copy the frame out of its slot: {e}")))?;
-        return Ok(buffer);
+        return Ok((buffer, delivery));
     }
     if frame.planes != video::planes(&output.info) {
         add_video_meta(b, &output.info, &frame).map_err(Failure::Failed)?;
@@ -83,28 +116,54 @@ pub(super) fn to_buffer(
         }
         SlotMemory::Host { .. } => b.append_memory(gst::Memory::from_slice(HostSlot(frame))),
     }
-    Ok(buffer)
+    Ok((buffer, Delivery::Slot))
 }
 
-/// Timestamps, offsets and flags.
-fn stamp(buffer: &mut gst::BufferRef, frame: &HeldFrame, timestamps: Timestamps, discont: bool) {
-    let time = |ns: Option<u64>| ns.map(gst::ClockTime::from_nseconds);
-    match timestamps {
-        Timestamps::Producer => {
-            buffer.set_pts(time(frame.pts));
-            buffer.set_dts(time(frame.dts));
+/// Timestamps, offsets and flags of a frame's buffer, taken before the
+/// frame goes into it.
+struct Stamp {
+    pts: Option<gst::ClockTime>,
+    dts: Option<gst::ClockTime>,
+    set_timestamps: bool,
+    duration: Option<gst::ClockTime>,
+    offset: u64,
+    offset_end: u64,
+    flags: gst::BufferFlags,
+}
+
+impl Stamp {
+    fn of(frame: &HeldFrame, timestamps: Timestamps, discont: bool) -> Stamp {
+        let time = |ns: Option<u64>| ns.map(gst::ClockTime::from_nseconds);
+        let (pts, dts, set_timestamps) = match timestamps {
+            Timestamps::Producer => (time(frame.pts), time(frame.dts), true),
+            Timestamps::RunningTime(running_time) => (Some(running_time), None, true),
+            Timestamps::ByBaseSrc => (None, None, false),
+        };
+        let mut flags = gst::BufferFlags::from_bits_truncate(frame.flags) & TRAVELLING_FLAGS;
+        if frame.missed_before > 0 || discont {
+            flags |= gst::BufferFlags::DISCONT;
         }
-        Timestamps::RunningTime(running_time) => buffer.set_pts(running_time),
-        Timestamps::ByBaseSrc => {}
+        Stamp {
+            pts,
+            dts,
+            set_timestamps,
+            duration: time(frame.duration),
+            offset: frame.offset,
+            offset_end: frame.offset_end,
+            flags,
+        }
     }
-    buffer.set_duration(time(frame.duration));
-    buffer.set_offset(frame.offset);
-    buffer.set_offset_end(frame.offset_end);
-    let mut flags = gst::BufferFlags::from_bits_truncate(frame.flags) & TRAVELLING_FLAGS;
-    if frame.missed_before > 0 || discont {
-        flags |= gst::BufferFlags::DISCONT;
+
+    fn apply(&self, buffer: &mut gst::BufferRef) {
+        if self.set_timestamps {
+            buffer.set_pts(self.pts);
+            buffer.set_dts(self.dts);
+        }
+        buffer.set_duration(self.duration);
+        buffer.set_offset(self.offset);
+        buffer.set_offset_end(self.offset_end);
+        buffer.set_flags(self.flags);
     }
-    buffer.set_flags(flags);
 }
 
 /// The frame's own plane layout, where it is not the caps' default.

@@ -155,7 +155,7 @@ impl ObjectImpl for CudaIpcSrc {
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, missed, waits, reconnects, producer-pid, latency-{count,min,mean,p50,p99,max}[-ns] (publish to receive)")
+                    .blurb("frames, copied, gstcuda-wrapped, gstcuda-copied, missed, waits, reconnects, producer-pid, latency-{count,min,mean,p50,p99,max}[-ns] (publish to receive)")
                     .read_only()
                     .build(),
             ]

@@ -24,6 +24,7 @@ use gst::prelude::*;
 mod channel;
 mod copy;
 mod frame;
+mod gstcuda_out;
 mod imp;
 mod stats;
 mod streaming;

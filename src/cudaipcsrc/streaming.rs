@@ -13,6 +13,7 @@ use gst::subclass::prelude::*;
 use super::TimestampMode;
 use super::channel::{self, Channel};
 use super::frame::{self, Failure, Timestamps};
+use super::gstcuda_out::GstCudaPath;
 use super::imp::{CAT, CudaIpcSrc, Settings};
 use crate::enums::ProducerLost;
 use crate::ipc::ProducerGone;
@@ -119,11 +120,19 @@ impl CudaIpcSrc {
                 );
                 if let Some(pool) = &output.gst_cuda_pool {
                     let name = pool.name();
-                    gst::info!(
-                        CAT,
-                        imp = self,
-                        "copying frames into GstCudaMemory of {name}"
-                    );
+                    match output.gst_cuda_path {
+                        Some(GstCudaPath::WrapSlots) => gst::debug!(
+                            CAT,
+                            imp = self,
+                            "GstCudaMemory output: wrapping the slots (no copy; copying into {name} only where a slot cannot be wrapped)"
+                        ),
+                        Some(GstCudaPath::Copy(why)) => gst::debug!(
+                            CAT,
+                            imp = self,
+                            "GstCudaMemory output: copying frames into GstCudaMemory of {name}: {why}"
+                        ),
+                        None => {}
+                    }
                 }
                 self.state.lock().unwrap().output = Some(output);
                 Ok(())
@@ -197,30 +206,28 @@ impl CudaIpcSrc {
         // downstream drops it. Like v4l2src with its pool, copy instead when
         // we would otherwise leave the producer no slot to write into (a sink
         // keeping its last buffer, a queue, or slots=1).
-        let wrappable =
-            (output.cuda && output.gst_cuda_pool.is_none()) || kind == Some(TransportKind::Host);
+        let wrappable = (output.cuda
+            && (output.gst_cuda_pool.is_none() || output.slot_wrapper.is_some()))
+            || kind == Some(TransportKind::Host);
         let wrap = wrappable && frame.frames_held() < frame.slot_count();
-        gst::trace!(
-            CAT,
-            imp = self,
-            "frame {} in slot {}: {} ({} slots held downstream)",
-            frame.seq,
-            frame.slot,
-            if wrap { "wrapped" } else { "copied" },
-            frame.frames_held()
-        );
+        let (seq, slot, held) = (frame.seq, frame.slot, frame.frames_held());
         let missed = frame.missed_before;
         let timestamps = self.timestamps();
-        let buffer =
-            frame::to_buffer(frame, &output, wrap, timestamps, discont).map_err(|e| match e {
+        let (buffer, delivery) = frame::to_buffer(frame, &output, wrap, timestamps, discont)
+            .map_err(|e| match e {
                 Failure::Pool(flow) => flow,
                 Failure::Failed(e) => self.failed(SubscriberError::Read(e)),
             })?;
+        gst::trace!(
+            CAT,
+            imp = self,
+            "frame {seq} in slot {slot}: {delivery:?} ({held} slots held downstream)"
+        );
         let mut stats = self.stats.lock().unwrap();
         stats.latency.record(latency);
         stats.frames += 1;
         stats.missed += missed;
-        stats.copied += u64::from(!wrap);
+        stats.count(delivery);
         Ok(buffer)
     }
 

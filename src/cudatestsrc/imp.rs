@@ -10,7 +10,7 @@ use gst_base::subclass::prelude::*;
 
 use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 use crate::enums::OutputMemory;
-use crate::gstcuda::{self, MappedCudaMemory};
+use crate::gstcuda::{self, MappedCudaMemory, Ordered, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput, SizedPool};
 use crate::pattern::kernels::{self, Geometry, Planes};
@@ -57,6 +57,8 @@ impl Default for Settings {
 struct Gpu {
     device: Arc<Device>,
     module: Arc<Module>,
+    /// Orders GStreamer's streams against ours (GStreamer 1.24+).
+    ordering: Option<StreamOrdering>,
 }
 
 #[derive(Default)]
@@ -196,14 +198,27 @@ impl CudaTestSrc {
         };
         // The pattern's frame number wraps at 2^32 (verify expects that).
         let frame = *frames as u32;
-        if let Some(mapped) = MappedCudaMemory::of_buffer(buffer, true) {
+        if buffer.n_memory() == 1 && gstcuda::is_cuda_memory(buffer.peek_memory(0)) {
             // GstCudaMemory of GStreamer's CUDA library.
+            let stream = gpu.device.stream();
+            if let Some(ordering) = &gpu.ordering {
+                // Downstream's reads of the memory's last frame may still be
+                // queued on its stream: write after them.
+                ordering
+                    .wait_for_upstream(buffer.peek_memory(0), &stream)
+                    .map_err(gpu_error)?;
+            }
+            let mapped = MappedCudaMemory::of_buffer(buffer, true).ok_or_else(|| {
+                gst::error_msg!(
+                    gst::StreamError::Failed,
+                    ("Cannot map the output GstCudaMemory for the GPU")
+                )
+            })?;
             let layout: Vec<(usize, usize)> = mapped
                 .planes
                 .iter()
                 .map(|&(offset, stride)| (offset as usize, stride as usize))
                 .collect();
-            let stream = gpu.device.stream();
             if mapped.context.is_primary_of(&gpu.device) {
                 // SAFETY: the mapped GstCudaMemory holds `mapped.size` bytes
                 // and GStreamer frees it only after a stream sync.
@@ -238,8 +253,20 @@ impl CudaTestSrc {
                 }
                 .map_err(gpu_error)?;
             }
-            // GStreamer 1.22's CUDA elements take pushed memory as ready.
-            return stream.synchronize().map_err(gpu_error);
+            drop(mapped);
+            // Memory with a stream (1.24+) is pushed with the writes still
+            // queued, its readers ordered after them; GStreamer 1.22's CUDA
+            // elements take pushed memory as ready.
+            let ordered = match &gpu.ordering {
+                Some(ordering) => ordering
+                    .order_readers_after(buffer.peek_memory(0), &stream)
+                    .map_err(gpu_error)?,
+                None => Ordered::Unordered,
+            };
+            if ordered == Ordered::Unordered {
+                stream.synchronize().map_err(gpu_error)?;
+            }
+            return Ok(());
         }
         let layout = pattern::buffer_planes(info, buffer).map_err(layout_error)?;
         if *cuda_memory {
@@ -448,7 +475,12 @@ impl BaseSrcImpl for CudaTestSrc {
         );
         self.cuda_context.ensure(self.obj().upcast_ref(), &device);
         *self.state.lock().unwrap() = State {
-            gpu: Some(Gpu { device, module }),
+            gpu: Some(Gpu {
+                ordering: (gstcuda::api_level() >= gstcuda::ApiLevel::V1_24)
+                    .then(|| StreamOrdering::new(device.clone())),
+                device,
+                module,
+            }),
             ..Default::default()
         };
         Ok(())

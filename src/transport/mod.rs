@@ -9,6 +9,7 @@
 mod cuda;
 mod host;
 mod lending;
+mod publisher;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,10 @@ use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
 pub use host::{HostConsumerSlots, HostProducerSlots};
 pub use lending::LentSlots;
+pub use publisher::{
+    Allocated, ConfigureError, Learned, LendableFrame, PublishError, Publisher, PublisherConfig,
+    PublisherStats, ReserveError, WriterReservation,
+};
 
 /// The `transport` property.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

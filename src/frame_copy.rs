@@ -209,4 +209,55 @@ mod tests {
         .unwrap_err();
         assert!(error.starts_with("source:"), "{error}");
     }
+
+    #[test]
+    fn frames_cross_between_host_and_device_in_every_direction() {
+        gst::init().unwrap();
+        let Some(device) = crate::test_support::gpu_or_skip("frame_copy device directions") else {
+            return;
+        };
+        let info = gst_video::VideoInfo::builder(VideoFormat::I420, 8, 4)
+            .build()
+            .unwrap();
+        let tight = video::planes(&info);
+        let wide = padded(&info, 16);
+        let region = |len| {
+            crate::cuda::DeviceBuffer::new(&device, len)
+                .unwrap()
+                .into_region()
+        };
+        let (dev_wide, dev_tight) = (region(frame_end(&info, &wide)), region(info.size()));
+        let frame: Vec<u8> = (0..info.size()).map(|i| (i * 3 + 7) as u8).collect();
+        // host (tight) -> device (padded) -> device (tight) -> host.
+        let up = Target::Device(&dev_wide);
+        copy_frame(
+            &info,
+            Source::Host(&frame),
+            &tight,
+            up,
+            &wide,
+            StreamOf::Target,
+        )
+        .unwrap();
+        let across = Target::Device(&dev_tight);
+        let src = Source::Device(&dev_wide);
+        copy_frame(&info, src, &wide, across, &tight, StreamOf::Source).unwrap();
+        let mut back = vec![0u8; info.size()];
+        let down = Target::Host(&mut back);
+        copy_frame(
+            &info,
+            Source::Device(&dev_tight),
+            &tight,
+            down,
+            &tight,
+            StreamOf::Target,
+        )
+        .unwrap();
+        assert_eq!(back, frame);
+        // device (padded) -> host (tight) directly.
+        back.fill(0);
+        let down = Target::Host(&mut back);
+        copy_frame(&info, src, &wide, down, &tight, StreamOf::Target).unwrap();
+        assert_eq!(back, frame);
+    }
 }

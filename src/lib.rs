@@ -18,6 +18,7 @@ pub mod cudaprocess;
 pub mod cudatestsrc;
 pub mod element_names;
 mod enums;
+mod frame_copy;
 pub mod gstcuda;
 pub mod ipc;
 pub mod memory;

@@ -18,11 +18,27 @@
 //! nvcodec provides its own, the bare name is nvcodec's (see
 //! `element_names`).
 
+use std::sync::LazyLock;
+
 use gst::glib;
 use gst::prelude::*;
 
 mod imp;
 mod pool;
+mod publishing;
+
+/// The sink's channel end; a published lent buffer is kept as a
+/// `gst::Buffer` (upstream gets it back when the sink drops it).
+type SinkPublisher = crate::transport::Publisher<gst::Buffer>;
+
+/// Shared by the element and its slot pool.
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "cudaipcsink",
+        gst::DebugColorFlags::empty(),
+        Some("CUDA IPC sink"),
+    )
+});
 
 glib::wrapper! {
     pub struct CudaIpcSink(ObjectSubclass<imp::CudaIpcSink>) @extends gst_base::BaseSink, gst::Element, gst::Object;

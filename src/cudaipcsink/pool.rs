@@ -8,17 +8,17 @@ use std::sync::Arc;
 
 use gst::glib;
 
-use super::imp::Channel;
+use super::SinkPublisher;
 
 glib::wrapper! {
     pub struct SlotPool(ObjectSubclass<imp::SlotPool>) @extends gst::BufferPool, gst::Object;
 }
 
 impl SlotPool {
-    pub(super) fn new(channel: Arc<Channel>) -> Self {
+    pub(super) fn new(publisher: Arc<SinkPublisher>) -> Self {
         let pool: Self = glib::Object::new();
         use gst::subclass::prelude::ObjectSubclassIsExt;
-        *pool.imp().channel.lock().unwrap() = Some(channel);
+        *pool.imp().publisher.lock().unwrap() = Some(publisher);
         pool
     }
 }
@@ -30,32 +30,15 @@ mod imp {
     use gst::glib;
     use gst::subclass::prelude::*;
 
-    use super::super::imp::{CAT, Channel, SlotSet};
-    use crate::ipc::ChannelError;
+    use super::super::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
-    use crate::transport::SlotMemory;
-
-    /// Keeps a reservation while upstream holds the buffer; gives the slot
-    /// back if the buffer dies unpublished.
-    struct Reservation {
-        channel: Arc<Channel>,
-        // The slot memory must outlive the buffer that wraps it.
-        _set: Arc<SlotSet>,
-        slot: usize,
-        token: u64,
-    }
-
-    impl Drop for Reservation {
-        fn drop(&mut self) {
-            self.channel.end_reservation(self.slot, self.token);
-        }
-    }
+    use crate::transport::{ReserveError, SlotMemory, WriterReservation};
 
     /// A host slot as writable buffer memory.
     struct HostSlot {
         ptr: *mut u8,
         len: usize,
-        _reservation: Reservation,
+        _reservation: WriterReservation<gst::Buffer>,
     }
 
     // SAFETY: the pointer is into a shared mapping kept alive by the
@@ -77,15 +60,16 @@ mod imp {
         }
     }
 
+    /// Lock order: `publisher` and `info` are leaves (each is cloned out
+    /// and released before anything waits).
     #[derive(Default)]
     pub struct SlotPool {
-        pub(super) channel: Mutex<Option<Arc<Channel>>>,
+        pub(super) publisher: Mutex<Option<Arc<SinkPublisher>>>,
         info: Mutex<Option<gst_video::VideoInfo>>,
         /// This pool's own flushing state: upstream flushes or drops a pool
         /// without touching the sink, which may go on with another pool.
         flushing: AtomicBool,
     }
-
     #[glib::object_subclass]
     impl ObjectSubclass for SlotPool {
         const NAME: &'static str = crate::memory::SLOT_POOL_TYPE_NAME;
@@ -133,8 +117,8 @@ mod imp {
             &self,
             _params: Option<&gst::BufferPoolAcquireParams>,
         ) -> Result<gst::Buffer, gst::FlowError> {
-            let channel = self
-                .channel
+            let publisher = self
+                .publisher
                 .lock()
                 .unwrap()
                 .clone()
@@ -145,46 +129,31 @@ mod imp {
                 .unwrap()
                 .clone()
                 .ok_or(gst::FlowError::NotNegotiated)?;
-            if channel.producer.is_closed() {
+            if publisher.is_closed() {
                 return Err(gst::FlowError::Flushing);
             }
-            if channel.current_set().is_some_and(|set| set.lent.is_some()) {
+            if publisher.is_lent() {
                 // The slots are buffers of the GstCudaBufferPool proposed
                 // with this one; upstream may use only one of the two.
                 gst::warning!(CAT, imp = self, "the slots are lent by the other pool");
                 return Err(gst::FlowError::NotNegotiated);
             }
-            let slot = match channel.producer.reserve(&self.flushing) {
-                Ok(Some(slot)) => slot,
-                Ok(None) | Err(ChannelError::Interrupted) => return Err(gst::FlowError::Flushing),
-                Err(e) => {
-                    gst::error!(CAT, imp = self, "cannot reserve a slot: {}", e);
-                    return Err(gst::FlowError::Error);
-                }
-            };
-            let Some(set) = channel.current_set() else {
-                channel.producer.cancel(slot);
-                return Err(gst::FlowError::Flushing);
-            };
-            if set.slots.slot_size() < info.size() {
-                // The caps changed and the slots are not resized yet.
-                channel.producer.cancel(slot);
-                return Err(gst::FlowError::NotNegotiated);
-            }
-            if let Err(e) = set.slots.before_write(slot, &channel.producer) {
-                channel.producer.cancel(slot);
-                gst::error!(CAT, imp = self, "cannot order slot {}: {}", slot, e);
-                return Err(gst::FlowError::Error);
-            }
-            let token = channel.begin_reservation(slot);
-            let memory_kind = set.slots.slot_memory(slot);
-            let reservation = Reservation {
-                channel: channel.clone(),
-                _set: set,
-                slot,
-                token,
-            };
-            let memory = match memory_kind {
+            let reservation = publisher
+                .reserve_for_writer(info.size(), &self.flushing)
+                .map_err(|e| match e {
+                    ReserveError::Flushing => gst::FlowError::Flushing,
+                    ReserveError::TooSmall => gst::FlowError::NotNegotiated,
+                    ReserveError::Channel(e) => {
+                        gst::error!(CAT, imp = self, "cannot reserve a slot: {}", e);
+                        gst::FlowError::Error
+                    }
+                    ReserveError::Transport(e) => {
+                        gst::error!(CAT, imp = self, "cannot order a slot: {}", e);
+                        gst::FlowError::Error
+                    }
+                })?;
+            let (slot, token) = (reservation.slot(), reservation.token());
+            let memory = match reservation.memory().clone() {
                 SlotMemory::Device(slot) => {
                     let device = slot.device().clone();
                     // The slot size was checked against the caps above.
@@ -199,7 +168,8 @@ mod imp {
                     _reservation: reservation,
                 }),
             };
-            channel.memory_addr[slot].store(memory.as_ptr() as usize, Ordering::SeqCst);
+            // Render recognises the frame by its memory.
+            publisher.register_reservation(slot, memory.as_ptr() as usize);
             gst::trace!(
                 CAT,
                 imp = self,
@@ -232,8 +202,8 @@ mod imp {
 
         fn flush_start(&self) {
             self.flushing.store(true, Ordering::SeqCst);
-            if let Some(channel) = self.channel.lock().unwrap().as_ref() {
-                channel.producer.wake();
+            if let Some(publisher) = self.publisher.lock().unwrap().as_ref() {
+                publisher.wake();
             }
         }
 

@@ -9,6 +9,7 @@
 mod cuda;
 mod host;
 mod lending;
+mod publisher;
 mod subscriber;
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,10 @@ use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
 pub use host::{HostConsumerSlots, HostProducerSlots};
 pub use lending::LentSlots;
+pub use publisher::{
+    Allocated, ConfigureError, Learned, LendableFrame, PublishError, Publisher, PublisherConfig,
+    PublisherStats, ReserveError, WriterReservation,
+};
 pub use subscriber::{Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError};
 
 /// The `transport` property.

@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! The sink's publishing, in GStreamer's terms on one side and the
+//! publisher's on the other: a buffer's frame metadata, its copy into a
+//! slot, whether it is a buffer of the lendable `GstCudaBufferPool` (and
+//! when to lend that pool's buffers as slots), the pools proposed in an
+//! allocation query, and the statistics as a structure.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use gst::prelude::*;
+
+use super::pool::SlotPool;
+use super::{CAT, SinkPublisher};
+use crate::cuda::{self, DeviceRegion};
+use crate::frame_copy::{self, Source, StreamOf, Target};
+use crate::gstcuda;
+use crate::ipc::FrameMeta;
+use crate::ipc::layout::MAX_SLOTS;
+use crate::memory::{self, CudaAllocator};
+use crate::transport::{
+    Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherStats, SlotMemory,
+    TransportKind,
+};
+use crate::video;
+
+/// Publishes the frame in `buffer`: without a copy when upstream wrote it
+/// into a slot (of our pool, or lent), else copied into a free slot.
+pub(super) fn render(
+    sink: &super::CudaIpcSink,
+    publisher: &SinkPublisher,
+    info: &gst_video::VideoInfo,
+    lendable: Option<gst::BufferPool>,
+    buffer: &gst::Buffer,
+) -> Result<gst::FlowSuccess, gst::FlowError> {
+    publisher.reap_retired();
+    let pool_frame = lendable
+        .as_ref()
+        .and_then(|pool| pool_frame(publisher, pool, buffer, info));
+    let meta = frame_meta(buffer, info);
+    if publisher.is_lent() {
+        if let Some(frame) = &pool_frame {
+            let meta = FrameMeta {
+                size: frame.size as u64,
+                planes: frame.planes.clone(),
+                ..meta.clone()
+            };
+            // Dropping the released buffers gives them back upstream.
+            match publisher.publish_lent(&frame.key, buffer.clone(), &meta) {
+                Ok(Some(_released)) => return Ok(gst::FlowSuccess::Ok),
+                Ok(None) => {}
+                Err(e) => return Err(flow_error(sink, PublishError::Transport(e))),
+            }
+        }
+        gst::info!(
+            CAT,
+            obj = sink,
+            "frame outside the lent slots; copying again"
+        );
+        report_slots(sink, publisher.configure(info.size())).map_err(|e| {
+            e.log_with_object(sink);
+            match publisher.is_interrupted() {
+                true => gst::FlowError::Flushing,
+                false => gst::FlowError::Error,
+            }
+        })?;
+    }
+    // Upstream wrote into a slot of our pool: recognised by its memory.
+    if let Some(published) =
+        memory_key(buffer).and_then(|key| publisher.publish_reserved(key, &meta))
+    {
+        let slot = published.map_err(|e| flow_error(sink, e))?;
+        gst::trace!(CAT, obj = sink, "published slot {} without a copy", slot);
+        return Ok(gst::FlowSuccess::Ok);
+    }
+    if publisher.awaits_consumers() {
+        gst::info!(
+            CAT,
+            obj = sink,
+            "waiting for consumers before the first frame"
+        );
+    }
+    let copy = |slot: &_| copy_into_slot(buffer, info, slot);
+    match publisher
+        .publish_copy(&meta, copy)
+        .map_err(|e| flow_error(sink, e))?
+    {
+        Some(slot) => gst::trace!(CAT, obj = sink, "copied into slot {}", slot),
+        None => {
+            gst::trace!(
+                CAT,
+                obj = sink,
+                "all slots busy: dropped {:?}",
+                buffer.pts()
+            );
+            return Ok(gst::FlowSuccess::Ok);
+        }
+    }
+    if let (Some(pool), Some(frame)) = (lendable, pool_frame)
+        && let Err(e) = learn(sink, publisher, &pool, frame)
+    {
+        gst::warning!(
+            CAT,
+            obj = sink,
+            "cannot share the buffers of {}, copying: {}",
+            pool.name(),
+            e
+        );
+        // The channel may already describe the lent buffers.
+        if let Err(e) = report_slots(sink, publisher.allocate(info.size()).map(Some)) {
+            e.log_with_object(sink);
+        }
+    }
+    Ok(gst::FlowSuccess::Ok)
+}
+
+/// An error posted on the bus, or flushing when the sink was unlocked.
+fn flow_error(sink: &super::CudaIpcSink, e: PublishError) -> gst::FlowError {
+    if e.is_interrupted() {
+        return gst::FlowError::Flushing;
+    }
+    gst::element_error!(sink, gst::ResourceError::Write, ("{}", e));
+    gst::FlowError::Error
+}
+
+/// Logs slots just allocated, or posts why they could not be.
+pub(super) fn report_slots(
+    sink: &super::CudaIpcSink,
+    result: Result<Option<Allocated>, ConfigureError>,
+) -> Result<(), gst::LoggableError> {
+    match result {
+        Ok(None) => Ok(()),
+        Ok(Some(slots)) => {
+            gst::info!(
+                CAT,
+                obj = sink,
+                "{} slots of {} bytes",
+                slots.count,
+                slots.size
+            );
+            Ok(())
+        }
+        Err(e @ ConfigureError::Allocate { .. }) => {
+            gst::element_error!(sink, gst::ResourceError::NoSpaceLeft, ("{}", e));
+            Err(gst::loggable_error!(CAT, "slot allocation failed"))
+        }
+        Err(e) => Err(gst::loggable_error!(CAT, "{}", e)),
+    }
+}
+
+/// Answers an allocation query for `caps`: the lendable `GstCudaBufferPool`
+/// (GStreamer's CUDA elements write only into one, and take the first pool
+/// proposed: its buffers become the slots), then the slot pool (which this
+/// plugin's elements find after it). `Some`: the lendable pool changed.
+pub(super) fn propose(
+    sink: &super::CudaIpcSink,
+    query: &mut gst::query::Allocation,
+    publisher: &Arc<SinkPublisher>,
+    lendable: Option<gst::BufferPool>,
+    caps: &gst::Caps,
+    context: Option<gstcuda::CudaContext>,
+) -> Result<Option<Option<gst::BufferPool>>, gst::LoggableError> {
+    let matches = match publisher.kind() {
+        TransportKind::Cuda => memory::caps_are_cuda(caps),
+        TransportKind::Host => !memory::caps_are_cuda(caps),
+    };
+    if !matches {
+        return Ok(None);
+    }
+    let info = gst_video::VideoInfo::from_caps(caps)
+        .map_err(|_| gst::loggable_error!(CAT, "cannot parse caps {}", caps))?;
+    // Upstream may ask again for the same caps (and keep the pool it has):
+    // the same pool then.
+    let proposed = lendable.filter(|pool| pool_has_caps(pool, caps));
+    if proposed.is_none() || !publisher.is_lent() {
+        // Upstream may ask before the caps event reached us (imagefreeze
+        // does): the slots must exist for the pool to hand them out.
+        report_slots(sink, publisher.configure(info.size()))?;
+    }
+    let changed = proposed.is_none();
+    let lendable = match proposed {
+        Some(pool) => Some(pool),
+        None => {
+            publisher.restart_learning();
+            lendable_pool(context, publisher, caps, &info)
+        }
+    };
+    if let Some(pool) = &lendable
+        && let Some((_, size, min, max)) = pool.config().params()
+    {
+        gst::debug!(
+            CAT,
+            obj = sink,
+            "proposing {} ({} buffers)",
+            pool.name(),
+            max
+        );
+        query.add_allocation_pool(Some(pool), size, min, max);
+    }
+    propose_slot_pool(query, publisher.clone(), caps, &info)?;
+    Ok(changed.then_some(lendable))
+}
+
+/// The channel's metadata of the frame in `buffer`, in the caps' default
+/// layout.
+fn frame_meta(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> FrameMeta {
+    FrameMeta {
+        size: info.size() as u64,
+        pts: buffer.pts().map(|t| t.nseconds()),
+        dts: buffer.dts().map(|t| t.nseconds()),
+        duration: buffer.duration().map(|t| t.nseconds()),
+        offset: buffer.offset(),
+        offset_end: buffer.offset_end(),
+        flags: buffer.flags().bits(),
+        planes: video::planes(info),
+    }
+}
+
+/// The key under which the slot pool registered the memory of `buffer`
+/// (see `SlotPool`): its only memory's address.
+fn memory_key(buffer: &gst::BufferRef) -> Option<usize> {
+    (buffer.n_memory() == 1).then(|| buffer.peek_memory(0).as_ptr() as usize)
+}
+
+/// Copies (or uploads, or downloads) `buffer` into a free slot, in the
+/// caps' default layout.
+fn copy_into_slot(
+    buffer: &gst::Buffer,
+    info: &gst_video::VideoInfo,
+    memory: &SlotMemory,
+) -> Result<(), String> {
+    let dst_planes = video::planes(info);
+    // GstCudaMemory of GStreamer's CUDA elements, mapped on the device when
+    // our slots are on one too.
+    let gst_cuda = match memory {
+        SlotMemory::Device(_) => gstcuda::MappedCudaMemory::of_buffer(buffer, false),
+        SlotMemory::Host { .. } => None,
+    };
+    let src_planes = video::meta_planes(buffer)
+        .or_else(|| gst_cuda.as_ref().map(|mapped| mapped.planes.clone()))
+        .unwrap_or_else(|| dst_planes.clone());
+    let target = match memory {
+        SlotMemory::Device(slot) => Target::Device(slot),
+        // SAFETY: the slot is reserved by us, `len` bytes long, and no
+        // consumer reads it until it is published.
+        SlotMemory::Host { ptr, len } => {
+            Target::Host(unsafe { std::slice::from_raw_parts_mut(*ptr, *len) })
+        }
+    };
+    let copy = |src, target| {
+        frame_copy::copy_frame(
+            info,
+            src,
+            &src_planes,
+            target,
+            &dst_planes,
+            StreamOf::Target,
+        )
+    };
+    if let (SlotMemory::Device(slot), Some(mapped)) = (memory, &gst_cuda) {
+        let device = mapped.device().map_err(|e| e.to_string())?;
+        let owner: Arc<dyn Any + Send + std::marker::Sync> = Arc::new(buffer.clone());
+        // SAFETY: the mapped GstCudaMemory is `size` bytes of device memory
+        // at `ptr` in its context's device, allocated while the buffer (the
+        // region's owner) lives.
+        let src = unsafe { DeviceRegion::from_raw_parts(&device, mapped.ptr, mapped.size, owner) };
+        copy(Source::Device(&src), target)?;
+        // Upstream rewrites its memory on its own stream once we return the
+        // buffer: the copy must be done by then.
+        return slot
+            .device()
+            .stream()
+            .synchronize()
+            .map_err(|e| e.to_string());
+    }
+    if let Some(src) = memory::buffer_device_region(buffer) {
+        return copy(Source::Device(&src), target);
+    }
+    let map = buffer
+        .map_readable()
+        .map_err(|_| "cannot map the input buffer".to_string())?;
+    copy(Source::Host(&map), target)
+}
+
+/// The frame in `buffer` if it is a buffer of `pool`, the
+/// `GstCudaBufferPool` proposed upstream, whose memory CUDA IPC can export.
+fn pool_frame(
+    publisher: &SinkPublisher,
+    pool: &gst::BufferPool,
+    buffer: &gst::BufferRef,
+    info: &gst_video::VideoInfo,
+) -> Option<LendableFrame> {
+    let device = publisher.device()?;
+    // SAFETY: `pool` is a public field of GstBuffer, set when the buffer
+    // was acquired from a pool; we hold a reference to the buffer.
+    if unsafe { (*buffer.as_ptr()).pool } != pool.as_ptr() {
+        gst::trace!(CAT, "buffer not of {}: copied", pool.name());
+        return None;
+    }
+    let mapped = gstcuda::MappedCudaMemory::of_buffer(buffer, false)?;
+    let (key, allocated) = cuda::exportable_allocation(device, mapped.ptr).ok()??;
+    let planes = video::meta_planes(buffer).unwrap_or_else(|| mapped.planes.clone());
+    let size = mapped.size.min(allocated);
+    video::layout_fits(info, &planes, size as u64).ok()?;
+    Some(LendableFrame {
+        key,
+        ptr: mapped.ptr,
+        size,
+        planes,
+    })
+}
+
+/// Notes a copied frame of the proposed pool; once every buffer of the
+/// pool went through, they become the slots (zero copy from then on).
+/// `Err`: they could not, and the slots are in an unknown state.
+fn learn(
+    sink: &super::CudaIpcSink,
+    publisher: &SinkPublisher,
+    pool: &gst::BufferPool,
+    frame: LendableFrame,
+) -> Result<(), String> {
+    // A pool of a fixed number of buffers, all allocated at activation,
+    // hands each of them out in turn.
+    let count = pool.config().params().and_then(|(_, _, min, max)| {
+        (min == max && (1..=MAX_SLOTS).contains(&(max as usize))).then_some(max as usize)
+    });
+    let frames = match publisher.learn(frame, count) {
+        Learned::New(seen) => {
+            gst::debug!(CAT, obj = sink, "{} buffers of {} seen", seen, pool.name());
+            return Ok(());
+        }
+        Learned::Known => return Ok(()),
+        Learned::All(frames) => frames,
+    };
+    let count = frames.len();
+    // SAFETY: `pool_frame` checked that each frame starts an exportable
+    // allocation of at least its size, of a buffer of the proposed pool,
+    // which keeps its buffers allocated while the lent set, holding
+    // published ones, is in use.
+    if unsafe { publisher.lend(frames) }? {
+        gst::info!(
+            CAT,
+            obj = sink,
+            "zero copy from now: the {} buffers of {} are the slots",
+            count,
+            pool.name()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `pool` was configured for `caps`.
+fn pool_has_caps(pool: &gst::BufferPool, caps: &gst::Caps) -> bool {
+    pool.config()
+        .params()
+        .and_then(|(pool_caps, ..)| pool_caps)
+        .is_some_and(|pool_caps| &pool_caps == caps)
+}
+
+/// A `GstCudaBufferPool` of `context` (ours) with as many buffers as slots,
+/// for GStreamer's CUDA elements upstream to write into.
+fn lendable_pool(
+    context: Option<gstcuda::CudaContext>,
+    publisher: &SinkPublisher,
+    caps: &gst::Caps,
+    info: &gst_video::VideoInfo,
+) -> Option<gst::BufferPool> {
+    let device = publisher.device()?;
+    // CUDAIPC_LEND=0: copy instead (to compare, or to rule lending out).
+    if !gstcuda::available() || std::env::var_os("CUDAIPC_LEND").is_some_and(|v| v == "0") {
+        return None;
+    }
+    let pool = context
+        .filter(|c| c.is_primary_of(device))?
+        .new_buffer_pool()?;
+    let count = publisher.slot_count() as u32;
+    if !video::configure_pool(&pool, caps, info.size() as u32, count, count) {
+        gst::debug!(CAT, "{} refused {}", pool.name(), caps);
+        return None;
+    }
+    Some(pool)
+}
+
+/// Adds the slot pool (whose buffers are free slots) to `query`.
+fn propose_slot_pool(
+    query: &mut gst::query::Allocation,
+    publisher: Arc<SinkPublisher>,
+    caps: &gst::Caps,
+    info: &gst_video::VideoInfo,
+) -> Result<(), gst::LoggableError> {
+    let allocator = publisher
+        .device()
+        .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
+    let pool = SlotPool::new(publisher);
+    let mut config = pool.config();
+    config.set_params(Some(caps), info.size() as u32, 0, 0);
+    if let Some(allocator) = allocator.as_ref() {
+        // Tells upstream that the pool's buffers are CUDA memory of this
+        // plugin, which it may write with its kernels.
+        config.set_allocator(Some(allocator), None);
+        query.add_allocation_param(Some(allocator), gst::AllocationParams::default());
+    }
+    pool.set_config(config)
+        .map_err(|_| gst::loggable_error!(CAT, "cannot configure the slot pool"))?;
+    query.add_allocation_pool(Some(&pool), info.size() as u32, 0, 0);
+    Ok(())
+}
+
+/// The `stats` property and message; zeros before `start`.
+pub(super) fn stats(stats: Option<PublisherStats>) -> gst::Structure {
+    let transport = match stats.as_ref().map(|s| s.kind) {
+        Some(TransportKind::Cuda) => "cuda",
+        Some(TransportKind::Host) => "host",
+        None => "none",
+    };
+    let s = stats.unwrap_or_else(|| PublisherStats {
+        producer: Default::default(),
+        zero_copy: 0,
+        copied: 0,
+        slots: 0,
+        kind: TransportKind::Host,
+    });
+    gst::Structure::builder("cudaipcsink-stats")
+        .field("frames", s.producer.frames)
+        .field("dropped", s.producer.dropped)
+        .field("overwritten", s.producer.overwritten)
+        .field("waits", s.producer.waits)
+        .field("zero-copy", s.zero_copy)
+        .field("copied", s.copied)
+        .field("slots", s.slots as u32)
+        .field("consumers", s.producer.consumers)
+        .field("reclaimed-consumers", s.producer.reclaimed_consumers)
+        .field("transport", transport)
+        .build()
+}

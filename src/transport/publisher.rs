@@ -1,0 +1,698 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! The producer end of a channel: the ipc `Producer`, the slot sets (the
+//! current one and the retired ones consumers still read), the reservations
+//! of writers that fill a slot themselves, and the buffers an upstream pool
+//! lends as slots. `cudaipcsink` only translates between GStreamer and this.
+//!
+//! A frame reaches a slot in one of three ways:
+//! - copied: [`Publisher::publish_copy`] reserves a free slot, lets the
+//!   caller fill it, and publishes it;
+//! - written in place: a writer holds a [`WriterReservation`] (the sink's
+//!   buffer pool hands one out per buffer), writes into its slot, and the
+//!   frame is published by [`Publisher::publish_reserved`] with the key the
+//!   writer's memory was registered under;
+//! - lent: once every buffer of an upstream pool went through
+//!   ([`Publisher::learn`]), those buffers become the slots
+//!   ([`Publisher::lend`], [`Publisher::publish_lent`]).
+//!
+//! Locks: `current`, `retired` and `learned` are leaves (none is held while
+//! another is taken, and none across a wait).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{
+    CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    TransportKind,
+};
+use crate::cuda::{AllocationKey, Device};
+use crate::ipc::layout::{GPU_SYNC_EVENT, GPU_SYNC_HOST, MAX_SLOTS};
+use crate::ipc::{
+    ChannelError, FrameMeta, Producer, ProducerConfig, ProducerStats, WaitMode, WhenFull,
+};
+
+/// How often the wait for consumers (`wait_for_consumers`) looks again.
+const CONSUMER_POLL: Duration = Duration::from_millis(2);
+
+/// What a publisher is made with.
+#[derive(Debug, Clone)]
+pub struct PublisherConfig {
+    pub channel: String,
+    pub kind: TransportKind,
+    /// The slots' device (the cuda transport).
+    pub device: Option<Arc<Device>>,
+    /// Slots per set; 0: chosen by the transport (see `auto_slots`).
+    pub slots: usize,
+    /// File mode of the channel's shared files.
+    pub permissions: u32,
+    pub gpu_sync: GpuSync,
+    pub when_full: WhenFull,
+    pub wait_mode: WaitMode,
+    /// Consumers that must be attached before the first frame is published
+    /// (0: none).
+    pub wait_for_consumers: u32,
+}
+
+/// One generation of slots.
+struct SlotSet<T> {
+    slots: Box<dyn ProducerSlots>,
+    /// Set when the slots are buffers lent by an upstream pool.
+    lent: Option<LentSlots<AllocationKey, T>>,
+}
+
+/// A replaced slot set that consumers still read, with the consumers (bits
+/// per slot record) that held it at the switch.
+type Retired<T> = (Arc<SlotSet<T>>, [u64; MAX_SLOTS]);
+
+/// A buffer of an upstream pool whose device memory could become a slot.
+#[derive(Debug, Clone)]
+pub struct LendableFrame {
+    pub key: AllocationKey,
+    /// Device address of the buffer's memory.
+    pub ptr: u64,
+    pub size: usize,
+    /// (offset, stride) of each plane of the frame in it.
+    pub planes: Vec<(u64, u32)>,
+}
+
+/// What [`Publisher::learn`] made of a lendable buffer.
+#[derive(Debug)]
+pub enum Learned {
+    /// A buffer not seen before; that many seen so far.
+    New(usize),
+    Known,
+    /// Every buffer of the pool went through: lend them.
+    All(Vec<LendableFrame>),
+}
+
+/// Slots allocated by [`Publisher::configure`] or [`Publisher::allocate`].
+#[derive(Debug, Clone, Copy)]
+pub struct Allocated {
+    pub count: usize,
+    pub size: usize,
+}
+
+#[derive(Debug)]
+pub enum ConfigureError {
+    /// The transport could not create the slots.
+    Allocate {
+        count: usize,
+        size: usize,
+        error: TransportError,
+    },
+    /// The channel could not switch to them (interrupted, or closed).
+    Install(String),
+}
+
+impl std::fmt::Display for ConfigureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Allocate { count, size, error } => {
+                write!(f, "cannot allocate {count} slots of {size} bytes: {error}")
+            }
+            Self::Install(e) => write!(f, "cannot publish the slot pool: {e}"),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum PublishError {
+    Channel(ChannelError),
+    Transport(TransportError),
+    /// Filling slot `slot` failed.
+    Copy {
+        slot: usize,
+        error: String,
+    },
+}
+
+impl PublishError {
+    /// Whether the sink was unlocked (flushing or stopping) meanwhile.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(
+            self,
+            Self::Channel(ChannelError::Interrupted)
+                | Self::Transport(TransportError::Channel(ChannelError::Interrupted))
+        )
+    }
+}
+
+impl std::fmt::Display for PublishError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Channel(e) => write!(f, "{e}"),
+            Self::Transport(e) => write!(f, "{e}"),
+            Self::Copy { slot, error } => {
+                write!(f, "cannot copy the frame into slot {slot}: {error}")
+            }
+        }
+    }
+}
+
+/// Why a writer got no slot.
+#[derive(Debug)]
+pub enum ReserveError {
+    /// Interrupted, or no slot set (yet).
+    Flushing,
+    /// The slots are smaller than the frame: the caps changed and the slots
+    /// are not resized yet.
+    TooSmall,
+    Channel(ChannelError),
+    Transport(TransportError),
+}
+
+/// Statistics of a publisher.
+#[derive(Debug, Clone)]
+pub struct PublisherStats {
+    pub producer: ProducerStats,
+    /// Frames published where they were written (in place or lent).
+    pub zero_copy: u64,
+    pub copied: u64,
+    pub slots: usize,
+    pub kind: TransportKind,
+}
+
+/// The producer end of a channel; `T` is what keeps a lent buffer alive
+/// while its frame is published.
+pub struct Publisher<T> {
+    producer: Producer,
+    config: PublisherConfig,
+    /// Set while the sink is unlocked (flushing or stopping).
+    interrupt: AtomicBool,
+    current: Mutex<Option<Arc<SlotSet<T>>>>,
+    retired: Mutex<Vec<Retired<T>>>,
+    /// Per slot: token of the writer reservation that holds it (0: none)
+    /// and the key its memory was registered under.
+    tokens: [AtomicU64; MAX_SLOTS],
+    keys: [AtomicUsize; MAX_SLOTS],
+    next_token: AtomicU64,
+    /// Buffers of the lendable upstream pool seen so far.
+    learned: Mutex<Vec<LendableFrame>>,
+    /// Set once `wait_for_consumers` consumers were attached.
+    consumers_ready: AtomicBool,
+    zero_copy: AtomicU64,
+    copied: AtomicU64,
+}
+
+impl<T: Send + 'static> Publisher<T> {
+    /// Creates the channel (no slots yet: see `configure`).
+    pub fn create(config: PublisherConfig) -> Result<Self, ChannelError> {
+        let device = config.device.as_ref();
+        let producer = Producer::create(ProducerConfig {
+            channel: config.channel.clone(),
+            permissions: config.permissions,
+            transport: config.kind.wire_value(),
+            gpu_sync: match config.gpu_sync {
+                GpuSync::Event => GPU_SYNC_EVENT,
+                GpuSync::Host => GPU_SYNC_HOST,
+            },
+            device_ordinal: device.map(|d| d.ordinal() as u32).unwrap_or(0),
+            device_uuid: device.map(|d| d.uuid()).unwrap_or_default(),
+            when_full: config.when_full,
+            wait_mode: config.wait_mode,
+        })?;
+        Ok(Self {
+            producer,
+            consumers_ready: AtomicBool::new(config.wait_for_consumers == 0),
+            config,
+            interrupt: AtomicBool::new(false),
+            current: Mutex::new(None),
+            retired: Mutex::new(Vec::new()),
+            tokens: std::array::from_fn(|_| AtomicU64::new(0)),
+            keys: std::array::from_fn(|_| AtomicUsize::new(0)),
+            next_token: AtomicU64::new(0),
+            learned: Mutex::new(Vec::new()),
+            zero_copy: AtomicU64::new(0),
+            copied: AtomicU64::new(0),
+        })
+    }
+
+    pub fn kind(&self) -> TransportKind {
+        self.config.kind
+    }
+
+    pub fn device(&self) -> Option<&Arc<Device>> {
+        self.config.device.as_ref()
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.producer.slot_count()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.producer.is_closed()
+    }
+
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupt.load(Ordering::SeqCst)
+    }
+
+    /// Whether the current slots are buffers lent by an upstream pool.
+    pub fn is_lent(&self) -> bool {
+        self.current_set().is_some_and(|set| set.lent.is_some())
+    }
+
+    /// Ends every wait of the publisher (unlock: flushing or stopping).
+    pub fn interrupt(&self) {
+        self.interrupt.store(true, Ordering::SeqCst);
+        self.producer.wake();
+    }
+
+    /// Lets waits wait again (unlock_stop).
+    pub fn resume(&self) {
+        self.interrupt.store(false, Ordering::SeqCst);
+    }
+
+    /// Wakes waits of writers so that they see their own interrupt flag.
+    pub fn wake(&self) {
+        self.producer.wake();
+    }
+
+    /// Publishes the caps (a string consumers parse), waiting until no
+    /// consumer reads a frame of the old ones.
+    pub fn set_caps(&self, caps: &str) -> Result<u64, ChannelError> {
+        self.producer.set_caps(caps, &self.interrupt)
+    }
+
+    pub fn eos(&self) {
+        self.producer.publish_eos();
+    }
+
+    /// Interrupts every wait, lets consumers finish reading for up to
+    /// `grace`, then removes the channel's name and drops the slots (their
+    /// memory goes once the last writer reservation is gone). Returns
+    /// whether the consumers were done in time.
+    pub fn close(&self, grace: Duration) -> bool {
+        self.interrupt();
+        let released = self.producer.wait_released(grace);
+        self.producer.close();
+        *self.current.lock().unwrap() = None;
+        self.retired.lock().unwrap().clear();
+        released
+    }
+
+    pub fn stats(&self) -> PublisherStats {
+        PublisherStats {
+            producer: self.producer.stats(),
+            zero_copy: self.zero_copy.load(Ordering::Relaxed),
+            copied: self.copied.load(Ordering::Relaxed),
+            slots: self.producer.slot_count(),
+            kind: self.config.kind,
+        }
+    }
+
+    fn current_set(&self) -> Option<Arc<SlotSet<T>>> {
+        self.current.lock().unwrap().clone()
+    }
+
+    /// Makes sure slots of our own of at least `frame_size` bytes are the
+    /// current ones (allocating them if the current ones are too small or
+    /// lent). `Some` if it allocated.
+    pub fn configure(&self, frame_size: usize) -> Result<Option<Allocated>, ConfigureError> {
+        if let Some(current) = self.current_set()
+            && current.slots.slot_size() >= frame_size
+            && current.lent.is_none()
+        {
+            return Ok(None);
+        }
+        self.allocate(frame_size).map(Some)
+    }
+
+    /// Allocates and publishes a new set of slots of our own.
+    pub fn allocate(&self, frame_size: usize) -> Result<Allocated, ConfigureError> {
+        let count = match self.config.slots {
+            0 => auto_slots(self.config.kind, self.device().map(|d| &**d)),
+            n => n,
+        };
+        let request = SlotRequest {
+            channel: self.config.channel.clone(),
+            session: self.producer.session(),
+            generation: self.producer.pool_generation() + 1,
+            count,
+            size: frame_size,
+            permissions: self.config.permissions,
+            gpu_sync: self.config.gpu_sync,
+        };
+        let slots = super::create_producer_slots(self.config.kind, &request, self.device())
+            .map_err(|error| ConfigureError::Allocate {
+                count,
+                size: frame_size,
+                error,
+            })?;
+        self.install(slots, None).map_err(ConfigureError::Install)?;
+        Ok(Allocated {
+            count,
+            size: frame_size,
+        })
+    }
+
+    /// Publishes `slots` as the channel's new slot pool (lent ones with the
+    /// key of each slot's memory) and makes it the current set.
+    fn install(
+        &self,
+        slots: Box<dyn ProducerSlots>,
+        lent_keys: Option<(usize, Vec<AllocationKey>)>,
+    ) -> Result<(), String> {
+        if let Some(old) = self.current_set()
+            && let Some(lent) = &old.lent
+        {
+            // The new pool waits for no reserved slot.
+            lent.cancel_reservations(&self.producer);
+        }
+        // Waits until consumers are done with the old slots.
+        self.producer
+            .configure_pool(
+                slots.slot_size() as u64,
+                &slots.slot_descriptors(),
+                &slots.pool_descriptor(),
+                &self.interrupt,
+            )
+            .map_err(|e| e.to_string())?;
+        let lent = lent_keys
+            .map(|(placeholders, keys)| LentSlots::new(placeholders, keys, &self.producer))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        // Consumers holding frames of the old set keep it alive.
+        let readers = self.producer.held_slots();
+        let old = self
+            .current
+            .lock()
+            .unwrap()
+            .replace(Arc::new(SlotSet { slots, lent }));
+        if let Some(old) = old
+            && readers.iter().any(|&r| r != 0)
+        {
+            self.retired.lock().unwrap().push((old, readers));
+        }
+        Ok(())
+    }
+
+    /// Frees the retired slot sets that no consumer reads any more. A bit
+    /// once seen clear stays clear: a consumer that released a frame of a
+    /// retired set cannot take another one from it.
+    pub fn reap_retired(&self) {
+        let mut retired = self.retired.lock().unwrap();
+        if retired.is_empty() {
+            return;
+        }
+        let held = self.producer.held_slots();
+        retired.retain_mut(|(_, readers)| {
+            for (r, h) in readers.iter_mut().zip(held) {
+                *r &= h;
+            }
+            readers.iter().any(|&r| r != 0)
+        });
+    }
+
+    /// Reserves a slot to write the next frame into; before the first
+    /// frame, waits until the consumers asked for are attached.
+    fn reserve(&self, interrupt: &AtomicBool) -> Result<Option<usize>, ChannelError> {
+        if !self.consumers_ready.load(Ordering::Acquire) {
+            self.wait_for_consumers(interrupt)?;
+        }
+        self.producer.reserve(interrupt)
+    }
+
+    /// Waits (polling, like the producer's wait for early consumers) until
+    /// `wait_for_consumers` consumers are attached, the interrupt flag is
+    /// set or the channel is closed.
+    fn wait_for_consumers(&self, interrupt: &AtomicBool) -> Result<(), ChannelError> {
+        let wanted = self.config.wait_for_consumers;
+        while self.producer.stats().consumers < wanted {
+            if interrupt.load(Ordering::SeqCst) || self.producer.is_closed() {
+                return Err(ChannelError::Interrupted);
+            }
+            std::thread::sleep(CONSUMER_POLL);
+        }
+        self.consumers_ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether publishing still waits for consumers to attach.
+    pub fn awaits_consumers(&self) -> bool {
+        !self.consumers_ready.load(Ordering::Acquire)
+    }
+
+    /// Copies a frame into a free slot with `fill` and publishes it with
+    /// `meta`. `Ok(None)`: every slot was busy and the policy drops.
+    pub fn publish_copy(
+        &self,
+        meta: &FrameMeta,
+        fill: impl FnOnce(&SlotMemory) -> Result<(), String>,
+    ) -> Result<Option<usize>, PublishError> {
+        let Some(slot) = self
+            .reserve(&self.interrupt)
+            .map_err(PublishError::Channel)?
+        else {
+            return Ok(None);
+        };
+        let Some(set) = self.current_set() else {
+            self.producer.cancel(slot);
+            return Err(PublishError::Channel(ChannelError::Interrupted));
+        };
+        let copied = set
+            .slots
+            .before_write(slot, &self.producer)
+            .map_err(|e| e.to_string())
+            .and_then(|()| fill(&set.slots.slot_memory(slot)))
+            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()));
+        if let Err(error) = copied {
+            self.producer.cancel(slot);
+            return Err(PublishError::Copy { slot, error });
+        }
+        self.producer
+            .publish(slot, meta)
+            .map_err(PublishError::Channel)?;
+        self.copied.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(slot))
+    }
+
+    /// Reserves a free slot for a writer that fills it in place (waiting
+    /// unless `interrupt` is set), for a frame of `frame_size` bytes.
+    pub fn reserve_for_writer(
+        self: &Arc<Self>,
+        frame_size: usize,
+        interrupt: &AtomicBool,
+    ) -> Result<WriterReservation<T>, ReserveError> {
+        let slot = match self.reserve(interrupt) {
+            Ok(Some(slot)) => slot,
+            Ok(None) | Err(ChannelError::Interrupted) => return Err(ReserveError::Flushing),
+            Err(e) => return Err(ReserveError::Channel(e)),
+        };
+        let Some(set) = self.current_set() else {
+            self.producer.cancel(slot);
+            return Err(ReserveError::Flushing);
+        };
+        if set.slots.slot_size() < frame_size {
+            self.producer.cancel(slot);
+            return Err(ReserveError::TooSmall);
+        }
+        if let Err(e) = set.slots.before_write(slot, &self.producer) {
+            self.producer.cancel(slot);
+            return Err(ReserveError::Transport(e));
+        }
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed) + 1;
+        self.tokens[slot].store(token, Ordering::SeqCst);
+        Ok(WriterReservation {
+            memory: set.slots.slot_memory(slot),
+            publisher: self.clone(),
+            _set: set,
+            slot,
+            token,
+        })
+    }
+
+    /// Registers the memory the writer of reserved `slot` writes into by
+    /// `key` (an address), to recognise it in `publish_reserved`.
+    pub fn register_reservation(&self, slot: usize, key: usize) {
+        self.keys[slot].store(key, Ordering::SeqCst);
+    }
+
+    /// Publishes the frame a writer wrote into the slot its memory (`key`)
+    /// reserved; `None` if no live reservation has that key.
+    pub fn publish_reserved(
+        &self,
+        key: usize,
+        meta: &FrameMeta,
+    ) -> Option<Result<usize, PublishError>> {
+        let slot = self.take_reservation(key)?;
+        let Some(set) = self.current_set() else {
+            self.producer.cancel(slot);
+            return Some(Err(PublishError::Channel(ChannelError::Interrupted)));
+        };
+        if let Err(e) = set.slots.after_write(slot) {
+            self.producer.cancel(slot);
+            return Some(Err(PublishError::Transport(e)));
+        }
+        Some(
+            self.producer
+                .publish(slot, meta)
+                .map(|_| {
+                    self.zero_copy.fetch_add(1, Ordering::Relaxed);
+                    slot
+                })
+                .map_err(PublishError::Channel),
+        )
+    }
+
+    /// The slot reserved under `key`, if that reservation is still live; it
+    /// then passes to the caller.
+    fn take_reservation(&self, key: usize) -> Option<usize> {
+        // Addresses are reused once freed, so only live reservations
+        // (non-zero token) count.
+        let slot = (0..MAX_SLOTS).find(|&s| {
+            self.keys[s].load(Ordering::SeqCst) == key && self.tokens[s].load(Ordering::SeqCst) != 0
+        })?;
+        if self.tokens[slot].swap(0, Ordering::SeqCst) == 0 {
+            return None;
+        }
+        self.keys[slot].store(0, Ordering::SeqCst);
+        Some(slot)
+    }
+
+    /// Cancels a writer's reservation unless it was published.
+    fn end_reservation(&self, slot: usize, token: u64) {
+        if self.tokens[slot]
+            .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.keys[slot].store(0, Ordering::SeqCst);
+            self.producer.cancel(slot);
+        }
+    }
+
+    /// Forgets the lendable buffers seen so far (a new pool was proposed).
+    pub fn restart_learning(&self) {
+        self.learned.lock().unwrap().clear();
+    }
+
+    /// Notes a copied frame of the lendable pool, of `pool_buffers` buffers
+    /// (`None`: not a pool whose buffers can all be known).
+    pub fn learn(&self, frame: LendableFrame, pool_buffers: Option<usize>) -> Learned {
+        let mut learned = self.learned.lock().unwrap();
+        let new = !learned.iter().any(|f| f.key == frame.key);
+        if new {
+            learned.push(frame);
+        }
+        let Some(count) = pool_buffers.filter(|&n| learned.len() >= n) else {
+            return if new {
+                Learned::New(learned.len())
+            } else {
+                Learned::Known
+            };
+        };
+        let seen = std::mem::take(&mut *learned);
+        if seen.len() > count {
+            // More buffers than the pool holds: it was reallocated since.
+            // Learn it again.
+            return Learned::Known;
+        }
+        Learned::All(seen)
+    }
+
+    /// Makes the lendable buffers `frames` the slots (zero copy from then
+    /// on). `Ok(false)`: they cannot be (no device, too many records).
+    ///
+    /// # Safety
+    /// Each frame's `ptr` must start a device allocation of at least its
+    /// `size` bytes on the publisher's device that stays allocated while
+    /// the publisher exists (an upstream pool keeps its buffers allocated,
+    /// and the lent set holds the published ones).
+    pub unsafe fn lend(&self, frames: Vec<LendableFrame>) -> Result<bool, String> {
+        let Some(device) = self.device() else {
+            return Ok(false);
+        };
+        // The records of the current pool, which consumers may still hold,
+        // become placeholders.
+        let placeholders = self.producer.slot_count();
+        if placeholders + frames.len() > MAX_SLOTS {
+            return Ok(false);
+        }
+        let size = frames.iter().map(|f| f.size).min().unwrap_or(0);
+        let ptrs = frames.iter().map(|f| f.ptr).collect();
+        let keys = frames.iter().map(|f| f.key).collect();
+        // SAFETY: the caller's contract.
+        let slots = unsafe {
+            CudaProducerSlots::lend(device, placeholders, ptrs, size, self.config.gpu_sync)
+        }
+        .map_err(|e| e.to_string())?;
+        self.install(Box::new(slots), Some((placeholders, keys)))?;
+        Ok(true)
+    }
+
+    /// Publishes a frame upstream wrote into the lent buffer `key`, keeping
+    /// `buffer` while it is published, then takes back the buffers
+    /// consumers are done with (for the caller to give back upstream).
+    /// `Ok(None)`: `key` is no lent slot waiting for a frame.
+    pub fn publish_lent(
+        &self,
+        key: &AllocationKey,
+        buffer: T,
+        meta: &FrameMeta,
+    ) -> Result<Option<Vec<T>>, TransportError> {
+        let Some(set) = self.current_set() else {
+            return Ok(None);
+        };
+        let Some(lent) = &set.lent else {
+            return Ok(None);
+        };
+        let Some(slot) = lent
+            .slot_of(key)
+            .filter(|&slot| self.producer.is_reserved(slot))
+        else {
+            return Ok(None);
+        };
+        lent.publish(slot, buffer, meta, &*set.slots, &self.producer)?;
+        self.zero_copy.fetch_add(1, Ordering::Relaxed);
+        lent.take_released(&*set.slots, &self.producer, &self.interrupt)
+            .map(Some)
+    }
+}
+
+/// A slot reserved for a writer that fills it in place; given back unless
+/// its frame was published (`Publisher::publish_reserved`) by the time it
+/// is dropped. Keeps the slot's memory alive.
+pub struct WriterReservation<T: Send + 'static> {
+    publisher: Arc<Publisher<T>>,
+    // The slot memory must outlive the writer's use of it.
+    _set: Arc<SlotSet<T>>,
+    memory: SlotMemory,
+    slot: usize,
+    token: u64,
+}
+
+impl<T: Send + 'static> WriterReservation<T> {
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Where the slot's bytes are; valid while the reservation lives.
+    pub fn memory(&self) -> &SlotMemory {
+        &self.memory
+    }
+}
+
+impl<T: Send + 'static> Drop for WriterReservation<T> {
+    fn drop(&mut self) {
+        self.publisher.end_reservation(self.slot, self.token);
+    }
+}
+
+/// The ring depth `slots=0` stands for. Without MPS the two processes'
+/// contexts take turns on the GPU, and a deep ring keeps each turn busy;
+/// with MPS their kernels run side by side, and a shallow ring keeps the
+/// frame in flight inside the L2 cache (and the latency low). Figures in
+/// docs/performance.md.
+fn auto_slots(kind: TransportKind, device: Option<&Device>) -> usize {
+    match (kind, device) {
+        (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
+        (TransportKind::Cuda, _) => 8,
+        (TransportKind::Host, _) => 4,
+    }
+}

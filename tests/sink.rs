@@ -1,0 +1,175 @@
+// cudaipcsink's own behaviour as a user sees it: which memory it asks
+// upstream for, the mode of its files when `permissions` is given in octal on
+// a gst-launch line, and `wait-for-connection` holding the first frame until
+// consumers (other processes) are attached.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{data_files, gpu, init, launch, reference_checksums, unique_channel, wait_until};
+use gst::prelude::*;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn pipeline(description: &str) -> gst::Pipeline {
+    gst::parse::launch(description)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap()
+}
+
+fn stats(pipeline: &gst::Pipeline) -> gst::Structure {
+    pipeline
+        .by_name("sink")
+        .unwrap()
+        .property::<gst::Structure>("stats")
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().mode() & 0o777
+}
+
+/// The features of the first structure the sink's pad answers a caps query
+/// with, given a filter that lists system memory first.
+fn first_answer(transport: &str) -> String {
+    let sink = gst::ElementFactory::make("rscudaipcsink")
+        .property_from_str("transport", transport)
+        .build()
+        .unwrap();
+    let filter: gst::Caps = "video/x-raw, format=RGBA; video/x-raw(memory:CUDAMemory), format=RGBA"
+        .parse()
+        .unwrap();
+    let answer = sink.static_pad("sink").unwrap().query_caps(Some(&filter));
+    assert_eq!(answer.size(), 2, "{answer}");
+    answer.features(0).unwrap().to_string()
+}
+
+#[test]
+fn caps_queries_are_answered_in_the_sinks_order_not_the_filters() {
+    init();
+    // So that `cudaupload ! cudaipcsink` negotiates CUDA memory...
+    assert_eq!(first_answer("cuda"), "memory:CUDAMemory");
+    // ...while on host slots system memory saves an upload and a download.
+    assert_eq!(first_answer("host"), "memory:SystemMemory");
+}
+
+#[test]
+fn cudaupload_into_the_sink_negotiates_cuda_memory() {
+    init();
+    if !gpu("cudaupload_into_the_sink_negotiates_cuda_memory") {
+        return;
+    }
+    if gst::ElementFactory::find("cudaupload").is_none() {
+        eprintln!("SKIPPED: no cudaupload (GStreamer's nvcodec plugin)");
+        return;
+    }
+    let channel = unique_channel("upload");
+    let pipeline = pipeline(&format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=RGBA,width=64,height=48 ! cudaupload ! rscudaipcsink name=sink channel={channel} transport=cuda"
+    ));
+    pipeline.set_state(gst::State::Paused).unwrap();
+    let (result, ..) = pipeline.state(gst::ClockTime::from_seconds(20));
+    result.unwrap();
+    let caps = pipeline
+        .by_name("sink")
+        .unwrap()
+        .static_pad("sink")
+        .unwrap()
+        .current_caps()
+        .unwrap();
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(caps.features(0).unwrap().to_string(), "memory:CUDAMemory");
+}
+
+#[test]
+fn permissions_in_octal_on_a_launch_line_set_the_file_mode() {
+    init();
+    let channel = unique_channel("octal");
+    let pipeline = pipeline(&format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=RGBA,width=64,height=48 ! rscudaipcsink name=sink channel={channel} transport=host permissions=0660"
+    ));
+    pipeline.set_state(gst::State::Paused).unwrap();
+    let (result, ..) = pipeline.state(gst::ClockTime::from_seconds(20));
+    result.unwrap();
+    let sink = pipeline.by_name("sink").unwrap();
+    assert_eq!(sink.property::<u32>("permissions"), 0o660);
+    let control = gstcudaipc::ipc::shm::control_path(&channel);
+    let data = data_files(&channel);
+    let modes: Vec<u32> = std::iter::once(control)
+        .chain(
+            data.iter()
+                .map(|name| gstcudaipc::ipc::shm::shm_dir().join(name)),
+        )
+        .map(|path| mode_of(&path))
+        .collect();
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert!(!data.is_empty(), "no data file for the slots");
+    assert!(modes.iter().all(|&m| m == 0o660), "{modes:?} (decimal)");
+}
+
+#[test]
+fn wait_for_connection_holds_the_first_frame_until_a_consumer_process_attaches() {
+    init();
+    let channel = unique_channel("waitconn");
+    let source = "videotestsrc num-buffers=20 pattern=ball ! video/x-raw,format=RGB,width=160,height=120,framerate=30/1";
+    let expected = reference_checksums(source);
+    // Unpaced: without the wait, every frame would be gone before the
+    // consumer exists.
+    let producer = pipeline(&format!(
+        "{source} ! rscudaipcsink name=sink channel={channel} transport=host slots=2 sync=false wait-for-connection=1"
+    ));
+    producer.set_state(gst::State::Playing).unwrap();
+    wait_until(LIMIT, "the channel exists", || {
+        gstcudaipc::ipc::shm::control_path(&channel).exists()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stats(&producer).get::<u64>("frames").unwrap(), 0);
+    let consumer = launch(&format!(
+        "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    let bus = producer.bus().unwrap();
+    let end = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the producer neither finished nor failed");
+    producer.set_state(gst::State::Null).unwrap();
+    assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected, "every frame from the first");
+}
+
+#[test]
+fn stopping_ends_the_wait_for_connection() {
+    init();
+    let channel = unique_channel("waitstop");
+    let producer = pipeline(&format!(
+        "videotestsrc ! video/x-raw,format=RGBA,width=64,height=48 ! rscudaipcsink name=sink channel={channel} transport=host wait-for-connection=2"
+    ));
+    producer.set_state(gst::State::Playing).unwrap();
+    wait_until(LIMIT, "the channel exists", || {
+        gstcudaipc::ipc::shm::control_path(&channel).exists()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(stats(&producer).get::<u64>("frames").unwrap(), 0);
+    let start = Instant::now();
+    producer.set_state(gst::State::Null).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "stopping took {:?}",
+        start.elapsed()
+    );
+    assert!(!gstcudaipc::ipc::shm::control_path(&channel).exists());
+}
+
+#[test]
+fn wait_for_connection_is_off_by_default() {
+    init();
+    let sink = gst::ElementFactory::make("rscudaipcsink").build().unwrap();
+    assert_eq!(sink.property::<u32>("wait-for-connection"), 0);
+    assert_eq!(sink.property::<u32>("permissions"), 0o600);
+}

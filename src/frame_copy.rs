@@ -28,9 +28,6 @@ pub enum Target<'a> {
 /// side the transport orders accesses on (a sink's slot, a source's slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamOf {
-    // For copies out of a source's slots (cudaipcsrc moves to this routine
-    // after its rewrite).
-    #[allow(dead_code)]
     Source,
     Target,
 }
@@ -94,20 +91,39 @@ pub fn copy_frame(
                 StreamOf::Source => src.device(),
                 StreamOf::Target => dst.device(),
             };
-            // SAFETY: both regions keep their memory allocated while we hold
-            // them, and `layout_fits` checked every plane of both layouts
-            // against their lengths.
-            unsafe {
-                video::copy_planes_device(
-                    &device.stream(),
-                    dst.ptr(),
-                    dst_planes,
-                    src.ptr(),
-                    src_planes,
-                    info,
-                )
-            }
-            .map_err(|e| e.to_string())?;
+            copy_planes_device(&device.stream(), src, src_planes, dst, dst_planes, info)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Enqueues on `stream` the copy of every plane between two device
+/// regions, each checked against its layout by `layout_fits` beforehand.
+fn copy_planes_device(
+    stream: &crate::cuda::Stream<'_>,
+    src: &DeviceRegion,
+    src_planes: &[(u64, u32)],
+    dst: &DeviceRegion,
+    dst_planes: &[(u64, u32)],
+    info: &gst_video::VideoInfo,
+) -> Result<(), crate::cuda::CudaError> {
+    for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
+        src_planes.iter().zip(dst_planes).enumerate()
+    {
+        // SAFETY: the regions' owners keep both memories allocated until
+        // the copy has run (freeing device memory waits for the device), and
+        // `layout_fits` checked this plane of both layouts against their
+        // lengths.
+        unsafe {
+            stream.copy_2d_device(
+                dst.ptr() + dst_off,
+                dst_stride as usize,
+                src.ptr() + src_off,
+                src_stride as usize,
+                video::row_bytes(info, p),
+                video::rows(info, p),
+            )?;
         }
     }
     Ok(())

@@ -77,40 +77,6 @@ pub fn configure_pool(
             .is_ok()
 }
 
-/// Enqueues on `stream` the copy of every plane of a frame between device
-/// buffers of different layouts.
-///
-/// # Safety
-/// `dst` and `src` must be device addresses valid, until the copy has run
-/// on the stream, for every plane of `info` at the offsets and strides of
-/// `dst_planes` and `src_planes`.
-pub unsafe fn copy_planes_device(
-    stream: &crate::cuda::Stream<'_>,
-    dst: u64,
-    dst_planes: &[(u64, u32)],
-    src: u64,
-    src_planes: &[(u64, u32)],
-    info: &gst_video::VideoInfo,
-) -> Result<(), crate::cuda::CudaError> {
-    for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
-        src_planes.iter().zip(dst_planes).enumerate()
-    {
-        // SAFETY: each plane lies within the memory this function's
-        // contract covers.
-        unsafe {
-            stream.copy_2d_device(
-                dst + dst_off,
-                dst_stride as usize,
-                src + src_off,
-                src_stride as usize,
-                row_bytes(info, p),
-                rows(info, p),
-            )?;
-        }
-    }
-    Ok(())
-}
-
 /// Bytes of pixel data in one row of `plane` (without padding).
 pub fn row_bytes(info: &gst_video::VideoInfo, plane: usize) -> usize {
     let finfo = info.format_info();

@@ -6,14 +6,13 @@
 //! when to lend that pool's buffers as slots), the pools proposed in an
 //! allocation query, and the statistics as a structure.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use gst::prelude::*;
 
 use super::pool::SlotPool;
 use super::{CAT, SinkPublisher};
-use crate::cuda::{self, DeviceRegion};
+use crate::cuda;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::ipc::FrameMeta;
@@ -259,12 +258,7 @@ fn copy_into_slot(
         )
     };
     if let (SlotMemory::Device(slot), Some(mapped)) = (memory, &gst_cuda) {
-        let device = mapped.device().map_err(|e| e.to_string())?;
-        let owner: Arc<dyn Any + Send + std::marker::Sync> = Arc::new(buffer.clone());
-        // SAFETY: the mapped GstCudaMemory is `size` bytes of device memory
-        // at `ptr` in its context's device, allocated while the buffer (the
-        // region's owner) lives.
-        let src = unsafe { DeviceRegion::from_raw_parts(&device, mapped.ptr, mapped.size, owner) };
+        let src = mapped.region().map_err(|e| e.to_string())?;
         copy(Source::Device(&src), target)?;
         // Upstream rewrites its memory on its own stream once we return the
         // buffer: the copy must be done by then.

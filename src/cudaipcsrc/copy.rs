@@ -4,6 +4,7 @@
 //! into system memory, GstCudaMemory for GStreamer's CUDA elements, and copies
 //! that leave the producer its slot.
 
+use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{MappedCudaMemory, Ordered, StreamOrdering};
 use crate::memory::{self, CudaIpcMeta};
 use crate::transport::{HeldFrame, SlotMemory};
@@ -55,46 +56,23 @@ fn copy_to_plugin_or_system(
     buffer: &mut gst::BufferRef,
 ) -> Result<(), String> {
     let planes = video::planes(info);
-    match (frame.memory(), memory::buffer_device_memory(buffer)) {
-        (SlotMemory::Device(slot), Some(dst)) => {
-            // SAFETY: the output buffer holds a frame of `info` in `planes`;
-            // the held slot holds `frame.planes`, checked against the slot
-            // size by the channel.
-            unsafe {
-                video::copy_planes_device(
-                    &slot.device().stream(),
-                    dst.ptr,
-                    &planes,
-                    slot.ptr(),
-                    &frame.planes,
-                    info,
-                )
-            }
-            .map_err(|e| e.to_string())?;
+    let memory = frame.memory();
+    let src = match &memory {
+        SlotMemory::Device(slot) => Source::Device(slot),
+        SlotMemory::Host { .. } => {
+            Source::Host(frame.host_bytes().ok_or("the host slot is not mapped")?)
         }
-        (SlotMemory::Device(slot), None) => {
-            let mut map = buffer
-                .map_writable()
-                .map_err(|_| "cannot map the output buffer")?;
-            let size = frame.size as usize;
-            if frame.planes == planes && map.len() >= size {
-                // Straight into the output buffer.
-                slot.download(&mut map[..size]).map_err(|e| e.to_string())?;
-            } else {
-                let mut whole = vec![0u8; size];
-                slot.download(&mut whole).map_err(|e| e.to_string())?;
-                video::copy_planes(&whole, &mut map, info, &frame.planes, &planes);
-            }
-        }
-        (SlotMemory::Host { .. }, _) => {
-            let mut map = buffer
-                .map_writable()
-                .map_err(|_| "cannot map the output buffer")?;
-            let src = frame.host_bytes().ok_or("the host slot is not mapped")?;
-            video::copy_planes(src, &mut map, info, &frame.planes, &planes);
-        }
+    };
+    let copy = |target| {
+        frame_copy::copy_frame(info, src, &frame.planes, target, &planes, StreamOf::Source)
+    };
+    if let Some(dst) = memory::buffer_device_region(buffer) {
+        return copy(Target::Device(&dst));
     }
-    Ok(())
+    let mut map = buffer
+        .map_writable()
+        .map_err(|_| "cannot map the output buffer")?;
+    copy(Target::Host(&mut map))
 }
 
 /// Into a buffer of `GstCudaMemory`. Memory with a stream (GStreamer 1.24+)
@@ -119,21 +97,19 @@ fn copy_to_gst_cuda(
             .map_err(|e| e.to_string())?;
     }
     {
-        let dst = MappedCudaMemory::of_buffer(buffer, true)
+        let mapped = MappedCudaMemory::of_buffer(buffer, true)
             .ok_or("the output buffer holds no GstCudaMemory that maps")?;
-        // SAFETY: the mapped output holds a frame of `info` in `dst.planes`;
-        // the held slot holds `frame.planes`.
-        unsafe {
-            video::copy_planes_device(
-                &stream,
-                dst.ptr,
-                &dst.planes,
-                slot.ptr(),
-                &frame.planes,
-                info,
-            )
-        }
-        .map_err(|e| e.to_string())?;
+        let dst = mapped.region().map_err(|e| e.to_string())?;
+        // On the slot's stream, which `ordering` and the synchronisation
+        // below are about.
+        frame_copy::copy_frame(
+            info,
+            Source::Device(&slot),
+            &frame.planes,
+            Target::Device(&dst),
+            &mapped.planes,
+            StreamOf::Source,
+        )?;
     }
     let ordered = match ordering {
         Some(ordering) => ordering

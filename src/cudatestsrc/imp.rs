@@ -10,6 +10,7 @@ use gst_base::subclass::prelude::*;
 
 use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 use crate::enums::OutputMemory;
+use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{self, MappedCudaMemory, Ordered, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput, SizedPool};
@@ -81,6 +82,10 @@ struct State {
 
 fn layout_error(e: String) -> gst::ErrorMessage {
     gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}"))
+}
+
+fn copy_error(e: String) -> gst::ErrorMessage {
+    gst::error_msg!(gst::StreamError::Failed, ("Frame copy failed: {e}"))
 }
 
 fn gpu_error(e: crate::cuda::CudaError) -> gst::ErrorMessage {
@@ -239,19 +244,17 @@ impl CudaTestSrc {
                     pattern,
                     frame,
                 )?;
-                // SAFETY: the mapped memory holds `mapped.planes` (checked by
-                // `buffer_planes`), the scratch a default-layout frame.
-                unsafe {
-                    video::copy_planes_device(
-                        &stream,
-                        mapped.ptr,
-                        &mapped.planes,
-                        generated.ptr(),
-                        &video::planes(info),
-                        info,
-                    )
-                }
-                .map_err(gpu_error)?;
+                let dst = mapped.region().map_err(gpu_error)?;
+                // On our stream, which the ordering below is about.
+                frame_copy::copy_frame(
+                    info,
+                    Source::Device(generated),
+                    &video::planes(info),
+                    Target::Device(&dst),
+                    &mapped.planes,
+                    StreamOf::Source,
+                )
+                .map_err(copy_error)?;
             }
             drop(mapped);
             // Memory with a stream (1.24+) is pushed with the writes still
@@ -303,8 +306,20 @@ impl CudaTestSrc {
             let mut map = buffer.map_writable().map_err(|_| {
                 gst::error_msg!(gst::ResourceError::Write, ("Cannot map the output buffer"))
             })?;
+            let planes: Vec<(u64, u32)> = layout
+                .iter()
+                .map(|&(offset, stride)| (offset as u64, stride as u32))
+                .collect();
             // Synchronises the stream: the price of system memory.
-            generated.download(map.as_mut_slice()).map_err(gpu_error)?;
+            frame_copy::copy_frame(
+                info,
+                Source::Device(generated),
+                &planes,
+                Target::Host(map.as_mut_slice()),
+                &planes,
+                StreamOf::Source,
+            )
+            .map_err(copy_error)?;
         }
         Ok(())
     }

@@ -528,6 +528,19 @@ impl<'a> MappedCudaMemory<'a> {
     pub fn device(&self) -> Result<Arc<Device>, crate::cuda::CudaError> {
         Device::get(self.context.device_id())
     }
+
+    /// The mapped memory as a region for `frame_copy`, which keeps the
+    /// memory (not the map) alive: drop it before the map when writing.
+    pub fn region(&self) -> Result<crate::cuda::DeviceRegion, crate::cuda::CudaError> {
+        let device = self.device()?;
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(self.memory.to_owned());
+        // SAFETY: a GstCudaMemory's device allocation is `size` bytes at
+        // `ptr` in its context's device, and stays allocated while the
+        // memory (a reference of which the region owns) lives.
+        Ok(unsafe {
+            crate::cuda::DeviceRegion::from_raw_parts(&device, self.ptr, self.size, owner)
+        })
+    }
 }
 
 impl Drop for MappedCudaMemory<'_> {

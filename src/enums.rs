@@ -1,9 +1,10 @@
-// Enumerated element properties, shared by the sink and the source.
+// Enumerated element properties, shared by the sink and the source: one
+// GEnum per property, named after the GStreamer-free type of the layer below
+// that it converts into with `From` (that type alone has the wire values).
 
 use gst::glib;
 
-use crate::ipc::{ConsumerMode, WaitMode, WhenFull};
-use crate::transport::{GpuSync, TransportChoice};
+use crate::{ipc, transport};
 
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
@@ -21,12 +22,13 @@ pub enum Transport {
     Host,
 }
 
-impl From<Transport> for TransportChoice {
+/// `None` for `auto`: see `TransportKind::resolve`.
+impl From<Transport> for Option<transport::TransportKind> {
     fn from(t: Transport) -> Self {
         match t {
-            Transport::Auto => TransportChoice::Auto,
-            Transport::Cuda => TransportChoice::Cuda,
-            Transport::Host => TransportChoice::Host,
+            Transport::Auto => None,
+            Transport::Cuda => Some(transport::TransportKind::Cuda),
+            Transport::Host => Some(transport::TransportKind::Host),
         }
     }
 }
@@ -34,7 +36,7 @@ impl From<Transport> for TransportChoice {
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcWhenFull")]
-pub enum WhenFullMode {
+pub enum WhenFull {
     #[default]
     #[enum_value(name = "Block: wait for a free slot, lose nothing", nick = "block")]
     Block,
@@ -42,11 +44,11 @@ pub enum WhenFullMode {
     Drop,
 }
 
-impl From<WhenFullMode> for WhenFull {
-    fn from(w: WhenFullMode) -> Self {
+impl From<WhenFull> for ipc::WhenFull {
+    fn from(w: WhenFull) -> Self {
         match w {
-            WhenFullMode::Block => WhenFull::Block,
-            WhenFullMode::Drop => WhenFull::Drop,
+            WhenFull::Block => Self::Block,
+            WhenFull::Drop => Self::Drop,
         }
     }
 }
@@ -54,7 +56,7 @@ impl From<WhenFullMode> for WhenFull {
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcWaitMode")]
-pub enum Wait {
+pub enum WaitMode {
     #[enum_value(name = "Spin: busy-poll, lowest latency, one core busy", nick = "spin")]
     Spin,
     #[default]
@@ -64,12 +66,12 @@ pub enum Wait {
     Sleep,
 }
 
-impl From<Wait> for WaitMode {
-    fn from(w: Wait) -> Self {
+impl From<WaitMode> for ipc::WaitMode {
+    fn from(w: WaitMode) -> Self {
         match w {
-            Wait::Spin => WaitMode::Spin,
-            Wait::Hybrid => WaitMode::Hybrid,
-            Wait::Sleep => WaitMode::Sleep,
+            WaitMode::Spin => Self::Spin,
+            WaitMode::Hybrid => Self::Hybrid,
+            WaitMode::Sleep => Self::Sleep,
         }
     }
 }
@@ -77,7 +79,7 @@ impl From<Wait> for WaitMode {
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcGpuSync")]
-pub enum Sync {
+pub enum GpuSync {
     #[default]
     #[enum_value(
         name = "Event: GPU-side ordering with interprocess events",
@@ -91,11 +93,11 @@ pub enum Sync {
     Host,
 }
 
-impl From<Sync> for GpuSync {
-    fn from(s: Sync) -> Self {
+impl From<GpuSync> for transport::GpuSync {
+    fn from(s: GpuSync) -> Self {
         match s {
-            Sync::Event => GpuSync::Event,
-            Sync::Host => GpuSync::Host,
+            GpuSync::Event => Self::Event,
+            GpuSync::Host => Self::Host,
         }
     }
 }
@@ -116,7 +118,7 @@ pub enum ProducerLost {
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcFrames")]
-pub enum Frames {
+pub enum ConsumerMode {
     #[default]
     #[enum_value(name = "Every frame, in order", nick = "every")]
     Every,
@@ -127,11 +129,11 @@ pub enum Frames {
     Latest,
 }
 
-impl From<Frames> for ConsumerMode {
-    fn from(f: Frames) -> Self {
+impl From<ConsumerMode> for ipc::ConsumerMode {
+    fn from(f: ConsumerMode) -> Self {
         match f {
-            Frames::Every => ConsumerMode::EveryFrame,
-            Frames::Latest => ConsumerMode::Latest,
+            ConsumerMode::Every => Self::EveryFrame,
+            ConsumerMode::Latest => Self::Latest,
         }
     }
 }

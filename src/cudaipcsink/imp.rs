@@ -11,10 +11,10 @@ use gst_base::subclass::prelude::*;
 use super::publishing;
 use super::{CAT, SinkPublisher};
 use crate::cuda::{self, Device};
-use crate::enums::{Sync, Transport, Wait, WhenFullMode};
+use crate::enums::{self, Transport};
 use crate::gstcuda;
+use crate::ipc::ChannelError;
 use crate::ipc::layout::MAX_SLOTS;
-use crate::ipc::{ChannelError, WhenFull};
 use crate::memory;
 use crate::transport::{PublisherConfig, TransportKind};
 use crate::video;
@@ -34,9 +34,9 @@ struct Settings {
     slots: u32,
     transport: Transport,
     device_id: i32,
-    when_full: WhenFullMode,
-    wait_mode: Wait,
-    gpu_sync: Sync,
+    when_full: enums::WhenFull,
+    wait_mode: enums::WaitMode,
+    gpu_sync: enums::GpuSync,
     permissions: u32,
     wait_for_connection: u32,
 }
@@ -48,9 +48,9 @@ impl Default for Settings {
             slots: DEFAULT_SLOTS,
             transport: Transport::default(),
             device_id: DEFAULT_DEVICE_ID,
-            when_full: WhenFullMode::default(),
-            wait_mode: Wait::default(),
-            gpu_sync: Sync::default(),
+            when_full: enums::WhenFull::default(),
+            wait_mode: enums::WaitMode::default(),
+            gpu_sync: enums::GpuSync::default(),
             permissions: DEFAULT_PERMISSIONS,
             wait_for_connection: DEFAULT_WAIT_FOR_CONNECTION,
         }
@@ -165,17 +165,17 @@ impl ObjectImpl for CudaIpcSink {
                     .default_value(DEFAULT_DEVICE_ID)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder_with_default("when-full", WhenFullMode::default())
+                glib::ParamSpecEnum::builder_with_default("when-full", enums::WhenFull::default())
                     .nick("When full")
                     .blurb("What to do with a frame when every slot is in use")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder_with_default("wait-mode", Wait::default())
+                glib::ParamSpecEnum::builder_with_default("wait-mode", enums::WaitMode::default())
                     .nick("Wait mode")
                     .blurb("How to wait for a free slot")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder_with_default("gpu-sync", Sync::default())
+                glib::ParamSpecEnum::builder_with_default("gpu-sync", enums::GpuSync::default())
                     .nick("GPU sync")
                     .blurb("How GPU work is ordered between the processes")
                     .mutable_ready()
@@ -432,7 +432,7 @@ impl BaseSinkImpl for CudaIpcSink {
         gst::debug!(CAT, imp = self, "allocation query for {}", caps);
         // The slot pool blocks until a slot is free, so it suits only the
         // lossless policy; with drop, frames are copied into free slots.
-        if WhenFull::from(self.settings.lock().unwrap().when_full) != WhenFull::Block {
+        if self.settings.lock().unwrap().when_full != enums::WhenFull::Block {
             return Ok(());
         }
         let Some((publisher, lendable)) = self

@@ -13,7 +13,7 @@ use gst_base::subclass::prelude::*;
 use super::TimestampMode;
 use super::channel::{self, Channel, Output};
 use super::stats::Stats;
-use crate::enums::{Frames, OutputMemory, ProducerLost, Wait};
+use crate::enums::{self, OutputMemory, ProducerLost};
 use crate::gstcuda;
 use crate::ipc::ConsumerWaker;
 use crate::transport::Subscriber;
@@ -37,12 +37,12 @@ const DEFAULT_TIMESTAMP_MODE: TimestampMode = TimestampMode::Pipeline;
 pub(super) struct Settings {
     pub(super) channel: String,
     pub(super) device_id: i32,
-    pub(super) wait_mode: Wait,
+    pub(super) wait_mode: enums::WaitMode,
     pub(super) connect_timeout_ms: i64,
     pub(super) on_producer_lost: ProducerLost,
     pub(super) is_live: bool,
     pub(super) timestamp_mode: TimestampMode,
-    pub(super) frames: Frames,
+    pub(super) frames: enums::ConsumerMode,
     pub(super) output_memory: OutputMemory,
 }
 
@@ -51,12 +51,12 @@ impl Default for Settings {
         Self {
             channel: DEFAULT_CHANNEL.into(),
             device_id: DEFAULT_DEVICE_ID,
-            wait_mode: Wait::default(),
+            wait_mode: enums::WaitMode::default(),
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             on_producer_lost: ProducerLost::default(),
             is_live: DEFAULT_IS_LIVE,
             timestamp_mode: DEFAULT_TIMESTAMP_MODE,
-            frames: Frames::default(),
+            frames: enums::ConsumerMode::default(),
             output_memory: OutputMemory::default(),
         }
     }
@@ -114,7 +114,7 @@ impl ObjectImpl for CudaIpcSrc {
                     .default_value(DEFAULT_DEVICE_ID)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder_with_default("wait-mode", Wait::default())
+                glib::ParamSpecEnum::builder_with_default("wait-mode", enums::WaitMode::default())
                     .nick("Wait mode")
                     .blurb("How to wait for the next frame")
                     .mutable_ready()
@@ -142,7 +142,7 @@ impl ObjectImpl for CudaIpcSrc {
                     .blurb("pipeline: the running time of this pipeline when the frame arrives (zero while prerolling), so a late viewer never waits on old timestamps; producer: the producer's PTS and DTS, meaningful here only when both pipelines share clock and base time (a non-live viewer that joins late waits as long as the producer has run)")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder_with_default("frames", Frames::default())
+                glib::ParamSpecEnum::builder_with_default("frames", enums::ConsumerMode::default())
                     .nick("Frames")
                     .blurb("Every frame in order (the producer may wait for us) or only the latest")
                     .mutable_ready()

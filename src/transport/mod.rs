@@ -15,12 +15,12 @@ mod subscriber;
 mod tests;
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::cuda::{CudaError, Device, DeviceRegion};
 use crate::ipc::layout::{
-    RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST,
+    GPU_SYNC_EVENT, GPU_SYNC_HOST, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA,
+    TRANSPORT_HOST,
 };
 use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
@@ -33,29 +33,8 @@ pub use publisher::{
 };
 pub use subscriber::{Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError};
 
-/// The `transport` property.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TransportChoice {
-    /// CUDA when a device is usable, else host.
-    #[default]
-    Auto,
-    Cuda,
-    Host,
-}
-
-impl FromStr for TransportChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "cuda" => Ok(Self::Cuda),
-            "host" => Ok(Self::Host),
-            other => Err(format!("unknown transport {other:?}")),
-        }
-    }
-}
-
-/// The transport actually in use.
+/// Where a channel's slots live (the `transport` property, `None` for
+/// `auto`, and the control block's `transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportKind {
     Cuda,
@@ -63,13 +42,13 @@ pub enum TransportKind {
 }
 
 impl TransportKind {
-    /// Resolves `auto` by asking whether CUDA is usable.
-    pub fn resolve(choice: TransportChoice) -> Self {
+    /// `choice`, or for `auto` (`None`) CUDA when a device is usable, else
+    /// host memory.
+    pub fn resolve(choice: Option<TransportKind>) -> Self {
         match choice {
-            TransportChoice::Cuda => Self::Cuda,
-            TransportChoice::Host => Self::Host,
-            TransportChoice::Auto if crate::cuda::is_available() => Self::Cuda,
-            TransportChoice::Auto => Self::Host,
+            Some(kind) => kind,
+            None if crate::cuda::is_available() => Self::Cuda,
+            None => Self::Host,
         }
     }
 
@@ -89,7 +68,8 @@ impl TransportKind {
     }
 }
 
-/// How "written" and "done reading" are signalled for device slots.
+/// How "written" and "done reading" are signalled for device slots (the
+/// `gpu-sync` property and the control block's `gpu_sync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GpuSync {
     /// Interprocess events recorded and waited on by the GPU: no host
@@ -101,13 +81,19 @@ pub enum GpuSync {
     Host,
 }
 
-impl FromStr for GpuSync {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "event" => Ok(Self::Event),
-            "host" => Ok(Self::Host),
-            other => Err(format!("unknown gpu-sync mode {other:?}")),
+impl GpuSync {
+    pub fn wire_value(self) -> u32 {
+        match self {
+            Self::Event => GPU_SYNC_EVENT,
+            Self::Host => GPU_SYNC_HOST,
+        }
+    }
+
+    pub fn from_wire(value: u32) -> Option<Self> {
+        match value {
+            GPU_SYNC_EVENT => Some(Self::Event),
+            GPU_SYNC_HOST => Some(Self::Host),
+            _ => None,
         }
     }
 }
@@ -234,11 +220,9 @@ pub fn open_consumer_slots(
             let device = device.ok_or_else(|| {
                 TransportError::Invalid("the cuda transport needs a device".into())
             })?;
-            let sync = if info.gpu_sync == crate::ipc::layout::GPU_SYNC_HOST {
-                GpuSync::Host
-            } else {
-                GpuSync::Event
-            };
+            let sync = GpuSync::from_wire(info.gpu_sync).ok_or_else(|| {
+                TransportError::Invalid(format!("unknown gpu-sync {}", info.gpu_sync))
+            })?;
             Ok(Arc::new(CudaConsumerSlots::open(device, info, pool, sync)?))
         }
         None => Err(TransportError::Invalid(format!(

@@ -28,7 +28,7 @@ use super::{
     TransportKind,
 };
 use crate::cuda::{AllocationKey, Device};
-use crate::ipc::layout::{GPU_SYNC_EVENT, GPU_SYNC_HOST, MAX_SLOTS};
+use crate::ipc::layout::MAX_SLOTS;
 use crate::ipc::{
     ChannelError, FrameMeta, Producer, ProducerConfig, ProducerStats, WaitMode, WhenFull,
 };
@@ -204,10 +204,7 @@ impl<T: Send + 'static> Publisher<T> {
             channel: config.channel.clone(),
             permissions: config.permissions,
             transport: config.kind.wire_value(),
-            gpu_sync: match config.gpu_sync {
-                GpuSync::Event => GPU_SYNC_EVENT,
-                GpuSync::Host => GPU_SYNC_HOST,
-            },
+            gpu_sync: config.gpu_sync.wire_value(),
             device_ordinal: device.map(|d| d.ordinal() as u32).unwrap_or(0),
             device_uuid: device.map(|d| d.uuid()).unwrap_or_default(),
             when_full: config.when_full,

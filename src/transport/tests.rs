@@ -54,11 +54,7 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
     let producer = crate::ipc::Producer::create(ProducerConfig {
         channel: channel.clone(),
         transport: kind.wire_value(),
-        gpu_sync: if gpu_sync == GpuSync::Host {
-            crate::ipc::layout::GPU_SYNC_HOST
-        } else {
-            crate::ipc::layout::GPU_SYNC_EVENT
-        },
+        gpu_sync: gpu_sync.wire_value(),
         device_uuid: device.as_ref().map(|d| d.uuid()).unwrap_or_default(),
         ..Default::default()
     })
@@ -210,8 +206,22 @@ fn host_data_file_names_are_confined_to_the_channel() {
 
 #[test]
 fn auto_picks_host_without_cuda() {
-    let kind = TransportKind::resolve(TransportChoice::Auto);
+    let kind = TransportKind::resolve(None);
     assert_eq!(kind == TransportKind::Cuda, crate::cuda::is_available());
-    assert_eq!("cuda".parse::<TransportChoice>(), Ok(TransportChoice::Cuda));
-    assert!("nvlink".parse::<TransportChoice>().is_err());
+    assert_eq!(
+        TransportKind::resolve(Some(TransportKind::Host)),
+        TransportKind::Host
+    );
+}
+
+#[test]
+fn wire_values_round_trip() {
+    for kind in [TransportKind::Cuda, TransportKind::Host] {
+        assert_eq!(TransportKind::from_wire(kind.wire_value()), Some(kind));
+    }
+    for sync in [GpuSync::Event, GpuSync::Host] {
+        assert_eq!(GpuSync::from_wire(sync.wire_value()), Some(sync));
+    }
+    assert_eq!(TransportKind::from_wire(0), None);
+    assert_eq!(GpuSync::from_wire(7), None);
 }

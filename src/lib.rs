@@ -11,21 +11,37 @@
 
 use gst::glib;
 
-pub mod cuda;
-pub mod cudaipcsink;
-pub mod cudaipcsrc;
-pub mod cudaprocess;
-pub mod cudatestsrc;
+/// Modules the crate's own tests, examples and benchmarks reach into: public
+/// with the `test-support` feature (which only they turn on), private to the
+/// crate in the shipped plugin.
+// What only tests use (the pattern's CPU reference, `Consumer::try_next`,
+// ...) is dead in the shipped build: allowed there until it is gated on
+// `test-support` or moved into `test_support`.
+macro_rules! internal_mod {
+    ($($name:ident),* $(,)?) => {$(
+        #[cfg(feature = "test-support")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "test-support"))]
+        #[allow(dead_code, unused_imports)]
+        mod $name;
+    )*};
+}
+
+internal_mod!(cuda, gstcuda, ipc, pattern, transport);
+
+// The application API: CUDA memory in buffers, and the element names.
 pub mod element_names;
+pub mod memory;
+
+mod cudaipcsink;
+mod cudaipcsrc;
+mod cudaprocess;
+mod cudatestsrc;
 mod enums;
 mod frame_copy;
-pub mod gstcuda;
-pub mod ipc;
-pub mod memory;
 mod output_pool;
-pub mod pattern;
 mod periodic;
-pub mod transport;
 mod video;
 
 #[cfg(any(test, feature = "test-support"))]

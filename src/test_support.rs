@@ -9,6 +9,9 @@ use crate::cuda::Device;
 /// Every video format the elements take, for tests that cover them all.
 pub use crate::video::FORMATS;
 
+/// The type of cudaprocess's `operation` property.
+pub use crate::cudaprocess::Operation;
+
 /// The first CUDA device, or `None` after a loud SKIPPED line. With
 /// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
 pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {

@@ -169,8 +169,8 @@ fn cudaprocess_properties() {
     let process = gst::ElementFactory::make("cudaprocess").build().unwrap();
     assert_eq!(process.type_().name(), "GstRsCudaProcess");
     assert_eq!(
-        process.property::<gstcudaipc::cudaprocess::Operation>("operation"),
-        gstcudaipc::cudaprocess::Operation::None
+        process.property::<gstcudaipc::test_support::Operation>("operation"),
+        gstcudaipc::test_support::Operation::None
     );
     let pspec = process.find_property("operation").unwrap();
     let class = glib::EnumClass::with_type(pspec.value_type()).unwrap();

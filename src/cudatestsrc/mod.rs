@@ -26,8 +26,6 @@ use gst::prelude::*;
 
 mod imp;
 
-pub use crate::pattern::Pattern;
-
 glib::wrapper! {
     pub struct CudaTestSrc(ObjectSubclass<imp::CudaTestSrc>)
         @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;

@@ -12,6 +12,7 @@
 use gst::glib;
 
 pub mod cuda;
+pub mod cudaipcdeviceprovider;
 pub mod cudaipcsink;
 pub mod cudaipcsrc;
 pub mod cudaprocess;
@@ -33,6 +34,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     cudaipcsrc::register(plugin)?;
     cudatestsrc::register(plugin)?;
     cudaprocess::register(plugin)?;
+    cudaipcdeviceprovider::register(plugin)?;
     Ok(())
 }
 

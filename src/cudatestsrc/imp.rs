@@ -441,7 +441,7 @@ impl BaseSrcImpl for CudaTestSrc {
             // which this element does not have.
             crate::cuda::CudaError::NoDriver => gst::error_msg!(
                 gst::ResourceError::NotFound,
-                ("cudatestsrc generates frames on a CUDA GPU, but the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver, or without a GPU use videotestsrc (cudaipcsink transport=host carries system memory)")
+                ("cudatestsrc needs CUDA device {id}, but the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver; without a GPU, use videotestsrc (cudaipcsink transport=host carries system memory)")
             ),
             e => gst::error_msg!(
                 gst::ResourceError::NotFound,

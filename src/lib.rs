@@ -30,10 +30,20 @@ macro_rules! internal_mod {
 
 internal_mod!(cuda, gstcuda, ipc, pattern, transport);
 
-// The application API: CUDA memory in buffers, and the element names.
+// The application API: CUDA memory in buffers, the element names, and the
+// channels that exist (what `cudaipc-channels` and the device provider show).
 pub mod element_names;
+
+/// The channels in the shm folder: listing them, and removing stale ones.
+pub mod channels {
+    pub use crate::ipc::directory::{
+        ChannelEntry, ChannelState, list_channels, live_channel_names, remove_if_stale,
+    };
+    pub use crate::ipc::shm::shm_dir;
+}
 pub mod memory;
 
+mod cudaipcdeviceprovider;
 mod cudaipcsink;
 mod cudaipcsrc;
 mod cudaprocess;
@@ -54,6 +64,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     cudaipcsrc::register(plugin)?;
     cudatestsrc::register(plugin)?;
     cudaprocess::register(plugin)?;
+    cudaipcdeviceprovider::register(plugin)?;
     Ok(())
 }
 

@@ -355,6 +355,8 @@ fn cudatestsrc_without_its_device_fails_clearly() {
             error.contains("cudatestsrc needs CUDA device 0") && error.contains("libcuda.so.1"),
             "unclear error: {error}"
         );
+        // cudatestsrc has no `transport` property: the advice names elements.
+        assert!(error.contains("use videotestsrc"), "{error}");
     }
 }
 

@@ -470,11 +470,17 @@ impl BaseSrcImpl for CudaTestSrc {
                 ("output-memory=gstcuda needs GStreamer's CUDA library (libgstcuda-1.0, gst-plugins-bad) and a CUDA driver")
             ));
         }
-        let device = Device::get(id).map_err(|e| {
-            gst::error_msg!(
+        let device = Device::get(id).map_err(|e| match e {
+            // The generic advice names the sink's `transport` property,
+            // which this element does not have.
+            crate::cuda::CudaError::NoDriver => gst::error_msg!(
+                gst::ResourceError::NotFound,
+                ("cudatestsrc needs CUDA device {id}, but the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver; without a GPU, use videotestsrc (cudaipcsink transport=host carries system memory)")
+            ),
+            e => gst::error_msg!(
                 gst::ResourceError::NotFound,
                 ("cudatestsrc needs CUDA device {id}: {e}")
-            )
+            ),
         })?;
         let module = kernels::load(&device, GENERATE_MODULE).map_err(|e| {
             gst::error_msg!(

@@ -44,6 +44,9 @@ pub struct ChannelInfo {
     pub device_uuid: [u8; 16],
     pub producer_pid: u32,
     pub producer_session: u64,
+    /// Owner of the control block: the producer's user, who must own the
+    /// data files too.
+    pub producer_uid: u32,
 }
 
 /// The slot pool, read consistently.
@@ -224,6 +227,9 @@ impl Consumer {
                     if let Some(consumer) = Self::attach_to(shared, &config, waited)? {
                         return Ok(consumer);
                     }
+                    // The remains of a producer that died (by any signal):
+                    // removed, if they are ours, so they do not linger.
+                    let _ = super::directory::remove_if_stale(&config.channel);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -372,7 +378,17 @@ impl Consumer {
         }
     }
 
+    /// Fails once another process truncated the control block.
+    pub fn check_intact(&self) -> Result<(), ChannelError> {
+        if self.shared.is_broken() {
+            Err(ChannelError::Truncated(self.shared.path.clone()))
+        } else {
+            Ok(())
+        }
+    }
+
     fn check_producer(&self) -> Result<(), ChannelError> {
+        self.check_intact()?;
         match self.producer_gone() {
             Some(gone) => Err(ChannelError::ProducerGone(gone)),
             None => Ok(()),
@@ -483,7 +499,9 @@ impl Consumer {
     ) -> Result<Item, ChannelError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
+            self.check_intact()?;
             let published = self.wait_published(interrupt, deadline)?;
+            self.check_intact()?;
             if let Some(item) = self.take(published)? {
                 return Ok(item);
             }
@@ -493,6 +511,7 @@ impl Consumer {
     /// Returns the next item if one is ready, without waiting.
     pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
         loop {
+            self.check_intact()?;
             let published = self.header().published.load(Ordering::Acquire);
             if published <= self.cursor {
                 self.validate_published(published)?;
@@ -538,6 +557,9 @@ impl Consumer {
             deadline,
             &mut outcome,
             || {
+                if shared.is_broken() {
+                    return Err(ChannelError::Truncated(shared.path.clone()));
+                }
                 let p = h.published.load(Ordering::Acquire);
                 // Going backwards is returned too, to be reported as corruption.
                 Ok((p > cursor || p < last_published).then_some(p))
@@ -606,7 +628,10 @@ impl Consumer {
             self.advance(target + 1, skipped + 1);
             return Ok(None);
         }
-        let frame = match self.read_frame(slot, target) {
+        let frame = match self
+            .check_intact()
+            .and_then(|()| self.read_frame(slot, target))
+        {
             Ok(Some(frame)) => frame,
             Ok(None) => {
                 // Its pool was replaced under it: gone like an overwritten one.
@@ -820,6 +845,9 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         device_uuid,
         producer_pid: h.producer_pid.load(r),
         producer_session: h.producer_session.load(r),
+        producer_uid: shared
+            .owner_uid()
+            .map_err(|e| ChannelError::io("cannot inspect the control block", e))?,
     })
 }
 

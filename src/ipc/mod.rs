@@ -6,7 +6,9 @@
 //! docs/protocol.md for the layout and the rules.
 
 mod consumer;
+pub mod directory;
 pub mod layout;
+pub mod mapping;
 mod producer;
 pub mod shm;
 pub mod stats;
@@ -68,6 +70,8 @@ pub enum ChannelError {
     Timeout,
     /// A waiting call was interrupted (element flushing or stopping).
     Interrupted,
+    /// Another process truncated a shared file this process maps.
+    Truncated(std::path::PathBuf),
 }
 
 impl ChannelError {
@@ -108,6 +112,11 @@ impl fmt::Display for ChannelError {
             ChannelError::ProducerGone(ProducerGone::Died) => write!(f, "the producer died"),
             ChannelError::Timeout => write!(f, "timed out"),
             ChannelError::Interrupted => write!(f, "interrupted"),
+            ChannelError::Truncated(path) => write!(
+                f,
+                "{} was truncated by another process; the channel cannot go on",
+                path.display()
+            ),
         }
     }
 }

@@ -129,13 +129,28 @@ impl Producer {
         let path = shm::control_path(&config.channel);
         let session = shm::random_u64();
         // Built under a private name, then linked to the public one, so no
-        // one ever sees a half-initialised or unlocked control block.
-        let temp = shm::shm_dir().join(format!(
-            ".cudaipc-new-{}-{session:016x}",
-            std::process::id()
-        ));
-        let mut shared = SharedFile::create_exclusive(&temp, control_size(), config.permissions)
-            .map_err(|e| ChannelError::io(format!("cannot create {}", temp.display()), e))?;
+        // one ever sees a half-initialised or unlocked control block. The
+        // name is random; if another user took it anyway, a fresh one.
+        let mut attempt = 0;
+        let (temp, mut shared) = loop {
+            let temp = shm::shm_dir().join(format!(
+                ".cudaipc-new-{}-{:016x}",
+                std::process::id(),
+                shm::random_u64()
+            ));
+            match SharedFile::create_exclusive(&temp, control_size(), config.permissions) {
+                Ok(shared) => break (temp, shared),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(ChannelError::io(
+                        format!("cannot create {}", temp.display()),
+                        e,
+                    ));
+                }
+            }
+        };
         let locked = shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE);
         if !matches!(locked, Ok(true)) {
             let _ = std::fs::remove_file(&temp);
@@ -197,11 +212,31 @@ impl Producer {
                 }
                 Err(e) => {
                     return Err(ChannelError::io(
-                        format!("cannot open {}", path.display()),
+                        format!(
+                            "cannot create channel '{channel}': {} is in the way",
+                            path.display()
+                        ),
                         e,
                     ));
                 }
             };
+            // Only our own files are ours to judge and replace: a file of
+            // another user under this name is refused, naming it.
+            match existing.owner_uid() {
+                Ok(uid) if uid == shm::effective_uid() => {}
+                Ok(uid) => {
+                    return Err(ChannelError::PermissionDenied(format!(
+                        "cannot create channel '{channel}': {}",
+                        shm::foreign_owner_error(path, uid)
+                    )));
+                }
+                Err(e) => {
+                    return Err(ChannelError::io(
+                        format!("cannot inspect {}", path.display()),
+                        e,
+                    ));
+                }
+            }
             let got_lock = shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)
                 .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
             if !got_lock {
@@ -248,6 +283,15 @@ impl Producer {
         header_of(&self.shared)
     }
 
+    /// Fails once another process truncated the control block.
+    pub fn check_intact(&self) -> Result<(), ChannelError> {
+        if self.shared.is_broken() {
+            Err(ChannelError::Truncated(self.shared.path.clone()))
+        } else {
+            Ok(())
+        }
+    }
+
     pub fn slot_count(&self) -> usize {
         self.slot_count.load(Ordering::Acquire) as usize
     }
@@ -273,6 +317,7 @@ impl Producer {
         pool_descriptor: &[u8],
         interrupt: &AtomicBool,
     ) -> Result<u64, ChannelError> {
+        self.check_intact()?;
         let count = slot_descriptors.len();
         assert!((1..=MAX_SLOTS).contains(&count) && pool_descriptor.len() <= POOL_DESCRIPTOR_BYTES);
         if self.slot_count() > 0 {
@@ -301,6 +346,7 @@ impl Producer {
     /// first waits until every-frame consumers took all frames of the old
     /// caps, so none of them reads a frame with caps it cannot look up.
     pub fn set_caps(&self, caps: &str, interrupt: &AtomicBool) -> Result<u64, ChannelError> {
+        self.check_intact()?;
         if caps.len() > CAPS_CAPACITY {
             return Err(ChannelError::Incompatible(format!(
                 "caps of {} bytes exceed the channel's {CAPS_CAPACITY}",
@@ -357,6 +403,7 @@ impl Producer {
             &mut outcome,
             poll,
             || {
+                self.check_intact()?;
                 self.reclaim_dead_consumers();
                 Ok(())
             },
@@ -382,6 +429,7 @@ impl Producer {
     /// Reserves a slot to write the next frame into. `Ok(None)`: no slot is
     /// free and the policy is `Drop` (the frame is counted as dropped).
     pub fn reserve(&self, interrupt: &AtomicBool) -> Result<Option<usize>, ChannelError> {
+        self.check_intact()?;
         if self.slot_count() == 0 {
             return Err(ChannelError::Incompatible("no slot pool configured".into()));
         }
@@ -421,7 +469,8 @@ impl Producer {
             .lock()
             .unwrap()
             .get_or_insert_with(|| std::time::Instant::now() + WAITER_GRACE);
-        while shm::count_live_waiters(&self.config.channel) > 0
+        let other_users = self.config.permissions & 0o066 != 0;
+        while shm::count_live_waiters_of(&self.config.channel, other_users) > 0
             && std::time::Instant::now() < deadline
         {
             if interrupt.load(Ordering::Acquire) {
@@ -510,6 +559,7 @@ impl Producer {
     /// Publishes the frame written into reserved `slot`; returns its sequence
     /// number.
     pub fn publish(&self, slot: usize, meta: &FrameMeta) -> Result<u64, ChannelError> {
+        self.check_intact()?;
         if !self.is_reserved(slot) {
             return Err(ChannelError::Incompatible(format!(
                 "slot {slot} is not reserved"

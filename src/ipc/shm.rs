@@ -9,9 +9,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapMut;
-
 use super::ChannelError;
+use super::mapping::SharedMapping;
 
 /// Longest accepted channel name.
 pub const MAX_CHANNEL_NAME: usize = 64;
@@ -44,10 +43,20 @@ pub fn control_path(channel: &str) -> PathBuf {
     shm_dir().join(format!("{FILE_PREFIX}{channel}"))
 }
 
-/// File name of a host-transport data file; kept short enough to fit the
-/// pool descriptor.
+/// Prefix of the data files of one producer session of `channel`.
+pub fn data_file_prefix(channel: &str, session: u64) -> String {
+    format!("{FILE_PREFIX}{channel}.{session:016x}.")
+}
+
+/// File name of a host-transport data file, with a random part so that no
+/// other user can create it first; kept short enough to fit the pool
+/// descriptor.
 pub fn data_file_name(channel: &str, session: u64, generation: u64) -> String {
-    format!("{FILE_PREFIX}{channel}.{session:016x}.{generation}")
+    format!(
+        "{}{generation}.{:016x}",
+        data_file_prefix(channel, session),
+        random_u64()
+    )
 }
 
 /// Marker a consumer leaves while it waits for a producer, so that a new
@@ -87,9 +96,16 @@ impl Drop for WaiterMarker {
     }
 }
 
-/// Counts the consumers waiting for a producer on `channel`, removing the
-/// markers of dead ones.
+/// Counts the consumers (of any user) waiting for a producer on `channel`,
+/// removing the markers of dead ones.
 pub fn count_live_waiters(channel: &str) -> usize {
+    count_live_waiters_of(channel, true)
+}
+
+/// As `count_live_waiters`; markers of other users count only when
+/// `other_users` (the channel's permissions let them in). Anything that is
+/// not a regular file is ignored, and nothing is ever waited on.
+pub fn count_live_waiters_of(channel: &str, other_users: bool) -> usize {
     let prefix = format!("{FILE_PREFIX}{channel}@waiter.");
     let Ok(entries) = std::fs::read_dir(shm_dir()) else {
         return 0;
@@ -99,55 +115,202 @@ pub fn count_live_waiters(channel: &str) -> usize {
         if !entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
             continue;
         }
-        let Ok(file) = std::fs::File::open(entry.path()) else {
+        let Ok(file) = open_regular(&entry.path(), false) else {
             continue;
         };
+        let ours = owner_uid(&file).is_ok_and(|uid| uid == effective_uid());
+        if !ours && !other_users {
+            continue;
+        }
         match byte_is_locked(&file, 0) {
             Ok(true) => live += 1,
-            Ok(false) => {
+            Ok(false) if ours => {
                 let _ = std::fs::remove_file(entry.path());
             }
-            Err(_) => {}
+            _ => {}
         }
     }
     live
 }
 
-/// Removes the data files of earlier producers of `channel`.
+/// Removes this user's data files of earlier producers of `channel`.
 pub fn remove_data_files(channel: &str) {
-    let prefix = format!("{FILE_PREFIX}{channel}.");
-    if let Ok(entries) = std::fs::read_dir(shm_dir()) {
-        for entry in entries.flatten() {
-            if entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
-                let _ = std::fs::remove_file(entry.path());
-            }
+    remove_owned_with_prefix(&format!("{FILE_PREFIX}{channel}."));
+}
+
+/// Removes this user's data files of one (dead) producer session.
+pub fn remove_session_data_files(channel: &str, session: u64) {
+    remove_owned_with_prefix(&data_file_prefix(channel, session));
+}
+
+fn remove_owned_with_prefix(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(shm_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        // lstat: the name itself, never what a link points to.
+        let ours =
+            std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.uid() == effective_uid());
+        if ours {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
 
-/// A file in the shm folder, mapped shared and read-write.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn owner_uid(file: &File) -> io::Result<u32> {
+    Ok(file.metadata()?.uid())
+}
+
+/// Opens a name in the shm folder the only way a name there is opened: no
+/// link followed (O_NOFOLLOW), never blocking (O_NONBLOCK: a FIFO opens at
+/// once), and then only if it is a regular file (fstat). The owner is the
+/// caller's to check (`owner_uid`).
+pub fn open_regular(path: &Path, write: bool) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is a symbolic link, which is never followed",
+                        path.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
+/// The error for a file that another user created under one of our names.
+pub fn foreign_owner_error(path: &Path, uid: u32) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} belongs to uid {uid}, not to this user (uid {}): another user created it; remove it or choose another channel name",
+            path.display(),
+            effective_uid()
+        ),
+    )
+}
+
+/// Bytes free for unprivileged users in the folder holding `path`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let dir = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is a plain C struct; all-zero is a valid value.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid NUL-terminated path and a struct to write into.
+    if unsafe { libc::statvfs(dir.as_ptr(), &mut stats) } != 0 {
+        return None;
+    }
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+/// Reserves `size` bytes for `file` (tmpfs allocates the pages now), so a
+/// full shm folder is a clear error here instead of SIGBUS at the first
+/// write.
+fn reserve_space(file: &File, path: &Path, size: usize) -> io::Result<()> {
+    if size == 0 {
+        return Ok(());
+    }
+    // SAFETY: valid fd; posix_fallocate has no memory arguments.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC | libc::EFBIG => {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            let free = free_bytes(dir)
+                .map(|b| format!("{b} bytes are free"))
+                .unwrap_or_else(|| "the free space is unknown".into());
+            Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "not enough space in {}: {size} bytes needed, {free}; enlarge it (in Docker: docker run --shm-size=...; elsewhere: mount -o remount,size=... {}) or use fewer or smaller slots",
+                    dir.display(),
+                    dir.display()
+                ),
+            ))
+        }
+        // Filesystems without fallocate: size it sparsely, as before.
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size as u64),
+        other => Err(io::Error::from_raw_os_error(other)),
+    }
+}
+
+/// A file in the shm folder, mapped shared (read-write unless opened with
+/// `open_read_only`); truncation by another process breaks the mapping
+/// (`is_broken`) instead of raising SIGBUS.
 pub struct SharedFile {
     pub file: File,
-    pub map: MmapMut,
+    pub map: SharedMapping,
     pub path: PathBuf,
 }
 
 impl SharedFile {
-    /// Creates `path` exclusively with exactly `mode`, sized `size`, zeroed.
+    /// Creates `path` exclusively (O_EXCL: never through a link or onto an
+    /// existing file) with exactly `mode`, `size` bytes reserved and zeroed.
+    /// Nothing is left behind on failure.
     pub fn create_exclusive(path: &Path, size: usize, mode: u32) -> io::Result<Self> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)?;
-        // The umask may have cleared bits the caller asked for.
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        file.set_len(size as u64)?;
-        // SAFETY: the file was just created by us with O_EXCL and is only
-        // accessed through atomics or by the protocol's ownership rules.
-        let map = unsafe { MmapMut::map_mut(&file)? };
+        let prepared = (|| {
+            // The umask may have cleared bits the caller asked for.
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            reserve_space(&file, path, size)?;
+            SharedMapping::map(&file, None, true)
+        })();
+        match prepared {
+            Ok(map) => Ok(Self {
+                file,
+                map,
+                path: path.to_owned(),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens an existing regular file read-write and maps it whole (see
+    /// `open_regular`: no link followed, no blocking). Any owner: the
+    /// caller checks it where it matters.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    /// As `open`, read-only (listing channels needs no more).
+    pub fn open_read_only(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, write: bool) -> io::Result<Self> {
+        let file = open_regular(path, write)?;
+        let map = SharedMapping::map(&file, None, write)?;
         Ok(Self {
             file,
             map,
@@ -155,28 +318,13 @@ impl SharedFile {
         })
     }
 
-    /// Opens an existing regular file read-write and maps it whole. Links
-    /// are not followed: a name in a world-writable folder is not trusted.
-    pub fn open(path: &Path) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)?;
-        if !file.metadata()?.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not a regular file", path.display()),
-            ));
-        }
-        // SAFETY: shared memory of another process; every access goes through
-        // atomics and every value read is validated before use.
-        let map = unsafe { MmapMut::map_mut(&file)? };
-        Ok(Self {
-            file,
-            map,
-            path: path.to_owned(),
-        })
+    /// Whether another process truncated the file under our mapping.
+    pub fn is_broken(&self) -> bool {
+        self.map.is_broken()
+    }
+
+    pub fn owner_uid(&self) -> io::Result<u32> {
+        owner_uid(&self.file)
     }
 
     pub fn len(&self) -> usize {
@@ -194,7 +342,7 @@ impl SharedFile {
 
     /// Whether `self.path` still names this very file.
     pub fn is_linked_at_path(&self) -> bool {
-        match (self.inode(), std::fs::metadata(&self.path)) {
+        match (self.inode(), std::fs::symlink_metadata(&self.path)) {
             (Ok(ours), Ok(meta)) => ours == (meta.dev(), meta.ino()),
             _ => false,
         }

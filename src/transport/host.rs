@@ -2,14 +2,13 @@
 // and reads are ordered by the channel's own atomics, so the ordering hooks
 // have nothing to do.
 
-use std::os::unix::fs::OpenOptionsExt;
-
-use memmap2::{Mmap, MmapOptions};
+use std::path::PathBuf;
 
 use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use crate::ipc::mapping::SharedMapping;
 use crate::ipc::shm::{self, SharedFile};
-use crate::ipc::{PoolInfo, Producer};
+use crate::ipc::{ChannelError, PoolInfo, Producer};
 
 /// Slots start on page boundaries.
 const SLOT_ALIGN: usize = 4096;
@@ -26,24 +25,42 @@ pub struct HostProducerSlots {
 }
 
 impl HostProducerSlots {
+    /// Creates the data file, its space reserved (a full shm folder is an
+    /// error naming the bytes needed and free, and leaves no file). Its
+    /// name has a random part; if another user created it anyway, a fresh
+    /// name is taken.
     pub fn create(request: &SlotRequest) -> Result<Self, TransportError> {
-        let name = shm::data_file_name(&request.channel, request.session, request.generation);
-        let path = shm::shm_dir().join(&name);
         let total = slot_stride(request.size) * request.count;
-        let file =
-            SharedFile::create_exclusive(&path, total, request.permissions).map_err(|e| {
-                TransportError::Io(format!(
-                    "cannot create {} ({total} bytes): {e}",
-                    path.display()
-                ))
-            })?;
-        Ok(Self {
-            file,
-            name,
-            count: request.count,
-            size: request.size,
-        })
+        let mut attempt = 0;
+        loop {
+            let name = shm::data_file_name(&request.channel, request.session, request.generation);
+            let path = shm::shm_dir().join(&name);
+            match SharedFile::create_exclusive(&path, total, request.permissions) {
+                Ok(file) => {
+                    return Ok(Self {
+                        file,
+                        name,
+                        count: request.count,
+                        size: request.size,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(TransportError::Io(format!(
+                        "cannot create {} ({total} bytes): {e}",
+                        path.display()
+                    )));
+                }
+            }
+        }
     }
+}
+
+/// The error for slot memory whose file another process truncated.
+fn truncated(path: PathBuf) -> TransportError {
+    TransportError::Channel(ChannelError::Truncated(path))
 }
 
 impl Drop for HostProducerSlots {
@@ -76,8 +93,13 @@ impl ProducerSlots for HostProducerSlots {
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
         assert!(slot < self.count);
+        let base = self
+            .file
+            .map
+            .as_mut_ptr()
+            .expect("the producer maps its data file writable");
         // SAFETY: slot < count, so the offset stays inside the mapping.
-        let ptr = unsafe { self.file.map.as_ptr().add(slot * slot_stride(self.size)) as *mut u8 };
+        let ptr = unsafe { base.add(slot * slot_stride(self.size)) };
         SlotMemory::Host {
             ptr,
             len: self.size,
@@ -85,22 +107,32 @@ impl ProducerSlots for HostProducerSlots {
     }
 
     fn before_write(&self, _slot: usize, _producer: &Producer) -> Result<(), TransportError> {
+        if self.file.is_broken() {
+            return Err(truncated(self.file.path.clone()));
+        }
         Ok(())
     }
 
+    /// A frame written into a truncated file is lost: never published.
     fn after_write(&self, _slot: usize) -> Result<(), TransportError> {
+        if self.file.is_broken() {
+            return Err(truncated(self.file.path.clone()));
+        }
         Ok(())
     }
 }
 
 pub struct HostConsumerSlots {
-    map: Mmap,
+    map: SharedMapping,
+    path: PathBuf,
     count: usize,
     size: usize,
 }
 
 impl HostConsumerSlots {
-    pub fn open(channel: &str, pool: &PoolInfo) -> Result<Self, TransportError> {
+    /// Opens the data file named in `pool`, which must be a regular file of
+    /// this channel owned by `producer_uid` (the control block's owner).
+    pub fn open(channel: &str, pool: &PoolInfo, producer_uid: u32) -> Result<Self, TransportError> {
         let name_len = pool
             .pool_descriptor
             .iter()
@@ -118,14 +150,18 @@ impl HostConsumerSlots {
         }
         let path = shm::shm_dir().join(name);
         // Neither a link to elsewhere nor a FIFO (whose open would block).
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| TransportError::Io(format!("cannot open {}: {e}", path.display())))?;
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
+        let file = shm::open_regular(&path, false).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidInput {
+                TransportError::Invalid(format!("data file: {e}"))
+            } else {
+                TransportError::Io(format!("cannot open {}: {e}", path.display()))
+            }
+        })?;
+        let owner = shm::owner_uid(&file)
+            .map_err(|e| TransportError::Io(format!("cannot inspect {}: {e}", path.display())))?;
+        if owner != producer_uid {
             return Err(TransportError::Invalid(format!(
-                "data file {} is not a regular file",
+                "data file {} belongs to uid {owner}, but the channel to uid {producer_uid}",
                 path.display()
             )));
         }
@@ -142,11 +178,15 @@ impl HostConsumerSlots {
                 path.display()
             )));
         }
-        // SAFETY: read-only shared mapping of a file at least `needed` bytes
-        // long; the producer never shrinks it.
-        let map = unsafe { MmapOptions::new().len(needed).map(&file) }
+        // Read-only: a consumer can never write into the producer's slots.
+        let map = SharedMapping::map(&file, Some(needed), false)
             .map_err(|e| TransportError::Io(format!("cannot map {}: {e}", path.display())))?;
-        Ok(Self { map, count, size })
+        Ok(Self {
+            map,
+            path,
+            count,
+            size,
+        })
     }
 }
 
@@ -166,6 +206,8 @@ impl ConsumerSlots for HostConsumerSlots {
     fn slot_memory(&self, slot: usize) -> SlotMemory {
         assert!(slot < self.count);
         // SAFETY: slot < count, so the offset stays inside the mapping.
+        // The pointer is `*mut` only by the type's shape: the mapping is
+        // read-only, and consumers never write through it.
         let ptr = unsafe { self.map.as_ptr().add(slot * slot_stride(self.size)) as *mut u8 };
         SlotMemory::Host {
             ptr,
@@ -174,10 +216,17 @@ impl ConsumerSlots for HostConsumerSlots {
     }
 
     fn before_read(&self, _slot: usize) -> Result<(), TransportError> {
+        if self.map.is_broken() {
+            return Err(truncated(self.path.clone()));
+        }
         Ok(())
     }
 
+    /// What was read from a truncated file was zeros: an error, not a frame.
     fn finish_read(&self, _slot: usize) -> Result<(), TransportError> {
+        if self.map.is_broken() {
+            return Err(truncated(self.path.clone()));
+        }
         Ok(())
     }
 

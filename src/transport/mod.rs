@@ -134,7 +134,10 @@ impl From<ChannelError> for TransportError {
 /// Where a slot's bytes are.
 #[derive(Debug, Clone)]
 pub enum SlotMemory {
-    /// Shared host memory. Writable only on the producer side.
+    /// Shared host memory. Writable only on the producer side (the
+    /// consumer's mapping is read-only). If another process truncates the
+    /// file, the range turns into private zero pages (never SIGBUS) and the
+    /// slots report it at `after_write`/`before_read`/`finish_read`.
     Host { ptr: *mut u8, len: usize },
     /// Device memory, kept mapped (or allocated) while the region lives;
     /// `ptr()`, `len()` and `device()` say where.
@@ -215,7 +218,11 @@ pub fn open_consumer_slots(
     device: Option<&Arc<Device>>,
 ) -> Result<Arc<dyn ConsumerSlots>, TransportError> {
     match TransportKind::from_wire(info.transport) {
-        Some(TransportKind::Host) => Ok(Arc::new(HostConsumerSlots::open(channel, pool)?)),
+        Some(TransportKind::Host) => Ok(Arc::new(HostConsumerSlots::open(
+            channel,
+            pool,
+            info.producer_uid,
+        )?)),
         Some(TransportKind::Cuda) => {
             let device = device.ok_or_else(|| {
                 TransportError::Invalid("the cuda transport needs a device".into())

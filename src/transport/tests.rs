@@ -198,7 +198,7 @@ fn host_data_file_names_are_confined_to_the_channel() {
         pool_descriptor: b"../../etc/passwd".to_vec(),
         slot_descriptors: vec![[0; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]],
     };
-    let err = HostConsumerSlots::open("cam0", &pool)
+    let err = HostConsumerSlots::open("cam0", &pool, crate::ipc::shm::effective_uid())
         .err()
         .expect("must refuse");
     assert!(err.to_string().contains("does not belong"), "{err}");

@@ -1,0 +1,206 @@
+//! Which channels exist in the shm folder, who produces them, and the
+//! removal of the files that dead producers left behind.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use super::layout::*;
+use super::shm::{self, SharedFile};
+
+/// A channel found in the shm folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelEntry {
+    pub name: String,
+    pub path: PathBuf,
+    /// Owner of the control block.
+    pub owner_uid: Option<u32>,
+    pub state: ChannelState,
+    pub producer_pid: u32,
+    pub producer_session: u64,
+    /// `"host"` or `"cuda"`.
+    pub transport: &'static str,
+    /// The caps of the frames, once the producer set them.
+    pub caps: Option<String>,
+    pub consumers: u32,
+    pub slot_count: u32,
+    pub slot_size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelState {
+    /// A live producer holds it.
+    Live,
+    /// Its producer died (any signal) without removing it.
+    Stale,
+    /// This user may not open it, or it is not a control block: the reason.
+    Unreadable(String),
+}
+
+/// Channels in the shm folder, sorted by name. Never blocks and never
+/// follows a link (see `shm::open_regular`).
+pub fn list_channels() -> Vec<ChannelEntry> {
+    let mut names: Vec<String> = std::fs::read_dir(shm::shm_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let channel = name.strip_prefix("cudaipc-")?;
+            shm::validate_channel_name(channel).ok()?;
+            Some(channel.to_owned())
+        })
+        .collect();
+    names.sort();
+    names.into_iter().map(|name| inspect(&name)).collect()
+}
+
+/// The names of the live channels, for messages such as "no producer on
+/// 'x'; channels that exist: ...".
+pub fn live_channel_names() -> Vec<String> {
+    list_channels()
+        .into_iter()
+        .filter(|c| c.state == ChannelState::Live)
+        .map(|c| c.name)
+        .collect()
+}
+
+fn inspect(name: &str) -> ChannelEntry {
+    let path = shm::control_path(name);
+    let mut entry = ChannelEntry {
+        name: name.to_owned(),
+        path: path.clone(),
+        owner_uid: None,
+        state: ChannelState::Unreadable(String::new()),
+        producer_pid: 0,
+        producer_session: 0,
+        transport: "?",
+        caps: None,
+        consumers: 0,
+        slot_count: 0,
+        slot_size: 0,
+    };
+    let shared = match SharedFile::open_read_only(&path) {
+        Ok(shared) => shared,
+        Err(e) => {
+            entry.owner_uid = std::fs::symlink_metadata(&path).ok().map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.uid()
+            });
+            entry.state = ChannelState::Unreadable(e.to_string());
+            return entry;
+        }
+    };
+    entry.owner_uid = shared.owner_uid().ok();
+    let Some(h) = header(&shared) else {
+        entry.state = ChannelState::Unreadable("not a control block of this version".into());
+        return entry;
+    };
+    let r = Ordering::Relaxed;
+    let live = h.state.load(Ordering::SeqCst) == STATE_OPEN
+        && shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false);
+    entry.state = if live {
+        ChannelState::Live
+    } else {
+        ChannelState::Stale
+    };
+    entry.producer_pid = h.producer_pid.load(r);
+    entry.producer_session = h.producer_session.load(r);
+    entry.transport = match h.transport.load(r) {
+        TRANSPORT_CUDA => "cuda",
+        TRANSPORT_HOST => "host",
+        _ => "?",
+    };
+    entry.caps = super::read_seqlocked(&h.caps_seqlock, || {
+        let len = (h.caps_len.load(r) as usize).min(CAPS_CAPACITY);
+        load_bytes(&h.caps, len)
+    })
+    .and_then(|bytes| String::from_utf8(bytes).ok())
+    .filter(|caps| !caps.is_empty() && !caps.contains('\0'));
+    entry.consumers = h
+        .consumers
+        .iter()
+        .filter(|c| c.state.load(r) == CONSUMER_ACTIVE)
+        .count() as u32;
+    entry.slot_count = h.slot_count.load(r).min(MAX_SLOTS as u32);
+    entry.slot_size = h.slot_size.load(r);
+    if shared.is_broken() {
+        entry.state = ChannelState::Unreadable("truncated while being read".into());
+    }
+    entry
+}
+
+/// The header of a control block of this protocol version, if it is one.
+fn header(shared: &SharedFile) -> Option<&ControlHeader> {
+    if shared.len() < control_size() {
+        return None;
+    }
+    // SAFETY: the mapping is page aligned, at least as large as the header
+    // (checked above) and lives as long as `shared`; ControlHeader consists
+    // of atomics only, so any bit pattern is valid and shared access sound.
+    let h = unsafe { &*(shared.map.as_ptr() as *const ControlHeader) };
+    let ok = h.magic.load(Ordering::Relaxed) == MAGIC
+        && h.version.load(Ordering::Relaxed) == PROTOCOL_VERSION
+        && h.total_size.load(Ordering::Relaxed) as usize == control_size();
+    ok.then_some(h)
+}
+
+/// Removes the files of `channel` if its producer is dead: the control
+/// block (only while it is still the file at that name) and that
+/// producer's data files. Only this user's files. `Ok(true)`: removed.
+pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
+    shm::validate_channel_name(channel)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let path = shm::control_path(channel);
+    let shared = SharedFile::open(&path)?;
+    let uid = shared.owner_uid()?;
+    if uid != shm::effective_uid() {
+        return Err(shm::foreign_owner_error(&path, uid));
+    }
+    // Holding the producer's lock while removing: no producer can be
+    // claiming this block at the same time, and a live one keeps it.
+    if !shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE)? {
+        return Ok(false);
+    }
+    let session = header(&shared).map(|h| h.producer_session.load(Ordering::Relaxed));
+    if shared.is_linked_at_path() {
+        std::fs::remove_file(&path)?;
+    }
+    // Only that dead producer's data files: a new producer may already
+    // have created its own under the name we just freed.
+    if let Some(session) = session {
+        shm::remove_session_data_files(channel, session);
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::{Producer, ProducerConfig};
+
+    #[test]
+    fn a_live_channel_is_listed_and_not_removed() {
+        let name = format!("listed-{:x}", shm::random_u64());
+        let producer = Producer::create(ProducerConfig {
+            channel: name.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let no = std::sync::atomic::AtomicBool::new(false);
+        producer.set_caps("video/x-raw, width=(int)8", &no).unwrap();
+        let channels = list_channels();
+        let c = channels
+            .iter()
+            .find(|c| c.name == name)
+            .expect("the channel is listed");
+        assert_eq!(c.state, ChannelState::Live);
+        assert_eq!(c.producer_pid, std::process::id());
+        assert_eq!(c.transport, "host");
+        assert_eq!(c.caps.as_deref(), Some("video/x-raw, width=(int)8"));
+        assert!(live_channel_names().contains(&name));
+        assert!(!remove_if_stale(&name).unwrap());
+        assert!(shm::control_path(&name).exists());
+        drop(producer);
+        assert!(!list_channels().iter().any(|c| c.name == name));
+    }
+}

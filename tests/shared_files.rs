@@ -1,0 +1,413 @@
+// The shm folder as a hostile place, with real processes on the host
+// transport: files another user plants under the channel's names, shared
+// files truncated while both ends run, a shm folder too small for the
+// slots, producers killed by signals, and the discovery of channels (the
+// device provider and the cudaipc-channels command). See docs/reliability.md.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const SMALL: &str = "video/x-raw,format=RGB,width=64,height=48,framerate=100/1";
+
+/// A private shm folder for one test, writable by every user (sticky, as
+/// /dev/shm is), removed at the end.
+struct ShmDir(PathBuf);
+
+impl ShmDir {
+    fn new(tag: &str) -> Self {
+        let dir = PathBuf::from("/dev/shm").join(format!(
+            "cudaipc-test-{tag}-{:x}",
+            gstcudaipc::ipc::shm::random_u64()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn env(&self) -> [(&str, &str); 1] {
+        [("CUDAIPC_SHM_DIR", self.0.to_str().unwrap())]
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const OTHER_USER: [&str; 4] = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+];
+
+/// Runs a shell command as another user (nobody); `false` when that is
+/// impossible here (not root, no setpriv).
+fn as_other_user(script: &str) -> bool {
+    Command::new(OTHER_USER[0])
+        .args(&OTHER_USER[1..])
+        .args(["sh", "-c", script])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn other_user_or_skip(test: &str) -> bool {
+    if as_other_user("true") {
+        return true;
+    }
+    eprintln!("SKIPPED: {test}: cannot run commands as another user (needs root and setpriv)");
+    false
+}
+
+fn producer(dir: &ShmDir, channel: &str, extra: &str) -> Launch {
+    producer_through(dir, channel, extra, "")
+}
+
+/// A producer with `filter` (e.g. `identity ! `) before the sink.
+fn producer_through(dir: &ShmDir, channel: &str, extra: &str, filter: &str) -> Launch {
+    launch_with(
+        &[],
+        &dir.env(),
+        &format!(
+            "videotestsrc is-live=true {extra} ! {SMALL} ! {filter} rscudaipcsink transport=host channel={channel}"
+        ),
+    )
+}
+
+fn consumer(dir: &ShmDir, channel: &str, extra: &str) -> Launch {
+    launch_with(
+        &[],
+        &dir.env(),
+        &format!("rscudaipcsrc channel={channel} is-live=true {extra} ! fakesink"),
+    )
+}
+
+fn wait_for_file(path: &Path) {
+    wait_until(LIMIT, &format!("{} appears", path.display()), || {
+        path.exists()
+    });
+}
+
+#[test]
+fn names_planted_by_another_user_neither_hang_nor_are_followed() {
+    if !other_user_or_skip("names_planted_by_another_user_neither_hang_nor_are_followed") {
+        return;
+    }
+    let passwd = std::fs::read("/etc/passwd").unwrap();
+    let plants = [
+        ("a FIFO", "mkfifo {control}"),
+        (
+            "a link to a FIFO",
+            "mkfifo {dir}/fifo && ln -s {dir}/fifo {control}",
+        ),
+        ("a link to /etc/passwd", "ln -s /etc/passwd {control}"),
+        (
+            "a world-writable file",
+            "head -c 100000 /dev/urandom > {control} && chmod 666 {control}",
+        ),
+    ];
+    for (what, plant) in plants {
+        let dir = ShmDir::new("plant");
+        let channel = unique_channel("plant");
+        let control = dir.path(&format!("cudaipc-{channel}"));
+        let script = plant
+            .replace("{control}", control.to_str().unwrap())
+            .replace("{dir}", dir.0.to_str().unwrap());
+        assert!(as_other_user(&script), "planting {what}");
+        let done = producer(&dir, &channel, "num-buffers=5").finish(LIMIT);
+        assert!(
+            done.code.is_some_and(|c| c != 0),
+            "with {what} at the control block's name the producer must fail (not hang, not die by a signal): {:?}\n{}",
+            done.code,
+            done.stderr
+        );
+        assert!(
+            done.stderr.contains(control.to_str().unwrap()),
+            "the error names the file ({what}):\n{}",
+            done.stderr
+        );
+        assert_eq!(
+            std::fs::read("/etc/passwd").unwrap(),
+            passwd,
+            "{what}: /etc/passwd untouched"
+        );
+        // A consumer meets the same name: a clear error too, never a hang.
+        let done = consumer(&dir, &channel, "connect-timeout=2000").finish(LIMIT);
+        assert!(
+            done.code.is_some_and(|c| c != 0),
+            "consumer with {what}: {:?}\n{}",
+            done.code,
+            done.stderr
+        );
+    }
+}
+
+#[test]
+fn a_producer_never_blocks_on_markers_or_data_names_of_another_user() {
+    if !other_user_or_skip("a_producer_never_blocks_on_markers_or_data_names_of_another_user") {
+        return;
+    }
+    let dir = ShmDir::new("markers");
+    let channel = unique_channel("markers");
+    let d = dir.0.to_str().unwrap();
+    // Waiter markers (a new producer looks at them before its first frame)
+    // and names in the data files' namespace, as FIFOs and links.
+    let script = format!(
+        "mkfifo {d}/cudaipc-{channel}@waiter.0000000000000001 && \
+         mkfifo {d}/fifo && ln -s {d}/fifo {d}/cudaipc-{channel}@waiter.0000000000000003 && \
+         mkfifo {d}/cudaipc-{channel}.0000000000000001.1 && \
+         ln -s /etc/passwd {d}/cudaipc-{channel}.0000000000000003.1"
+    );
+    assert!(as_other_user(&script));
+    let started = std::time::Instant::now();
+    let done = producer(&dir, &channel, "num-buffers=30").finish(LIMIT);
+    done.assert_success("producer beside another user's FIFOs and links");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the producer took {:?}",
+        started.elapsed()
+    );
+    // Its own files are gone; the other user's are left alone.
+    let left = dir.names();
+    assert!(
+        !left.contains(&format!("cudaipc-{channel}")),
+        "control block left: {left:?}"
+    );
+    assert_eq!(left.len(), 5, "only the planted names remain: {left:?}");
+}
+
+/// Truncates `path` to zero bytes, as any process that may open it can.
+fn truncate(path: &Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
+fn truncation_case(target: &str, filter: &str) {
+    let dir = ShmDir::new("trunc");
+    let channel = unique_channel("trunc");
+    let control = dir.path(&format!("cudaipc-{channel}"));
+    let producer = producer_through(&dir, &channel, "", filter);
+    wait_for_file(&control);
+    let consumer = consumer(&dir, &channel, "");
+    // Both ends map the files and frames flow.
+    std::thread::sleep(Duration::from_millis(1500));
+    let data = dir
+        .names()
+        .into_iter()
+        .find(|n| n.starts_with(&format!("cudaipc-{channel}.")))
+        .expect("a data file");
+    let victim = if target == "control" {
+        control.clone()
+    } else {
+        dir.path(&data)
+    };
+    truncate(&victim);
+    let produced = producer.finish(LIMIT);
+    let consumed = consumer.finish(LIMIT);
+    for (who, done) in [("producer", &produced), ("consumer", &consumed)] {
+        assert!(
+            done.code.is_some(),
+            "{target} truncated: the {who} died by a signal\n{}",
+            done.stderr
+        );
+    }
+    // The producer stops with the error; the consumer reports the truncation
+    // or follows `on-producer-lost` (the producer closed the channel).
+    assert_ne!(produced.code, Some(0), "{}", produced.stderr);
+    assert!(
+        produced.stderr.contains("truncated by another process"),
+        "{target} truncated: the producer says so:\n{}",
+        produced.stderr
+    );
+    assert!(
+        !control.exists() || target == "control",
+        "the producer removed its control block"
+    );
+}
+
+#[test]
+fn a_truncated_data_file_is_an_error_on_both_sides_not_sigbus() {
+    // Upstream writes into the slots (the sink's pool).
+    truncation_case("data", "");
+}
+
+#[test]
+fn a_truncated_control_block_is_an_error_on_both_sides_not_sigbus() {
+    // The sink copies each frame (upstream gets no pool): the truncation is
+    // met by the sink's own reserve and publish, which post the error.
+    truncation_case("control", "identity drop-allocation=true !");
+}
+
+#[test]
+fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
+    let private = Command::new("unshare")
+        .args(["-m", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !private {
+        eprintln!(
+            "SKIPPED: a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing: unshare -m is not permitted here"
+        );
+        return;
+    }
+    let dir = ShmDir::new("small");
+    let d = dir.0.to_str().unwrap();
+    // 4K RGB host slots need about 100 MB; the folder has 8 MB.
+    let script = format!(
+        "mount -t tmpfs -o size=8m tmpfs {d} && \
+         CUDAIPC_SHM_DIR={d} timeout 60 gst-launch-1.0 -q videotestsrc num-buffers=2 ! \
+         video/x-raw,format=RGB,width=3840,height=2160 ! cudaipcsink transport=host channel=big; \
+         echo exit=$?; echo left:; ls -A {d}"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("GST_PLUGIN_PATH", plugin_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("exit=1"),
+        "the producer fails cleanly:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.trim_end().ends_with("left:"),
+        "no file is left behind:\n{stdout}"
+    );
+    for needed in ["not enough space", "bytes needed", "free", "--shm-size"] {
+        assert!(
+            stderr.contains(needed),
+            "the error says {needed:?}:\n{stderr}"
+        );
+    }
+}
+
+fn channels_command(dir: &ShmDir, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cudaipc-channels"))
+        .args(args)
+        .envs(dir.env())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
+    let dir = ShmDir::new("stale");
+    let channel = unique_channel("stale");
+    let control = dir.path(&format!("cudaipc-{channel}"));
+    let producer = producer(&dir, &channel, "");
+    wait_for_file(&control);
+    wait_until(LIMIT, "a data file", || dir.names().len() >= 2);
+    let pid = producer.pid();
+    let listing = channels_command(&dir, &["list"]);
+    let line = listing
+        .lines()
+        .find(|l| l.starts_with(&channel))
+        .unwrap_or_else(|| panic!("{channel} listed:\n{listing}"));
+    assert!(
+        line.contains("live") && line.contains(&pid.to_string()),
+        "{line}"
+    );
+    assert!(
+        line.contains("host") && line.contains("width=(int)64"),
+        "{line}"
+    );
+    producer.signal(libc::SIGKILL);
+    let _ = producer.finish(LIMIT);
+    let listing = channels_command(&dir, &["list"]);
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with(&channel) && l.contains("stale")),
+        "{listing}"
+    );
+    let removed = channels_command(&dir, &["remove-stale"]);
+    assert!(removed.contains(&channel), "{removed}");
+    assert_eq!(dir.names(), Vec::<String>::new(), "every file removed");
+}
+
+#[test]
+fn a_consumer_removes_the_files_of_a_producer_ended_by_sigterm() {
+    let dir = ShmDir::new("sigterm");
+    let channel = unique_channel("sigterm");
+    let control = dir.path(&format!("cudaipc-{channel}"));
+    let producer = producer(&dir, &channel, "");
+    wait_for_file(&control);
+    wait_until(LIMIT, "a data file", || dir.names().len() >= 2);
+    producer.signal(libc::SIGTERM);
+    let ended = producer.finish(LIMIT);
+    assert!(ended.code.is_none(), "SIGTERM ends gst-launch-1.0");
+    assert!(
+        control.exists(),
+        "a process ended by SIGTERM leaves its files"
+    );
+    let done = consumer(&dir, &channel, "connect-timeout=500").finish(LIMIT);
+    assert_ne!(done.code, Some(0));
+    assert_eq!(
+        dir.names(),
+        Vec::<String>::new(),
+        "the consumer removed them"
+    );
+}
+
+#[test]
+fn the_device_monitor_lists_a_running_producer() {
+    gst::init().unwrap();
+    gstcudaipc::plugin_register_static().unwrap();
+    // The shm folder of this test process, which the monitor reads.
+    let channel = unique_channel("monitor");
+    let control = gstcudaipc::ipc::shm::control_path(&channel);
+    let producer = launch(&format!(
+        "videotestsrc is-live=true ! {SMALL} ! rscudaipcsink transport=host channel={channel}"
+    ));
+    wait_for_file(&control);
+    // The caps are set with the first frame.
+    std::thread::sleep(Duration::from_millis(500));
+    let monitor = gst::DeviceMonitor::new();
+    monitor.add_filter(Some("Video/Source/CudaIpc"), None);
+    monitor.start().unwrap();
+    let devices = monitor.devices();
+    monitor.stop();
+    use gst::prelude::*;
+    let device = devices
+        .iter()
+        .find(|d| d.display_name().contains(&channel))
+        .unwrap_or_else(|| panic!("{channel} among {} devices", devices.len()));
+    let props = device.properties().unwrap();
+    assert_eq!(props.get::<u32>("producer-pid").unwrap(), producer.pid());
+    assert_eq!(props.get::<&str>("transport").unwrap(), "host");
+    let caps = device.caps().unwrap();
+    assert!(caps.to_string().contains("width=(int)64"), "{caps}");
+    assert!(device.has_classes("Video/Source"));
+    let element = device.create_element(None).unwrap();
+    assert_eq!(element.property::<String>("channel"), channel);
+    drop(producer);
+}

@@ -234,6 +234,34 @@ fn a_missing_producer_times_out_with_a_clear_error() {
     assert!(text.contains("no producer appeared on channel"), "{text}");
 }
 
+/// A mistyped channel name: the error names the channels that do have a
+/// producer, so the user sees the right one.
+#[test]
+fn a_missing_producer_error_names_the_live_channels() {
+    let live = unique_channel("named");
+    let producer = launch(&format!(
+        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=30/1 ! rscudaipcsink channel={live} transport=host"
+    ));
+    assert!(
+        wait_for_channel(&live, LIMIT),
+        "the producer of {live} never appeared"
+    );
+    let done = launch(&format!(
+        "rscudaipcsrc channel={live}-typo is-live=true connect-timeout=300 ! fakesink"
+    ))
+    .finish(LIMIT);
+    producer.signal(libc::SIGINT);
+    let _ = producer.finish(LIMIT);
+    assert!(!done.success);
+    let text = format!("{}{}", done.stdout, done.stderr);
+    assert!(text.contains("no producer appeared on channel"), "{text}");
+    assert!(text.contains("channels with a producer:"), "{text}");
+    assert!(
+        text.contains(&live),
+        "the live channel is not named: {text}"
+    );
+}
+
 /// One slot, and a sink that keeps its last buffer (checksumsink, like most
 /// sinks): the source must copy rather than hold the only slot forever.
 #[test]

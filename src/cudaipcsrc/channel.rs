@@ -85,7 +85,12 @@ pub(super) fn error_message(
         SubscriberError::Interrupted => return Err(gst::FlowError::Flushing),
         SubscriberError::NoProducer(e) => gst::error_msg!(
             ResourceError::NotFound,
-            ("{} (connect-timeout={} ms)", e, connect_timeout_ms)
+            (
+                "{} (connect-timeout={} ms); {}",
+                e,
+                connect_timeout_ms,
+                existing_channels()
+            )
         ),
         SubscriberError::Attach(e) => gst::error_msg!(
             ResourceError::OpenRead,
@@ -251,4 +256,17 @@ fn gst_cuda_pool(
         return Err(format!("{} refused {caps}", chosen.pool.name()));
     }
     Ok(Some(chosen.pool))
+}
+
+/// What a user who mistyped a channel name needs: the live channels there are.
+fn existing_channels() -> String {
+    let names = crate::channels::live_channel_names();
+    if names.is_empty() {
+        format!(
+            "no channel has a producer in {}",
+            crate::channels::shm_dir().display()
+        )
+    } else {
+        format!("channels with a producer: {}", names.join(", "))
+    }
 }

@@ -7,6 +7,7 @@
 //! cargo run --release --example bench -- --rows 5,5t,5v   # only these rows (ids: the first word)
 //! cargo run --release --example bench -- --consumer-device 1   # every consumer reads from GPU 1
 //! cargo run --release --example bench -- --two-gpu     # consumer on GPU 0 and on GPU 1, side by side
+//! cargo run --release --example bench -- --gst-cuda    # only rows 13a-13e (GStreamer 1.24+, nvcodec)
 //! ```
 //!
 //! Each row reports frames per second, GB/s of frame data (frame bytes times
@@ -23,6 +24,16 @@
 //! runs only the copy and the default configuration (2 slots under MPS),
 //! once with the consumer on GPU 0 and once on GPU 1; with fewer than two
 //! devices it prints SKIPPED and exits 0. Rows name the consumer's GPU.
+//!
+//! `--gst-cuda` (or `--rows 13a,13b,...`; rows 13 run only when asked)
+//! measures this pair next to GStreamer's own CUDA elements: nvcodec
+//! producers (`cudaupload`, `imagefreeze`, `cudaconvert`, hardware decoders)
+//! into this pair, into upstream's `cudaipcsink`/`cudaipcsrc io-mode=import`,
+//! and into `fakesink` in one process, each with a consumer that drops frames
+//! and one that feeds `cudaconvert`. These rows run for a time
+//! (`--gst-cuda-seconds`, from the producer's first frame) rather than a
+//! number of frames: upstream's sink drops frames its consumer has not taken,
+//! so its consumer's rate only means something over a fixed time.
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -80,11 +91,22 @@ struct Options {
     /// producer's GPU (0).
     consumer_device: Option<i32>,
     two_gpu: bool,
+    /// Rows 13 (`--gst-cuda`): how long each producer runs.
+    gst_cuda_seconds: f64,
 }
 
 /// `--rows`: the row ids (the first word of a configuration: 5, 5t, ...)
 /// to measure; empty: all.
 static ROWS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Rows 13: measured only when `--rows` or `--gst-cuda` names them.
+const GST_CUDA_IDS: [&str; 5] = ["13a", "13b", "13c", "13d", "13e"];
+
+/// Whether rows 13 were asked for.
+fn gst_cuda_wanted() -> bool {
+    ROWS.get()
+        .is_some_and(|rows| rows.iter().any(|r| GST_CUDA_IDS.contains(&r.as_str())))
+}
 
 /// Whether `--rows` leaves out the row of `config`.
 fn left_out(config: &str) -> bool {
@@ -105,7 +127,10 @@ impl Options {
             paced_seconds: 5,
             consumer_device: None,
             two_gpu: false,
+            gst_cuda_seconds: 2.5,
         };
+        let mut rows: Option<Vec<String>> = None;
+        let mut gst_cuda = false;
         let mut i = 0;
         while i < args.len() {
             let value = args.get(i + 1).cloned().unwrap_or_default();
@@ -113,8 +138,9 @@ impl Options {
                 "--frames" => o.frames = value.parse().expect("--frames N"),
                 "--warmup" => o.warmup = value.parse().expect("--warmup N"),
                 "--out" => o.out = PathBuf::from(value),
-                "--rows" => {
-                    let _ = ROWS.set(value.split(',').map(str::to_string).collect());
+                "--rows" => rows = Some(value.split(',').map(str::to_string).collect()),
+                "--gst-cuda-seconds" => {
+                    o.gst_cuda_seconds = value.parse().expect("--gst-cuda-seconds S")
                 }
                 "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
                 "--consumer-device" => {
@@ -134,15 +160,17 @@ impl Options {
                         _ => panic!("--mps off|on|both"),
                     }
                 }
-                "--smoke" | "--two-gpu" => {
+                "--smoke" | "--two-gpu" | "--gst-cuda" => {
                     o.smoke |= args[i] == "--smoke";
                     o.two_gpu |= args[i] == "--two-gpu";
+                    gst_cuda |= args[i] == "--gst-cuda";
                     i += 1;
                     continue;
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--out DIR] [--smoke]"
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--out DIR] [--smoke]\n\
+                         --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too"
                     );
                     std::process::exit(0);
                 }
@@ -150,11 +178,20 @@ impl Options {
             }
             i += 2;
         }
+        // --gst-cuda: rows 13 (alone, or added to --rows).
+        if gst_cuda {
+            rows.get_or_insert_with(Vec::new)
+                .extend(GST_CUDA_IDS.iter().map(|id| id.to_string()));
+        }
+        if let Some(rows) = rows {
+            let _ = ROWS.set(rows);
+        }
         if o.smoke {
             o.frames = 60;
             o.warmup = 10;
             o.slots = vec![1, 2];
             o.paced_seconds = 1;
+            o.gst_cuda_seconds = 0.5;
         }
         o
     }
@@ -220,27 +257,75 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
                 gst::PadProbeReturn::Ok
             });
     }
+    if let Ok(path) = std::env::var("CUDAIPC_BENCH_LOOP") {
+        loop_file(&pipeline, &path);
+    }
+    // CUDAIPC_BENCH_SECONDS (rows 13): the stream ends that long after its
+    // first frame, with an EOS into the producer's last element.
+    let deadline = std::env::var("CUDAIPC_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(Duration::from_secs_f64);
+    let end_pad = deadline
+        .and_then(|_| {
+            pipeline
+                .by_name("ipcsink")
+                .or_else(|| pipeline.by_name("sink"))
+        })
+        .and_then(|e| e.static_pad("sink"));
+    let first_frame: Arc<std::sync::OnceLock<Instant>> = Arc::default();
+    if let Some(pad) = &end_pad {
+        let first_frame = first_frame.clone();
+        pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+            first_frame.get_or_init(Instant::now);
+            gst::PadProbeReturn::Ok
+        });
+    }
     pipeline.set_state(gst::State::Playing).unwrap();
     let bus = pipeline.bus().unwrap();
     let mut ok = true;
-    for msg in bus.iter_timed(gst::ClockTime::NONE) {
-        match msg.view() {
-            gst::MessageView::Eos(_) => break,
-            gst::MessageView::Error(e) => {
-                eprintln!("error: {} ({:?})", e.error(), e.debug());
-                ok = false;
-                break;
+    let mut ended: Option<Instant> = None;
+    let poll = deadline.map(|_| gst::ClockTime::from_mseconds(50));
+    loop {
+        if let Some(msg) = bus.timed_pop(poll) {
+            match msg.view() {
+                gst::MessageView::Eos(_) => break,
+                gst::MessageView::Error(e) => {
+                    eprintln!("error: {} ({:?})", e.error(), e.debug());
+                    ok = false;
+                    break;
+                }
+                _ => {}
             }
-            _ => {}
+        }
+        if let (Some(deadline), Some(pad)) = (deadline, &end_pad) {
+            match ended {
+                None if first_frame.get().is_some_and(|t| t.elapsed() >= deadline) => {
+                    // Serialised with the streaming thread (the pad's stream
+                    // lock); upstream then gets FLOW_EOS and stops.
+                    pad.send_event(gst::event::Eos::new());
+                    ended = Some(Instant::now());
+                }
+                Some(t) if t.elapsed() > Duration::from_secs(30) => {
+                    eprintln!("error: no EOS 30 s after ending the stream");
+                    ok = false;
+                    break;
+                }
+                _ => {}
+            }
         }
     }
     // The CPU runs ahead of the GPU: the clock stops once the GPU is done
     // (a consumer's: the one its source reads on; -1 is the producer's, 0).
+    // Only where this plugin's elements run: elsewhere (rows 13's upstream
+    // and one-process pipelines) it would create a CUDA context inside the
+    // measured time, and GStreamer's elements keep only a few frames queued.
     let ordinal = pipeline
         .by_name("src")
         .filter(|s| s.find_property("cuda-device-id").is_some())
         .map_or(0, |s| s.property::<i32>("cuda-device-id").max(0));
     if gstcudaipc::cuda::is_available()
+        && has_own_elements(&pipeline)
         && let Ok(device) = gstcudaipc::cuda::Device::get(ordinal)
     {
         let _ = device.stream().synchronize();
@@ -278,6 +363,38 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
     let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("RESULT {}", line.join(" "));
     if ok { 0 } else { 1 }
+}
+
+/// Whether `pipeline` holds an element of this plugin.
+fn has_own_elements(pipeline: &gst::Pipeline) -> bool {
+    pipeline.iterate_recurse().into_iter().flatten().any(|e| {
+        e.factory()
+            .and_then(|f| f.plugin_name())
+            .is_some_and(|p| p == "cudaipc")
+    })
+}
+
+/// Feeds the appsrc named `loop` with the bytes of `path` again and again
+/// (one buffer per round: a whole H.264 clip or one JPEG image), until the
+/// stream ends. GStreamer 1.26's staged runtime has no multifilesrc.
+fn loop_file(pipeline: &gst::Pipeline, path: &str) {
+    use gst_app::prelude::*;
+    let Some(appsrc) = pipeline
+        .by_name("loop")
+        .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
+    else {
+        return;
+    };
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+    let buffer = gst::Buffer::from_slice(bytes);
+    appsrc.set_callbacks(
+        gst_app::AppSrcCallbacks::builder()
+            .need_data(move |appsrc, _| {
+                // A new reference each round: the memory is shared, not copied.
+                let _ = appsrc.push_buffer(buffer.clone());
+            })
+            .build(),
+    );
 }
 
 /// Device-to-device copies of one 4K RGB frame between rotating buffers,
@@ -629,6 +746,13 @@ fn run_benchmark(o: &Options) -> i32 {
                     rows.push(row);
                 }
             }
+            if gst_cuda_wanted() && !o.two_gpu {
+                for mut row in gst_cuda_rows(o, &env) {
+                    row.mps = mps;
+                    print_row(&row);
+                    rows.push(row);
+                }
+            }
         }
         if !o.two_gpu {
             for mut row in paced_rows(o, true).into_iter().filter(|r| !r.left_out) {
@@ -643,6 +767,13 @@ fn run_benchmark(o: &Options) -> i32 {
             row.frame_bytes = (320 * 240 * 3) as f64;
             print_row(&row);
             rows.push(row);
+        }
+        // Without a CUDA device their elements are missing: rows of notes.
+        if gst_cuda_wanted() {
+            for row in gst_cuda_rows(o, &[]) {
+                print_row(&row);
+                rows.push(row);
+            }
         }
     }
     println!();
@@ -954,6 +1085,375 @@ fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
     rows
 }
 
+// --------------------------------------- rows 13: GStreamer's CUDA elements
+
+/// The three ways rows 13 take a producer's frames (the middle of a config).
+const PAIR_ALONE: &str = "alone";
+const PAIR_OURS: &str = "rscudaipc pair";
+const PAIR_UPSTREAM: &str = "upstream import";
+
+/// A producer of rows 13: GStreamer's CUDA elements up to the sink.
+struct GstCudaProducer {
+    id: &'static str,
+    what: &'static str,
+    pipeline: String,
+    /// The format of its frames; the consumers' cudaconvert writes another.
+    format: &'static str,
+    frame_bytes: f64,
+    warmup: u64,
+    /// A file its `appsrc name=loop` plays again and again.
+    loop_file: Option<PathBuf>,
+    /// Why it cannot run here.
+    missing: Option<String>,
+}
+
+/// `None` when every element is registered, else a note naming the others.
+fn missing_elements(names: &[&str]) -> Option<String> {
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| gst::ElementFactory::find(n).is_none())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "not measured: {} not registered here ({})",
+            missing.join(", "),
+            gst::version_string()
+        )
+    })
+}
+
+/// The 4K H.264 clip of row 13d (30 frames, openh264enc; in the repository).
+fn h264_clip() -> Option<PathBuf> {
+    let name = "tests/data/ball-3840x2160.h264";
+    [
+        PathBuf::from(name),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// Encodes one 4K frame with jpegenc (CPU) for row 13e.
+fn make_jpeg(path: &Path) -> Result<(), String> {
+    let description = format!(
+        "videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=I420,width={WIDTH},height={HEIGHT} ! jpegenc quality=85 ! filesink location=\"{}\"",
+        path.display()
+    );
+    let pipeline = gst::parse::launch(&description).map_err(|e| e.to_string())?;
+    pipeline
+        .set_state(gst::State::Playing)
+        .map_err(|e| e.to_string())?;
+    let bus = pipeline.bus().unwrap();
+    let result = match bus.timed_pop_filtered(
+        gst::ClockTime::from_seconds(30),
+        &[gst::MessageType::Eos, gst::MessageType::Error],
+    ) {
+        Some(msg) => match msg.view() {
+            gst::MessageView::Error(e) => Err(e.error().to_string()),
+            _ => Ok(()),
+        },
+        None => Err("jpegenc took over 30 s".into()),
+    };
+    let _ = pipeline.set_state(gst::State::Null);
+    result
+}
+
+fn gst_cuda_producers(o: &Options) -> Vec<GstCudaProducer> {
+    let rgba = format!("video/x-raw,format=RGBA,width={WIDTH},height={HEIGHT},framerate=0/1");
+    let cuda = "video/x-raw(memory:CUDAMemory)";
+    let rgba_bytes = (WIDTH * HEIGHT * 4) as f64;
+    // NV12 (the decoders' output): 12 bits a pixel.
+    let nv12_bytes = (WIDTH * HEIGHT * 3 / 2) as f64;
+    let base = missing_elements(&["videotestsrc", "imagefreeze", "cudaupload", "cudaconvert"]);
+    let upload = format!("videotestsrc num-buffers=1 pattern=smpte ! {rgba} ! cudaupload ! {cuda}");
+    let clip = h264_clip();
+    let h264_missing = base
+        .clone()
+        .or_else(|| missing_elements(&["appsrc", "h264parse", "nvh264dec"]))
+        .or_else(|| {
+            clip.is_none()
+                .then(|| "not measured: tests/data/ball-3840x2160.h264 not found".to_string())
+        });
+    let jpeg = o.out.join("bench-3840x2160.jpg");
+    let jpeg_missing = base
+        .clone()
+        .or_else(|| missing_elements(&["appsrc", "jpegenc", "nvjpegdec"]))
+        .or_else(|| {
+            make_jpeg(&jpeg)
+                .err()
+                .map(|e| format!("not measured: cannot make the JPEG: {e}"))
+        });
+    vec![
+        GstCudaProducer {
+            id: "13a",
+            what: "same buffer re-sent",
+            pipeline: format!("{upload} ! imagefreeze"),
+            format: "RGBA",
+            frame_bytes: rgba_bytes,
+            warmup: 200,
+            loop_file: None,
+            missing: base.clone(),
+        },
+        GstCudaProducer {
+            id: "13b",
+            what: "cudaconvert output",
+            pipeline: format!("{upload} ! imagefreeze ! cudaconvert ! {cuda},format=BGRx"),
+            format: "BGRx",
+            frame_bytes: rgba_bytes,
+            warmup: 200,
+            loop_file: None,
+            missing: base.clone(),
+        },
+        GstCudaProducer {
+            id: "13c",
+            what: "cudaupload of sysmem",
+            pipeline: format!(
+                "videotestsrc num-buffers=1 pattern=smpte ! {rgba} ! imagefreeze ! cudaupload ! {cuda}"
+            ),
+            format: "RGBA",
+            frame_bytes: rgba_bytes,
+            warmup: 30,
+            loop_file: None,
+            missing: base.clone(),
+        },
+        GstCudaProducer {
+            id: "13d",
+            what: "nvh264dec output",
+            pipeline: format!(
+                "appsrc name=loop caps=\"video/x-h264,stream-format=byte-stream\" ! h264parse ! nvh264dec ! {cuda}"
+            ),
+            format: "NV12",
+            frame_bytes: nv12_bytes,
+            warmup: 30,
+            loop_file: clip,
+            missing: h264_missing,
+        },
+        GstCudaProducer {
+            id: "13e",
+            what: "nvjpegdec output",
+            pipeline: format!(
+                "appsrc name=loop caps=\"image/jpeg,width={WIDTH},height={HEIGHT},framerate=30/1\" ! nvjpegdec ! {cuda}"
+            ),
+            format: "NV12",
+            frame_bytes: nv12_bytes,
+            warmup: 30,
+            loop_file: Some(jpeg),
+            missing: jpeg_missing,
+        },
+    ]
+}
+
+/// Rows 13: each producer into this pair, into upstream's pair and alone,
+/// each with a consumer that drops frames and one that feeds cudaconvert.
+fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
+    let upstream_missing = ["cudaipcsink", "cudaipcsrc"]
+        .iter()
+        .any(|name| {
+            gst::ElementFactory::find(name)
+                .and_then(|f| f.plugin_name())
+                .is_none_or(|p| p != "nvcodec")
+        })
+        .then(|| {
+            format!(
+                "not measured: upstream's cudaipcsink/cudaipcsrc need GStreamer 1.24+ with nvcodec and a CUDA device ({} here)",
+                gst::version_string()
+            )
+        });
+    // The bare names are always upstream's in these rows.
+    let mut env = env.to_vec();
+    env.push(("CUDAIPC_ELEMENT_NAMES".into(), "rs".into()));
+    let wanted = |id: &str| !left_out(id);
+    let producers: Vec<GstCudaProducer> = if GST_CUDA_IDS.iter().any(|id| wanted(id)) {
+        gst_cuda_producers(o)
+    } else {
+        Vec::new()
+    };
+    let mut hung: BTreeMap<&str, String> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for p in producers.iter().filter(|p| wanted(p.id)) {
+        // One row says why a producer cannot run, rather than six.
+        if let Some(note) = &p.missing {
+            rows.push(Row {
+                config: format!("{} {}", p.id, p.what),
+                note: note.clone(),
+                ..Default::default()
+            });
+            continue;
+        }
+        let to = if p.format == "BGRx" { "RGBA" } else { "BGRx" };
+        let consumers = [
+            ("drops".to_string(), String::new()),
+            (
+                format!("cudaconvert to {to}"),
+                format!("! cudaconvert ! video/x-raw(memory:CUDAMemory),format={to} "),
+            ),
+        ];
+        for pair in [PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM] {
+            for (consumer, convert) in &consumers {
+                let config = format!("{} {} > {pair} > {consumer}", p.id, p.what);
+                let sink = "fakesink name=sink sync=false enable-last-sample=false";
+                let missing = hung.get(pair).cloned().or_else(|| {
+                    (pair == PAIR_UPSTREAM)
+                        .then(|| upstream_missing.clone())
+                        .flatten()
+                });
+                let mut row = if let Some(note) = missing {
+                    Row {
+                        config,
+                        note,
+                        ..Default::default()
+                    }
+                } else {
+                    let tag = channel(&format!("{}-{}", p.id, rows.len()));
+                    let address = std::env::temp_dir().join(format!("cudaipc-{tag}"));
+                    let (producer, consumer) = match pair {
+                        PAIR_ALONE => (format!("{} {convert}! {sink}", p.pipeline), None),
+                        PAIR_OURS => (
+                            format!(
+                                "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false",
+                                p.pipeline
+                            ),
+                            Some(format!(
+                                "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {convert}! {sink}"
+                            )),
+                        ),
+                        _ => (
+                            format!(
+                                "{} ! cudaipcsink name=ipcsink address={} sync=false",
+                                p.pipeline,
+                                address.display()
+                            ),
+                            // Not named src: the rows' `src` has our stats.
+                            Some(format!(
+                                "cudaipcsrc address={} io-mode=import connection-timeout=60 {convert}! {sink}",
+                                address.display()
+                            )),
+                        ),
+                    };
+                    let (row, killed) = timed_run(
+                        &config,
+                        &producer,
+                        consumer.as_deref(),
+                        p.warmup,
+                        &env,
+                        p.loop_file.as_deref(),
+                        o.gst_cuda_seconds,
+                    );
+                    let _ = std::fs::remove_file(&address);
+                    if killed {
+                        // Within the run's time: the pair's later rows would
+                        // likely hang too.
+                        hung.insert(
+                            pair,
+                            format!("not measured: an earlier row of this pair hung ({})", p.id),
+                        );
+                    }
+                    row
+                };
+                row.frame_bytes = p.frame_bytes;
+                rows.push(row);
+            }
+        }
+    }
+    rows
+}
+
+/// How long past `--gst-cuda-seconds` a row of rows 13 may take.
+const TIMED_RUN_SLACK_S: f64 = 25.0;
+
+/// Runs one row of rows 13: `producer` (with a consumer process, or alone)
+/// for `seconds` from its first frame; the consumer's (or the one process's)
+/// frames after `warmup` make the row. Processes still running well past
+/// that are killed (the bool says so), so that one hung row cannot stop the
+/// run.
+fn timed_run(
+    config: &str,
+    producer: &str,
+    consumer: Option<&str>,
+    warmup: u64,
+    env: &[(String, String)],
+    loop_file: Option<&Path>,
+    seconds: f64,
+) -> (Row, bool) {
+    let mut producer_env = env.to_vec();
+    producer_env.push(("CUDAIPC_BENCH_SECONDS".into(), seconds.to_string()));
+    if let Some(file) = loop_file {
+        producer_env.push(("CUDAIPC_BENCH_LOOP".into(), file.display().to_string()));
+    }
+    let consumer_child = consumer.map(|pipeline| {
+        let child = spawn(
+            &Child {
+                role: "pipeline",
+                warmup,
+                pipeline: pipeline.to_string(),
+            },
+            env,
+        );
+        // As in two_process: the consumer is there before the first frame.
+        std::thread::sleep(Duration::from_millis(300));
+        child
+    });
+    let producer_child = spawn(
+        &Child {
+            role: "pipeline",
+            warmup: if consumer.is_some() { 0 } else { warmup },
+            pipeline: producer.to_string(),
+        },
+        &producer_env,
+    );
+    let pids: Vec<u32> = [
+        Some(producer_child.id()),
+        consumer_child.as_ref().map(|c| c.id()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Start-up (CUDA contexts, kernel compilation) takes seconds, not tens.
+    let limit = Duration::from_secs_f64(seconds + TIMED_RUN_SLACK_S);
+    let watchdog = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                if start.elapsed() > limit {
+                    for &pid in &pids {
+                        // SAFETY: kill has no memory effects; the children are
+                        // not reaped yet (done is set after both waits).
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    }
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        })
+    };
+    let producer_result = result_of(producer_child, "producer");
+    let consumer_result = consumer_child.map(|c| result_of(c, "consumer"));
+    done.store(true, Ordering::Relaxed);
+    let killed = watchdog.join().unwrap_or(false);
+    let row = match (producer_result, consumer_result) {
+        (Ok(p), Some(Ok(c))) => row_from(config, &c, Some(&p)),
+        (Ok(p), None) => row_from(config, &p, None),
+        (p, c) => Row {
+            config: config.into(),
+            error: [
+                killed.then(|| format!("killed after {} s", limit.as_secs())),
+                p.err(),
+                c.and_then(Result::err),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" / "),
+            ..Default::default()
+        },
+    };
+    (row, killed)
+}
+
 /// Without a GPU (CI): the same pipelines on the host transport, small
 /// frames, so that the benchmark cannot rot. Figures are not asserted.
 fn host_rows(o: &Options) -> Vec<Row> {
@@ -1057,6 +1557,63 @@ fn print_table(rows: &[Row], gpu: bool) {
                 );
             }
         }
+        gst_cuda_summary(rows);
+    }
+}
+
+/// Rows 13: this pair against upstream's pair and the producer alone (same
+/// producer, consumer and MPS setting), and the cudaconvert consumer against
+/// the one that drops frames.
+fn gst_cuda_summary(rows: &[Row]) {
+    // A config of rows 13: "<id> <producer> > <pair> > <consumer>".
+    let parts = |r: &Row| -> Option<(String, String, String)> {
+        let mut p = r.config.split(" > ");
+        let (producer, pair, consumer) = (p.next()?, p.next()?, p.next()?);
+        let id = producer.split_whitespace().next()?;
+        id.starts_with("13")
+            .then(|| (id.to_string(), pair.to_string(), consumer.to_string()))
+    };
+    let fps = |id: &str, pair: &str, consumer: &str, mps: bool| {
+        rows.iter()
+            .filter(|r| r.mps == mps && r.fps > 0.0)
+            .find(|r| parts(r).is_some_and(|(i, p, c)| i == id && p == pair && c == consumer))
+            .map(|r| r.fps)
+    };
+    for r in rows.iter().filter(|r| r.fps > 0.0) {
+        let Some((id, pair, consumer)) = parts(r) else {
+            continue;
+        };
+        if pair != PAIR_OURS {
+            continue;
+        }
+        let mut found = Vec::new();
+        if let Some(up) = fps(&id, PAIR_UPSTREAM, &consumer, r.mps) {
+            found.push(format!("{:.2}x upstream import", r.fps / up));
+        }
+        if let Some(alone) = fps(&id, PAIR_ALONE, &consumer, r.mps) {
+            found.push(format!(
+                "{:.0}% of the producer alone",
+                100.0 * r.fps / alone
+            ));
+        }
+        if consumer != "drops"
+            && let Some(drops) = fps(&id, PAIR_OURS, "drops", r.mps)
+        {
+            found.push(format!(
+                "{:.0}% of the consumer that drops",
+                100.0 * r.fps / drops
+            ));
+        }
+        println!(
+            "{id} MPS {}, consumer {consumer}: this pair {:.0} FPS = {}",
+            if r.mps { "on" } else { "off" },
+            r.fps,
+            if found.is_empty() {
+                "nothing to compare with".to_string()
+            } else {
+                found.join(", ")
+            }
+        );
     }
 }
 
@@ -1167,10 +1724,26 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
     let root = BitMapBackend::new(path, (1400, height.max(400))).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (left, right) = root.split_horizontally(1000);
-    let max_fps = rows.iter().map(|r| r.fps).fold(0.0, f64::max) * 1.1;
+    // A bar over 8x the next one (row 13a alone: one buffer re-sent into
+    // fakesink, hundreds of thousands of FPS) would flatten the others: the
+    // axis leaves it out and it is drawn cut.
+    let mut sorted: Vec<f64> = rows.iter().map(|r| r.fps).collect();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let top = sorted
+        .windows(2)
+        .find(|w| w[0] <= 8.0 * w[1])
+        .map_or(sorted[sorted.len() - 1], |w| w[0]);
+    let max_fps = top * 1.1;
     let labels: Vec<String> = rows
         .iter()
-        .map(|r| format!("{}{}", r.config, if r.mps { " [MPS]" } else { "" }))
+        .map(|r| {
+            format!(
+                "{}{}{}",
+                r.config,
+                if r.mps { " [MPS]" } else { "" },
+                if r.fps > max_fps { " (cut)" } else { "" }
+            )
+        })
         .collect();
     let mut chart = ChartBuilder::on(&left)
         .caption(
@@ -1206,7 +1779,10 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
                 RGBColor(40, 110, 200)
             };
             Rectangle::new(
-                [(0.0, i as f64 + 0.15), (r.fps, i as f64 + 0.85)],
+                [
+                    (0.0, i as f64 + 0.15),
+                    (r.fps.min(max_fps), i as f64 + 0.85),
+                ],
                 color.filled(),
             )
         }))

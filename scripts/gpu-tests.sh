@@ -3,6 +3,7 @@
 # with CUDAIPC_REQUIRE_GPU=1 so that a skipped GPU test fails. With --gst126
 # the same tests run on the staged GStreamer 1.26 runtime (nvcodec 1.26).
 # usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126] [LOGDIR] [test-name-filter]
+# CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
 set -u
 if [ "${1:-}" = --gst126 ]; then
   shift
@@ -30,7 +31,7 @@ for t in $build/test-* $build/gstcudaipc-*; do
   name=$(basename "$t")
   # Its own process group, so that children a failed test left behind
   # (stopped or orphaned pipelines) are ended before the next binary runs.
-  setsid "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1 &
+  setsid timeout "${CUDAIPC_TEST_TIMEOUT:-900}" "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1 &
   pid=$!
   wait $pid
   rc=$?

@@ -48,6 +48,9 @@ pub enum SubscriberError {
     OpenSlots(TransportError),
     /// Any other failure of a read.
     Read(String),
+    /// Another process truncated one of the channel's shared files: the
+    /// channel cannot go on, as if its producer were lost.
+    Truncated(std::path::PathBuf),
 }
 
 impl fmt::Display for SubscriberError {
@@ -57,6 +60,7 @@ impl fmt::Display for SubscriberError {
             Self::NoProducer(e) | Self::Attach(e) => write!(f, "{e}"),
             Self::Device(e) | Self::Corrupt(e) | Self::Read(e) => f.write_str(e),
             Self::OpenSlots(e) => write!(f, "{e}"),
+            Self::Truncated(path) => write!(f, "{}", ChannelError::Truncated(path.clone())),
         }
     }
 }
@@ -68,6 +72,17 @@ impl From<ChannelError> for SubscriberError {
         match e {
             ChannelError::Interrupted => Self::Interrupted,
             ChannelError::Corrupt(what) => Self::Corrupt(what),
+            ChannelError::Truncated(path) => Self::Truncated(path),
+            e => Self::Read(e.to_string()),
+        }
+    }
+}
+
+impl From<TransportError> for SubscriberError {
+    /// A failure of the slots' ordering hooks.
+    fn from(e: TransportError) -> Self {
+        match e {
+            TransportError::Channel(e) => e.into(),
             e => Self::Read(e.to_string()),
         }
     }
@@ -308,9 +323,7 @@ impl Subscriber {
                     frame.seq, frame.slot, frame.size
                 )));
             }
-            slots
-                .before_read(frame.slot)
-                .map_err(|e| SubscriberError::Read(e.to_string()))?;
+            slots.before_read(frame.slot)?;
             frame.slots = Some(slots);
             self.held.fetch_add(1, Ordering::SeqCst);
             return Ok(match new_caps {
@@ -358,7 +371,14 @@ impl Subscriber {
             // that is its death, not a failure to open.
             Err(e) => match self.consumer.producer_gone() {
                 Some(gone) => return Ok(Refresh::Gone(gone)),
-                None => return Err(SubscriberError::OpenSlots(e)),
+                None => {
+                    return Err(match e {
+                        TransportError::Channel(ChannelError::Truncated(path)) => {
+                            SubscriberError::Truncated(path)
+                        }
+                        e => SubscriberError::OpenSlots(e),
+                    });
+                }
             },
         };
         self.consumer

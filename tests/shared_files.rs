@@ -279,6 +279,13 @@ fn a_truncated_control_block_is_an_error_on_both_sides_not_sigbus() {
 }
 
 #[test]
+fn a_truncated_control_block_under_upstream_writes_is_a_clear_error() {
+    // Upstream writes into the sink's slot pool: the truncation is met when
+    // the pool reserves a slot, and its error reaches the bus.
+    truncation_case("control", "");
+}
+
+#[test]
 fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
     let private = Command::new("unshare")
         .args(["-m", "true"])

@@ -15,10 +15,14 @@ glib::wrapper! {
 }
 
 impl SlotPool {
-    pub(super) fn new(publisher: Arc<SinkPublisher>) -> Self {
+    /// A pool of `publisher`'s slots; its failures are posted as errors of
+    /// `sink`, since upstream only sees a flow error.
+    pub(super) fn new(publisher: Arc<SinkPublisher>, sink: &gst::Element) -> Self {
         let pool: Self = glib::Object::new();
+        use glib::object::ObjectExt;
         use gst::subclass::prelude::ObjectSubclassIsExt;
         *pool.imp().publisher.lock().unwrap() = Some(publisher);
+        *pool.imp().sink.lock().unwrap() = sink.downgrade();
         pool
     }
 }
@@ -60,11 +64,13 @@ mod imp {
         }
     }
 
-    /// Lock order: `publisher` and `info` are leaves (each is cloned out
+    /// Lock order: `publisher`, `sink` and `info` are leaves (each is cloned out
     /// and released before anything waits).
     #[derive(Default)]
     pub struct SlotPool {
         pub(super) publisher: Mutex<Option<Arc<SinkPublisher>>>,
+        /// Weak: the sink owns the publisher, upstream owns this pool.
+        pub(super) sink: Mutex<glib::WeakRef<gst::Element>>,
         info: Mutex<Option<gst_video::VideoInfo>>,
         /// This pool's own flushing state: upstream flushes or drops a pool
         /// without touching the sink, which may go on with another pool.
@@ -79,6 +85,18 @@ mod imp {
 
     impl ObjectImpl for SlotPool {}
     impl GstObjectImpl for SlotPool {}
+
+    impl SlotPool {
+        /// Posts `what` as the sink's error: upstream, which gets only the
+        /// flow error, would post a bare "Internal data stream error".
+        fn post_error(&self, what: &str) -> gst::FlowError {
+            gst::error!(CAT, imp = self, "{what}");
+            if let Some(sink) = self.sink.lock().unwrap().upgrade() {
+                gst::element_error!(sink, gst::ResourceError::Write, ("{}", what));
+            }
+            gst::FlowError::Error
+        }
+    }
 
     impl BufferPoolImpl for SlotPool {
         fn options() -> &'static [&'static str] {
@@ -144,13 +162,10 @@ mod imp {
                     ReserveError::Flushing => gst::FlowError::Flushing,
                     ReserveError::TooSmall => gst::FlowError::NotNegotiated,
                     ReserveError::Channel(e) => {
-                        gst::error!(CAT, imp = self, "cannot reserve a slot: {}", e);
-                        gst::FlowError::Error
+                        self.post_error(&format!("cannot reserve a slot for upstream: {e}"))
                     }
-                    ReserveError::Transport(e) => {
-                        gst::error!(CAT, imp = self, "cannot order a slot: {}", e);
-                        gst::FlowError::Error
-                    }
+                    ReserveError::Transport(e) => self
+                        .post_error(&format!("cannot prepare a slot for upstream to write: {e}")),
                 })?;
             let (slot, token) = (reservation.slot(), reservation.token());
             let memory = match reservation.memory().clone() {

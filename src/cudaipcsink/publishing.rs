@@ -197,7 +197,7 @@ pub(super) fn propose(
         );
         query.add_allocation_pool(Some(pool), size, min, max);
     }
-    propose_slot_pool(query, publisher.clone(), caps, &info)?;
+    propose_slot_pool(sink, query, publisher.clone(), caps, &info)?;
     Ok(changed.then_some(lendable))
 }
 
@@ -378,6 +378,7 @@ fn lendable_pool(
 
 /// Adds the slot pool (whose buffers are free slots) to `query`.
 fn propose_slot_pool(
+    sink: &super::CudaIpcSink,
     query: &mut gst::query::Allocation,
     publisher: Arc<SinkPublisher>,
     caps: &gst::Caps,
@@ -386,7 +387,7 @@ fn propose_slot_pool(
     let allocator = publisher
         .device()
         .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
-    let pool = SlotPool::new(publisher);
+    let pool = SlotPool::new(publisher, sink.upcast_ref());
     let mut config = pool.config();
     config.set_params(Some(caps), info.size() as u32, 0, 0);
     if let Some(allocator) = allocator.as_ref() {

@@ -36,31 +36,27 @@ mod imp {
 
     use super::super::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
-    use crate::transport::{ReserveError, SlotMemory, WriterReservation};
+    use crate::transport::{HostRegion, ReserveError, SlotMemory, WriterReservation};
 
-    /// A host slot as writable buffer memory.
+    /// A reserved host slot as writable buffer memory, `len` bytes of it.
     struct HostSlot {
-        ptr: *mut u8,
+        region: HostRegion,
         len: usize,
         _reservation: WriterReservation<gst::Buffer>,
     }
 
-    // SAFETY: the pointer is into a shared mapping kept alive by the
-    // reservation's slot set; the reserved slot is ours alone until it is
-    // published.
-    unsafe impl Send for HostSlot {}
-
     impl AsRef<[u8]> for HostSlot {
         fn as_ref(&self) -> &[u8] {
-            // SAFETY: see the Send impl; `len` is within the slot.
-            unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+            &self.region.as_slice()[..self.len]
         }
     }
 
     impl AsMut<[u8]> for HostSlot {
         fn as_mut(&mut self) -> &mut [u8] {
-            // SAFETY: see the Send impl; `len` is within the slot.
-            unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+            // SAFETY: the reserved slot is ours alone until it is published,
+            // and `&mut self` makes this the only view of it in this process.
+            let bytes = unsafe { self.region.as_mut_slice() };
+            &mut bytes.expect("a producer's slot is writable")[..self.len]
         }
     }
 
@@ -177,11 +173,14 @@ mod imp {
                     };
                     CudaAllocator::for_device(&device).wrap(frame, Box::new(reservation), false)
                 }
-                SlotMemory::Host { ptr, .. } => gst::Memory::from_mut_slice(HostSlot {
-                    ptr,
-                    len: info.size(),
-                    _reservation: reservation,
-                }),
+                SlotMemory::Host(region) if region.is_writable() && region.len() >= info.size() => {
+                    gst::Memory::from_mut_slice(HostSlot {
+                        region,
+                        len: info.size(),
+                        _reservation: reservation,
+                    })
+                }
+                SlotMemory::Host(_) => return Err(gst::FlowError::NotNegotiated),
             };
             // Render recognises the frame by its memory.
             publisher.register_reservation(slot, memory.as_ptr() as usize);

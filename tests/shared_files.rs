@@ -214,6 +214,7 @@ fn truncation_case(target: &str, filter: &str) {
     let control = dir.path(&format!("cudaipc-{channel}"));
     let producer = producer_through(&dir, &channel, "", filter);
     wait_for_file(&control);
+    let consumer_eos = consumer(&dir, &channel, "on-producer-lost=eos");
     let consumer = consumer(&dir, &channel, "");
     // Both ends map the files and frames flow.
     std::thread::sleep(Duration::from_millis(1500));
@@ -230,7 +231,12 @@ fn truncation_case(target: &str, filter: &str) {
     truncate(&victim);
     let produced = producer.finish(LIMIT);
     let consumed = consumer.finish(LIMIT);
-    for (who, done) in [("producer", &produced), ("consumer", &consumed)] {
+    let consumed_eos = consumer_eos.finish(LIMIT);
+    for (who, done) in [
+        ("producer", &produced),
+        ("consumer", &consumed),
+        ("consumer with on-producer-lost=eos", &consumed_eos),
+    ] {
         assert!(
             done.code.is_some(),
             "{target} truncated: the {who} died by a signal\n{}",
@@ -249,6 +255,14 @@ fn truncation_case(target: &str, filter: &str) {
         !control.exists() || target == "control",
         "the producer removed its control block"
     );
+    // A truncation is a lost producer to the consumers: with
+    // on-producer-lost=eos the stream ends normally.
+    assert_eq!(
+        consumed_eos.code,
+        Some(0),
+        "{target} truncated: a consumer with on-producer-lost=eos ends with EOS:\n{}",
+        consumed_eos.stderr
+    );
 }
 
 #[test]
@@ -262,6 +276,13 @@ fn a_truncated_control_block_is_an_error_on_both_sides_not_sigbus() {
     // The sink copies each frame (upstream gets no pool): the truncation is
     // met by the sink's own reserve and publish, which post the error.
     truncation_case("control", "identity drop-allocation=true !");
+}
+
+#[test]
+fn a_truncated_control_block_under_upstream_writes_is_a_clear_error() {
+    // Upstream writes into the sink's slot pool: the truncation is met when
+    // the pool reserves a slot, and its error reaches the bus.
+    truncation_case("control", "");
 }
 
 #[test]

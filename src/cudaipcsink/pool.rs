@@ -15,10 +15,14 @@ glib::wrapper! {
 }
 
 impl SlotPool {
-    pub(super) fn new(publisher: Arc<SinkPublisher>) -> Self {
+    /// A pool of `publisher`'s slots; its failures are posted as errors of
+    /// `sink`, since upstream only sees a flow error.
+    pub(super) fn new(publisher: Arc<SinkPublisher>, sink: &gst::Element) -> Self {
         let pool: Self = glib::Object::new();
+        use glib::object::ObjectExt;
         use gst::subclass::prelude::ObjectSubclassIsExt;
         *pool.imp().publisher.lock().unwrap() = Some(publisher);
+        *pool.imp().sink.lock().unwrap() = sink.downgrade();
         pool
     }
 }
@@ -32,39 +36,37 @@ mod imp {
 
     use super::super::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
-    use crate::transport::{ReserveError, SlotMemory, WriterReservation};
+    use crate::transport::{HostRegion, ReserveError, SlotMemory, WriterReservation};
 
-    /// A host slot as writable buffer memory.
+    /// A reserved host slot as writable buffer memory, `len` bytes of it.
     struct HostSlot {
-        ptr: *mut u8,
+        region: HostRegion,
         len: usize,
         _reservation: WriterReservation<gst::Buffer>,
     }
 
-    // SAFETY: the pointer is into a shared mapping kept alive by the
-    // reservation's slot set; the reserved slot is ours alone until it is
-    // published.
-    unsafe impl Send for HostSlot {}
-
     impl AsRef<[u8]> for HostSlot {
         fn as_ref(&self) -> &[u8] {
-            // SAFETY: see the Send impl; `len` is within the slot.
-            unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+            &self.region.as_slice()[..self.len]
         }
     }
 
     impl AsMut<[u8]> for HostSlot {
         fn as_mut(&mut self) -> &mut [u8] {
-            // SAFETY: see the Send impl; `len` is within the slot.
-            unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+            // SAFETY: the reserved slot is ours alone until it is published,
+            // and `&mut self` makes this the only view of it in this process.
+            let bytes = unsafe { self.region.as_mut_slice() };
+            &mut bytes.expect("a producer's slot is writable")[..self.len]
         }
     }
 
-    /// Lock order: `publisher` and `info` are leaves (each is cloned out
+    /// Lock order: `publisher`, `sink` and `info` are leaves (each is cloned out
     /// and released before anything waits).
     #[derive(Default)]
     pub struct SlotPool {
         pub(super) publisher: Mutex<Option<Arc<SinkPublisher>>>,
+        /// Weak: the sink owns the publisher, upstream owns this pool.
+        pub(super) sink: Mutex<glib::WeakRef<gst::Element>>,
         info: Mutex<Option<gst_video::VideoInfo>>,
         /// This pool's own flushing state: upstream flushes or drops a pool
         /// without touching the sink, which may go on with another pool.
@@ -79,6 +81,18 @@ mod imp {
 
     impl ObjectImpl for SlotPool {}
     impl GstObjectImpl for SlotPool {}
+
+    impl SlotPool {
+        /// Posts `what` as the sink's error: upstream, which gets only the
+        /// flow error, would post a bare "Internal data stream error".
+        fn post_error(&self, what: &str) -> gst::FlowError {
+            gst::error!(CAT, imp = self, "{what}");
+            if let Some(sink) = self.sink.lock().unwrap().upgrade() {
+                gst::element_error!(sink, gst::ResourceError::Write, ("{}", what));
+            }
+            gst::FlowError::Error
+        }
+    }
 
     impl BufferPoolImpl for SlotPool {
         fn options() -> &'static [&'static str] {
@@ -144,13 +158,10 @@ mod imp {
                     ReserveError::Flushing => gst::FlowError::Flushing,
                     ReserveError::TooSmall => gst::FlowError::NotNegotiated,
                     ReserveError::Channel(e) => {
-                        gst::error!(CAT, imp = self, "cannot reserve a slot: {}", e);
-                        gst::FlowError::Error
+                        self.post_error(&format!("cannot reserve a slot for upstream: {e}"))
                     }
-                    ReserveError::Transport(e) => {
-                        gst::error!(CAT, imp = self, "cannot order a slot: {}", e);
-                        gst::FlowError::Error
-                    }
+                    ReserveError::Transport(e) => self
+                        .post_error(&format!("cannot prepare a slot for upstream to write: {e}")),
                 })?;
             let (slot, token) = (reservation.slot(), reservation.token());
             let memory = match reservation.memory().clone() {
@@ -162,11 +173,14 @@ mod imp {
                     };
                     CudaAllocator::for_device(&device).wrap(frame, Box::new(reservation), false)
                 }
-                SlotMemory::Host { ptr, .. } => gst::Memory::from_mut_slice(HostSlot {
-                    ptr,
-                    len: info.size(),
-                    _reservation: reservation,
-                }),
+                SlotMemory::Host(region) if region.is_writable() && region.len() >= info.size() => {
+                    gst::Memory::from_mut_slice(HostSlot {
+                        region,
+                        len: info.size(),
+                        _reservation: reservation,
+                    })
+                }
+                SlotMemory::Host(_) => return Err(gst::FlowError::NotNegotiated),
             };
             // Render recognises the frame by its memory.
             publisher.register_reservation(slot, memory.as_ptr() as usize);

@@ -197,7 +197,7 @@ pub(super) fn propose(
         );
         query.add_allocation_pool(Some(pool), size, min, max);
     }
-    propose_slot_pool(query, publisher.clone(), caps, &info)?;
+    propose_slot_pool(sink, query, publisher.clone(), caps, &info)?;
     Ok(changed.then_some(lendable))
 }
 
@@ -234,17 +234,17 @@ fn copy_into_slot(
     // our slots are on one too.
     let gst_cuda = match memory {
         SlotMemory::Device(_) => gstcuda::MappedCudaMemory::of_buffer(buffer, false),
-        SlotMemory::Host { .. } => None,
+        SlotMemory::Host(_) => None,
     };
     let src_planes = video::meta_planes(buffer)
         .or_else(|| gst_cuda.as_ref().map(|mapped| mapped.planes.clone()))
         .unwrap_or_else(|| dst_planes.clone());
     let target = match memory {
         SlotMemory::Device(slot) => Target::Device(slot),
-        // SAFETY: the slot is reserved by us, `len` bytes long, and no
-        // consumer reads it until it is published.
-        SlotMemory::Host { ptr, len } => {
-            Target::Host(unsafe { std::slice::from_raw_parts_mut(*ptr, *len) })
+        // SAFETY: the slot is reserved by us, so no consumer reads it until
+        // it is published, and this copy is the only view of it.
+        SlotMemory::Host(slot) => {
+            Target::Host(unsafe { slot.as_mut_slice() }.ok_or("the slot's mapping is read-only")?)
         }
     };
     let copy = |src, target| {
@@ -378,6 +378,7 @@ fn lendable_pool(
 
 /// Adds the slot pool (whose buffers are free slots) to `query`.
 fn propose_slot_pool(
+    sink: &super::CudaIpcSink,
     query: &mut gst::query::Allocation,
     publisher: Arc<SinkPublisher>,
     caps: &gst::Caps,
@@ -386,7 +387,7 @@ fn propose_slot_pool(
     let allocator = publisher
         .device()
         .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
-    let pool = SlotPool::new(publisher);
+    let pool = SlotPool::new(publisher, sink.upcast_ref());
     let mut config = pool.config();
     config.set_params(Some(caps), info.size() as u32, 0, 0);
     if let Some(allocator) = allocator.as_ref() {

@@ -105,6 +105,7 @@ pub(super) fn error_message(
             ("cannot open the channel's slots: {}", e)
         ),
         SubscriberError::Read(e) => gst::error_msg!(ResourceError::Read, ("{}", e)),
+        e @ SubscriberError::Truncated(_) => gst::error_msg!(ResourceError::Read, ("{}", e)),
     })
 }
 

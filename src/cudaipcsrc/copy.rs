@@ -59,7 +59,7 @@ fn copy_to_plugin_or_system(
     let memory = frame.memory();
     let src = match &memory {
         SlotMemory::Device(slot) => Source::Device(slot),
-        SlotMemory::Host { .. } => {
+        SlotMemory::Host(_) => {
             Source::Host(frame.host_bytes().ok_or("the host slot is not mapped")?)
         }
     };

@@ -114,7 +114,7 @@ pub(super) fn to_buffer(
             b.append_memory(allocator.wrap(frame_memory, Box::new(frame), true));
             CudaIpcMeta::add(b, meta);
         }
-        SlotMemory::Host { .. } => b.append_memory(gst::Memory::from_slice(HostSlot(frame))),
+        SlotMemory::Host(_) => b.append_memory(gst::Memory::from_slice(HostSlot(frame))),
     }
     Ok((buffer, Delivery::Slot))
 }

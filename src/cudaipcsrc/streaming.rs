@@ -168,6 +168,16 @@ impl CudaIpcSrc {
                 stats.waits += attached.waits() - waits;
                 stats.missed += attached.stale() - stale;
             }
+            let event = match event {
+                // The channel cannot go on: as if its producer were lost.
+                Err(e @ SubscriberError::Truncated(_)) => {
+                    let channel = self.settings.lock().unwrap().channel.clone();
+                    self.producer_lost(&format!("channel '{channel}': {e}"))?;
+                    *subscriber = None;
+                    continue;
+                }
+                event => event,
+            };
             match event.map_err(|e| self.failed(e))? {
                 Event::Caps(text) => {
                     let caps = channel::parse_caps(&text).map_err(|e| self.failed(e))?;
@@ -179,7 +189,12 @@ impl CudaIpcSrc {
                     return Err(gst::FlowError::Eos);
                 }
                 Event::ProducerGone(gone) => {
-                    self.producer_lost(gone)?;
+                    let channel = self.settings.lock().unwrap().channel.clone();
+                    let what = match gone {
+                        ProducerGone::Closed => "closed the channel",
+                        ProducerGone::Died => "died",
+                    };
+                    self.producer_lost(&format!("the producer of channel '{channel}' {what}"))?;
                     *subscriber = None;
                 }
             }
@@ -253,24 +268,14 @@ impl CudaIpcSrc {
         Timestamps::RunningTime(state.last_running_time)
     }
 
-    fn producer_lost(&self, gone: ProducerGone) -> Result<(), gst::FlowError> {
-        let Settings {
-            channel,
-            on_producer_lost,
-            ..
-        } = self.settings.lock().unwrap().clone();
-        let what = match gone {
-            ProducerGone::Closed => "closed the channel",
-            ProducerGone::Died => "died",
-        };
-        gst::info!(CAT, imp = self, "the producer of '{channel}' {what}");
+    /// Follows `on-producer-lost` for a channel that cannot go on, `why`
+    /// saying so.
+    fn producer_lost(&self, why: &str) -> Result<(), gst::FlowError> {
+        let on_producer_lost = self.settings.lock().unwrap().on_producer_lost;
+        gst::info!(CAT, imp = self, "{why}");
         match on_producer_lost {
             ProducerLost::Error => {
-                gst::element_imp_error!(
-                    self,
-                    gst::ResourceError::Read,
-                    ("the producer of channel '{}' {}", channel, what)
-                );
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", why));
                 Err(gst::FlowError::Error)
             }
             ProducerLost::Eos => Err(gst::FlowError::Eos),

@@ -2,7 +2,9 @@
 // and reads are ordered by the channel's own atomics, so the ordering hooks
 // have nothing to do.
 
+use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
@@ -17,8 +19,74 @@ fn slot_stride(size: usize) -> usize {
     size.next_multiple_of(SLOT_ALIGN)
 }
 
+/// A slot's bytes in a shared host mapping. It keeps the mapping alive, so
+/// safe code can neither outlive it nor read out of bounds; writes need
+/// a writable (producer's) mapping and the `unsafe` [`Self::as_mut_slice`].
+/// If another process truncates the file, the range turns into private
+/// zero pages (never SIGBUS) and the slots report it at
+/// `after_write`/`before_read`/`finish_read`.
+#[derive(Debug, Clone)]
+pub struct HostRegion {
+    map: Arc<SharedMapping>,
+    offset: usize,
+    len: usize,
+}
+
+impl HostRegion {
+    /// `None` when the range does not lie within `map`.
+    fn new(map: &Arc<SharedMapping>, offset: usize, len: usize) -> Option<Self> {
+        (offset.checked_add(len)? <= map.len()).then(|| Self {
+            map: map.clone(),
+            offset,
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether this is a producer's region, which may be written.
+    pub fn is_writable(&self) -> bool {
+        self.map.as_mut_ptr().is_some()
+    }
+
+    /// The region's bytes. The channel's protocol keeps the producer from
+    /// writing a slot while a consumer holds it.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `new` checked that offset + len lies within the mapping,
+        // which `self.map` keeps mapped for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(self.offset), self.len) }
+    }
+
+    /// The region's bytes for writing; `None` for a consumer's (read-only)
+    /// mapping.
+    ///
+    /// # Safety
+    ///
+    /// The caller must hold the slot for writing (reserved and not yet
+    /// published, so no consumer reads it), and no other slice of this
+    /// region may be alive while the returned one is.
+    // A `&mut` from `&self` is this function's purpose: exclusivity comes
+    // from the slot reservation, which the caller vouches for.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> Option<&mut [u8]> {
+        let base = self.map.as_mut_ptr()?;
+        // SAFETY: in bounds (see `as_slice`) of a writable mapping kept alive
+        // by `self.map`; exclusive by the caller's contract.
+        Some(unsafe { std::slice::from_raw_parts_mut(base.add(self.offset), self.len) })
+    }
+}
+
 pub struct HostProducerSlots {
-    file: SharedFile,
+    map: Arc<SharedMapping>,
+    path: PathBuf,
+    /// Kept open with the mapping.
+    _file: File,
     name: String,
     count: usize,
     size: usize,
@@ -36,9 +104,11 @@ impl HostProducerSlots {
             let name = shm::data_file_name(&request.channel, request.session, request.generation);
             let path = shm::shm_dir().join(&name);
             match SharedFile::create_exclusive(&path, total, request.permissions) {
-                Ok(file) => {
+                Ok(SharedFile { file, map, path }) => {
                     return Ok(Self {
-                        file,
+                        map: Arc::new(map),
+                        path,
+                        _file: file,
                         name,
                         count: request.count,
                         size: request.size,
@@ -66,7 +136,7 @@ fn truncated(path: PathBuf) -> TransportError {
 impl Drop for HostProducerSlots {
     fn drop(&mut self) {
         // Consumers that still map it keep the memory; the name goes now.
-        let _ = std::fs::remove_file(&self.file.path);
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -93,39 +163,31 @@ impl ProducerSlots for HostProducerSlots {
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
         assert!(slot < self.count);
-        let base = self
-            .file
-            .map
-            .as_mut_ptr()
-            .expect("the producer maps its data file writable");
-        // SAFETY: slot < count, so the offset stays inside the mapping.
-        let ptr = unsafe { base.add(slot * slot_stride(self.size)) };
-        SlotMemory::Host {
-            ptr,
-            len: self.size,
-        }
+        let region = HostRegion::new(&self.map, slot * slot_stride(self.size), self.size);
+        SlotMemory::Host(region.expect("the slots lie within the data file"))
     }
 
     fn before_write(&self, _slot: usize, _producer: &Producer) -> Result<(), TransportError> {
-        if self.file.is_broken() {
-            return Err(truncated(self.file.path.clone()));
+        if self.map.is_broken() {
+            return Err(truncated(self.path.clone()));
         }
         Ok(())
     }
 
     /// A frame written into a truncated file is lost: never published.
     fn after_write(&self, _slot: usize) -> Result<(), TransportError> {
-        if self.file.is_broken() {
-            return Err(truncated(self.file.path.clone()));
+        if self.map.is_broken() {
+            return Err(truncated(self.path.clone()));
         }
         Ok(())
     }
 }
 
 pub struct HostConsumerSlots {
-    map: SharedMapping,
+    map: Arc<SharedMapping>,
     path: PathBuf,
-    count: usize,
+    /// One per slot.
+    regions: Vec<HostRegion>,
     size: usize,
 }
 
@@ -181,10 +243,15 @@ impl HostConsumerSlots {
         // Read-only: a consumer can never write into the producer's slots.
         let map = SharedMapping::map(&file, Some(needed), false)
             .map_err(|e| TransportError::Io(format!("cannot map {}: {e}", path.display())))?;
+        let map = Arc::new(map);
+        let regions = (0..count)
+            .map(|slot| HostRegion::new(&map, slot * slot_stride(size), size))
+            .collect::<Option<_>>()
+            .ok_or_else(|| TransportError::Invalid("the slots exceed the mapping".into()))?;
         Ok(Self {
             map,
             path,
-            count,
+            regions,
             size,
         })
     }
@@ -196,7 +263,7 @@ impl ConsumerSlots for HostConsumerSlots {
     }
 
     fn slot_count(&self) -> usize {
-        self.count
+        self.regions.len()
     }
 
     fn slot_size(&self) -> usize {
@@ -204,15 +271,11 @@ impl ConsumerSlots for HostConsumerSlots {
     }
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
-        assert!(slot < self.count);
-        // SAFETY: slot < count, so the offset stays inside the mapping.
-        // The pointer is `*mut` only by the type's shape: the mapping is
-        // read-only, and consumers never write through it.
-        let ptr = unsafe { self.map.as_ptr().add(slot * slot_stride(self.size)) as *mut u8 };
-        SlotMemory::Host {
-            ptr,
-            len: self.size,
-        }
+        SlotMemory::Host(self.regions[slot].clone())
+    }
+
+    fn host_region(&self, slot: usize) -> Option<&HostRegion> {
+        self.regions.get(slot)
     }
 
     fn before_read(&self, _slot: usize) -> Result<(), TransportError> {

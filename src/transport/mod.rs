@@ -25,7 +25,7 @@ use crate::ipc::layout::{
 use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
-pub use host::{HostConsumerSlots, HostProducerSlots};
+pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use lending::LentSlots;
 pub use publisher::{
     Allocated, ConfigureError, Learned, LendableFrame, PublishError, Publisher, PublisherConfig,
@@ -131,24 +131,16 @@ impl From<ChannelError> for TransportError {
     }
 }
 
-/// Where a slot's bytes are.
+/// Where a slot's bytes are. Each variant keeps its memory alive.
 #[derive(Debug, Clone)]
 pub enum SlotMemory {
-    /// Shared host memory. Writable only on the producer side (the
-    /// consumer's mapping is read-only). If another process truncates the
-    /// file, the range turns into private zero pages (never SIGBUS) and the
-    /// slots report it at `after_write`/`before_read`/`finish_read`.
-    Host { ptr: *mut u8, len: usize },
+    /// Shared host memory, written only on the producer side (the
+    /// consumer's mapping is read-only).
+    Host(HostRegion),
     /// Device memory, kept mapped (or allocated) while the region lives;
     /// `ptr()`, `len()` and `device()` say where.
     Device(DeviceRegion),
 }
-
-// SAFETY: the host pointer is into a shared mapping owned by the slots
-// object that produced it, which its users keep alive while they use it.
-unsafe impl Send for SlotMemory {}
-// SAFETY: see above.
-unsafe impl Sync for SlotMemory {}
 
 /// The producer's slots.
 pub trait ProducerSlots: Send + Sync {
@@ -172,6 +164,11 @@ pub trait ConsumerSlots: Send + Sync {
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_memory(&self, slot: usize) -> SlotMemory;
+    /// The memory of `slot` when it is host memory, borrowed from the
+    /// slots (a held frame's bytes live as long as the frame).
+    fn host_region(&self, _slot: usize) -> Option<&HostRegion> {
+        None
+    }
     /// Orders every later read of `slot` after the producer's writes.
     fn before_read(&self, slot: usize) -> Result<(), TransportError>;
     /// Marks the point after which this process no longer reads `slot`:

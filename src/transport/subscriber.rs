@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
+use super::{
+    ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots,
+};
 use crate::cuda::Device;
 use crate::ipc::{
     ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Frame, Item,
@@ -48,6 +50,9 @@ pub enum SubscriberError {
     OpenSlots(TransportError),
     /// Any other failure of a read.
     Read(String),
+    /// Another process truncated one of the channel's shared files: the
+    /// channel cannot go on, as if its producer were lost.
+    Truncated(std::path::PathBuf),
 }
 
 impl fmt::Display for SubscriberError {
@@ -57,6 +62,7 @@ impl fmt::Display for SubscriberError {
             Self::NoProducer(e) | Self::Attach(e) => write!(f, "{e}"),
             Self::Device(e) | Self::Corrupt(e) | Self::Read(e) => f.write_str(e),
             Self::OpenSlots(e) => write!(f, "{e}"),
+            Self::Truncated(path) => write!(f, "{}", ChannelError::Truncated(path.clone())),
         }
     }
 }
@@ -68,6 +74,17 @@ impl From<ChannelError> for SubscriberError {
         match e {
             ChannelError::Interrupted => Self::Interrupted,
             ChannelError::Corrupt(what) => Self::Corrupt(what),
+            ChannelError::Truncated(path) => Self::Truncated(path),
+            e => Self::Read(e.to_string()),
+        }
+    }
+}
+
+impl From<TransportError> for SubscriberError {
+    /// A failure of the slots' ordering hooks.
+    fn from(e: TransportError) -> Self {
+        match e {
+            TransportError::Channel(e) => e.into(),
             e => Self::Read(e.to_string()),
         }
     }
@@ -109,15 +126,11 @@ impl HeldFrame {
 
     /// The frame's bytes, for the host transport.
     pub fn host_bytes(&self) -> Option<&[u8]> {
-        match self.memory() {
-            // SAFETY: the mapping lives as long as `self.slots`, which this
-            // frame keeps; the producer does not write a held slot; the size
-            // was checked against the slot size before the frame was handed out.
-            SlotMemory::Host { ptr, .. } => Some(unsafe {
-                std::slice::from_raw_parts(ptr as *const u8, self.frame.size as usize)
-            }),
-            SlotMemory::Device { .. } => None,
-        }
+        // The producer does not write a held slot; the size was checked
+        // against the slot size before the frame was handed out.
+        self.slots()
+            .host_region(self.frame.slot)
+            .and_then(|region| region.as_slice().get(..self.frame.size as usize))
     }
 
     /// Frames of its subscriber being read, this one included.
@@ -308,9 +321,7 @@ impl Subscriber {
                     frame.seq, frame.slot, frame.size
                 )));
             }
-            slots
-                .before_read(frame.slot)
-                .map_err(|e| SubscriberError::Read(e.to_string()))?;
+            slots.before_read(frame.slot)?;
             frame.slots = Some(slots);
             self.held.fetch_add(1, Ordering::SeqCst);
             return Ok(match new_caps {
@@ -358,7 +369,14 @@ impl Subscriber {
             // that is its death, not a failure to open.
             Err(e) => match self.consumer.producer_gone() {
                 Some(gone) => return Ok(Refresh::Gone(gone)),
-                None => return Err(SubscriberError::OpenSlots(e)),
+                None => {
+                    return Err(match e {
+                        TransportError::Channel(ChannelError::Truncated(path)) => {
+                            SubscriberError::Truncated(path)
+                        }
+                        e => SubscriberError::OpenSlots(e),
+                    });
+                }
             },
         };
         self.consumer
@@ -450,11 +468,13 @@ mod tests {
     fn publish(producer: &Producer, slots: &dyn ProducerSlots, byte: u8) {
         let slot = producer.reserve_now().expect("a free slot");
         slots.before_write(slot, producer).unwrap();
-        let SlotMemory::Host { ptr, len } = slots.slot_memory(slot) else {
+        let SlotMemory::Host(region) = slots.slot_memory(slot) else {
             unreachable!("host transport")
         };
-        // SAFETY: the producer owns the reserved slot; `len` bounds it.
-        unsafe { std::ptr::write_bytes(ptr, byte, len.min(SIZE)) };
+        // SAFETY: the producer owns the reserved slot; nothing else views it.
+        let bytes = unsafe { region.as_mut_slice() }.expect("the producer's mapping is writable");
+        let len = SIZE.min(bytes.len());
+        bytes[..len].fill(byte);
         slots.after_write(slot).unwrap();
         let meta = FrameMeta {
             size: SIZE as u64,
@@ -485,6 +505,26 @@ mod tests {
         drop(frame);
         producer.publish_eos();
         assert!(matches!(subscriber.next(&no), Ok(Event::Eos)));
+    }
+
+    #[test]
+    fn a_consumers_host_slot_is_read_only_and_outlives_the_channel() {
+        let no = AtomicBool::new(false);
+        let (producer, slots, mut subscriber) = pair();
+        publish(&producer, &*slots, 5);
+        assert!(matches!(subscriber.next(&no), Ok(Event::Caps(_))));
+        let Ok(Event::Frame(frame)) = subscriber.next(&no) else {
+            panic!("the frame after its caps")
+        };
+        let SlotMemory::Host(region) = frame.memory() else {
+            panic!("host transport")
+        };
+        assert!(!region.is_writable());
+        // SAFETY: nothing else views the region (and nothing is written).
+        assert!(unsafe { region.as_mut_slice() }.is_none());
+        drop((frame, subscriber, slots, producer));
+        // The region keeps its mapping: still the frame's bytes.
+        assert_eq!(&region.as_slice()[..SIZE], &[5u8; SIZE][..]);
     }
 
     #[test]

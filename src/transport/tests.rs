@@ -10,10 +10,10 @@ use crate::test_support::{gpu_or_skip, unique_channel};
 
 fn write_slot(memory: &SlotMemory, data: &[u8]) {
     match memory {
-        SlotMemory::Host { ptr, len } => {
-            assert!(data.len() <= *len);
-            // SAFETY: the producer owns the reserved slot; `len` bounds it.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), *ptr, data.len()) };
+        SlotMemory::Host(region) => {
+            // SAFETY: the producer owns the reserved slot; nothing else views it.
+            let bytes = unsafe { region.as_mut_slice() }.expect("the producer's mapping is writable");
+            bytes[..data.len()].copy_from_slice(data);
         }
         SlotMemory::Device(region) => {
             // Ordered on the shared stream, like an upstream element's kernel.
@@ -24,10 +24,7 @@ fn write_slot(memory: &SlotMemory, data: &[u8]) {
 
 fn read_slot(memory: &SlotMemory, len: usize) -> Vec<u8> {
     match memory {
-        SlotMemory::Host { ptr, .. } => {
-            // SAFETY: the consumer holds the slot; `len` is within it.
-            unsafe { std::slice::from_raw_parts(*ptr, len) }.to_vec()
-        }
+        SlotMemory::Host(region) => region.as_slice()[..len].to_vec(),
         SlotMemory::Device(region) => {
             let mut out = vec![0u8; len];
             region.download(&mut out).unwrap();

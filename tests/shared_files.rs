@@ -303,7 +303,7 @@ fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
     let script = format!(
         "mount -t tmpfs -o size=8m tmpfs {d} && \
          CUDAIPC_SHM_DIR={d} timeout 60 gst-launch-1.0 -q videotestsrc num-buffers=2 ! \
-         video/x-raw,format=RGB,width=3840,height=2160 ! cudaipcsink transport=host channel=big; \
+         video/x-raw,format=RGB,width=3840,height=2160 ! rscudaipcsink transport=host channel=big; \
          echo exit=$?; echo left:; ls -A {d}"
     );
     let out = Command::new("unshare")
@@ -329,8 +329,20 @@ fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
     }
 }
 
+/// The `cudaipc-channels` command: beside this test binary where the GPU
+/// host's staging puts both, else where cargo built it.
+fn channels_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let staged = exe.parent().unwrap().join("cudaipc-channels");
+    if staged.is_file() {
+        staged
+    } else {
+        env!("CARGO_BIN_EXE_cudaipc-channels").into()
+    }
+}
+
 fn channels_command(dir: &ShmDir, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_cudaipc-channels"))
+    let out = Command::new(channels_binary())
         .args(args)
         .envs(dir.env())
         .output()

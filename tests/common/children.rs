@@ -185,10 +185,20 @@ impl Launch {
 
 impl Drop for Launch {
     fn drop(&mut self) {
-        // A failed test must not leave pipelines running.
+        // A failed test must not leave pipelines running. SIGINT first, so
+        // that a producer closes its channel (no stale files left in the
+        // shm folder); a pipeline that does not stop in 2 s is killed.
         if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            self.signal(libc::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while self.child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 }

@@ -23,7 +23,6 @@ macro_rules! internal_mod {
         #[doc(hidden)]
         pub mod $name;
         #[cfg(not(feature = "test-support"))]
-        #[allow(dead_code, unused_imports)]
         mod $name;
     )*};
 }

@@ -352,6 +352,7 @@ impl Consumer {
         &self.info
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn index(&self) -> usize {
         self.index
     }
@@ -509,6 +510,7 @@ impl Consumer {
     }
 
     /// Returns the next item if one is ready, without waiting.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
         loop {
             self.check_intact()?;
@@ -735,14 +737,17 @@ impl Consumer {
     }
 
     /// Gives back a held slot (same as through a `ReleaseHandle`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn release(&self, slot: usize) {
         self.release_handle().release(slot);
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_received(&self) -> u64 {
         self.received
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_missed(&self) -> u64 {
         self.missed
     }

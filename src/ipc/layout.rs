@@ -175,6 +175,7 @@ pub struct ConsumerRecord {
 }
 
 impl ControlHeader {
+    #[cfg(any(test, feature = "test-support"))]
     pub fn slot(&self, index: usize) -> &SlotRecord {
         &self.slots[index]
     }

@@ -1,6 +1,5 @@
 // The producer side of a channel.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -263,19 +262,17 @@ impl Producer {
         })
     }
 
-    pub fn channel(&self) -> &str {
-        &self.config.channel
-    }
-
     pub fn session(&self) -> u64 {
         self.session
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn config(&self) -> &ProducerConfig {
         &self.config
     }
 
-    pub fn path(&self) -> &PathBuf {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn path(&self) -> &std::path::Path {
         &self.shared.path
     }
 
@@ -300,6 +297,7 @@ impl Producer {
         self.header().pool_generation.load(Ordering::Relaxed)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn caps_generation(&self) -> u64 {
         self.header().caps_generation.load(Ordering::Relaxed)
     }
@@ -732,11 +730,6 @@ impl Producer {
                 .count() as u32,
             reclaimed_consumers: self.reclaimed.load(Ordering::Relaxed),
         }
-    }
-
-    /// Counts a frame dropped outside `reserve` (e.g. by the element).
-    pub fn count_drop(&self) {
-        self.header().frames_dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Waits up to `timeout` until no consumer holds a slot, so that frames

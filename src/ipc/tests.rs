@@ -66,7 +66,7 @@ fn a_second_producer_is_refused_and_a_closed_channel_is_removed() {
         "{err}"
     );
     assert!(err.to_string().contains("in use"), "{err}");
-    let path = p.path().clone();
+    let path = p.path().to_path_buf();
     assert!(path.exists());
     drop(p);
     assert!(!path.exists());

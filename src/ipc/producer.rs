@@ -158,7 +158,7 @@ impl Producer {
                 Ok(_) => ChannelError::Corrupt("a fresh control block was already locked".into()),
             });
         }
-        init_header(header_of(&shared), &config, session);
+        init_header(control_header(&shared), &config, session);
         let claimed = Self::claim_name(&temp, &path, &config.channel);
         let _ = std::fs::remove_file(&temp);
         claimed?;
@@ -240,7 +240,7 @@ impl Producer {
                 .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
             if !got_lock {
                 let pid = if existing.len() >= control_size() {
-                    header_of(&existing).producer_pid.load(Ordering::Relaxed)
+                    control_header(&existing).producer_pid.load(Ordering::Relaxed)
                 } else {
                     0
                 };
@@ -277,7 +277,7 @@ impl Producer {
     }
 
     fn header(&self) -> &ControlHeader {
-        header_of(&self.shared)
+        control_header(&self.shared)
     }
 
     /// Fails once another process truncated the control block.
@@ -784,14 +784,6 @@ impl Drop for Producer {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-fn header_of(shared: &SharedFile) -> &ControlHeader {
-    assert!(shared.len() >= control_size());
-    // SAFETY: the mapping is page aligned, at least as large as the header,
-    // lives as long as `shared`, and ControlHeader consists of atomics only,
-    // so any bit pattern is a valid value and shared access is sound.
-    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
 }
 
 fn init_header(h: &ControlHeader, config: &ProducerConfig, session: u64) {

@@ -207,7 +207,7 @@ impl HostConsumerSlots {
             .map_err(|_| TransportError::Invalid("the host data file name is not UTF-8".into()))?;
         // The name comes from shared memory: accept only this channel's own
         // data files, never a path elsewhere.
-        let prefix = format!("cudaipc-{channel}.");
+        let prefix = shm::channel_data_file_prefix(channel);
         if !name.starts_with(&prefix) || name.contains('/') || name.len() == prefix.len() {
             return Err(TransportError::Invalid(format!(
                 "data file name {name:?} does not belong to channel '{channel}'"

@@ -14,16 +14,16 @@ use gst::glib;
 /// Modules the crate's own tests, examples and benchmarks reach into: public
 /// with the `test-support` feature (which only they turn on), private to the
 /// crate in the shipped plugin.
-// What only tests use (the pattern's CPU reference, `Consumer::try_next`,
-// ...) is dead in the shipped build: allowed there until it is gated on
-// `test-support` or moved into `test_support`.
+// What only tests, examples and the benchmark use (the pattern's CPU
+// reference, `Consumer::try_next`, ...) is built only with
+// `#[cfg(any(test, feature = "test-support"))]`, so the shipped build has no
+// dead code to allow.
 macro_rules! internal_mod {
     ($($name:ident),* $(,)?) => {$(
         #[cfg(feature = "test-support")]
         #[doc(hidden)]
         pub mod $name;
         #[cfg(not(feature = "test-support"))]
-        #[allow(dead_code, unused_imports)]
         mod $name;
     )*};
 }

@@ -51,10 +51,7 @@ impl ControlBlock {
     }
 
     pub fn header(&self) -> &crate::ipc::layout::ControlHeader {
-        // SAFETY: `open` checked that the mapping (page aligned, alive as
-        // long as `self`) holds a whole header, and ControlHeader consists of
-        // atomics only: every bit pattern is valid and shared access is sound.
-        unsafe { &*(self.shared.map.as_ptr() as *const crate::ipc::layout::ControlHeader) }
+        crate::ipc::layout::control_header(&self.shared)
     }
 
     /// Consumers attached now.

@@ -544,22 +544,19 @@ impl DeviceBuffer {
         })
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn size(&self) -> usize {
         self.size
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn device(&self) -> &Arc<Device> {
         &self.device
-    }
-
-    /// The IPC handle another process opens with `ImportedMemory::open`.
-    pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_BYTES]> {
-        // SAFETY: we own the allocation at `ptr`.
-        unsafe { ipc_handle_of(&self.device, self.ptr) }
     }
 
     /// The whole buffer as a region that keeps it allocated.
@@ -703,11 +700,13 @@ impl ImportedMemory {
         Ok(memory)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
     /// Bytes mapped from `ptr`, as the driver reports them.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn size(&self) -> usize {
         self.size
     }

@@ -136,23 +136,9 @@ impl KernelArgs {
         self
     }
 
-    pub fn u64(mut self, value: u64) -> Self {
-        self.values.push(value);
-        self
-    }
-
     pub fn u32(mut self, value: u32) -> Self {
         self.values.push(value as u64);
         self
     }
 
-    pub fn i32(mut self, value: i32) -> Self {
-        self.values.push(value as u32 as u64);
-        self
-    }
-
-    pub fn f32(mut self, value: f32) -> Self {
-        self.values.push(value.to_bits() as u64);
-        self
-    }
 }

@@ -8,7 +8,7 @@
 //! GPU, then downloaded) `video/x-raw`. `framerate=0/1` produces as fast as
 //! downstream takes frames, without timestamps. The default `counter`
 //! pattern carries the frame number in every row, so that `cudaprocess
-//! verify=true` or [`crate::pattern::verify_frame`] can check each frame.
+//! verify=true` (or, in the crate's tests, `pattern::verify_frame`) can check each frame.
 //!
 //! ```text
 //! gst-launch-1.0 cudatestsrc num-buffers=1000 ! cudaprocess verify=true ! fakesink

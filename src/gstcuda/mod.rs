@@ -25,10 +25,7 @@
 
 mod stream;
 
-pub use stream::{
-    CudaStream, Ordered, StreamOrdering, TRANSFER_NEED_SYNC, UpstreamOrder, needs_sync,
-    sync_memory, upstream_order, wrap_device_buffer, wrap_device_memory, wrappable_layout,
-};
+pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -191,6 +188,7 @@ static CUDA_READY: LazyLock<bool> = LazyLock::new(|| {
 });
 
 /// Whether GStreamer's CUDA library is loaded (with or without a GPU).
+#[cfg(test)]
 pub fn library_loaded() -> bool {
     LIBRARY.is_some()
 }
@@ -246,6 +244,7 @@ impl CudaContext {
     }
 
     /// The context a `gst.cuda.context` `GstContext` carries.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn from_context(context: &gst::Context) -> Option<CudaContext> {
         if context.context_type() != CONTEXT_TYPE {
             return None;

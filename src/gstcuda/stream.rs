@@ -203,8 +203,8 @@ pub enum UpstreamOrder {
     /// after it ([`StreamOrdering::wait_for_upstream`]).
     Pending(CudaStream),
     /// It belongs to this stream and nothing is pending: read it at once. The
-    /// writer's next use of the memory is still queued on this stream, so
-    /// order that after the reads ([`StreamOrdering::release_to_upstream`]).
+    /// writer's next use of the memory is queued on this stream, so the reads
+    /// must be finished before the buffer goes back.
     Ready(CudaStream),
     /// No stream: system memory, GStreamer 1.22, or memory on the default
     /// stream, whose writers synchronise before pushing. Read it as on 1.22.
@@ -337,29 +337,6 @@ impl StreamOrdering {
             UpstreamOrder::Pending(_) => {
                 sync_memory(memory);
                 Ok(Ordered::HostSynchronized)
-            }
-        }
-    }
-
-    /// Sink side, after queueing the last read of `memory` on `ours` and
-    /// before dropping the buffer: orders upstream's later work on its stream
-    /// (the next write into this memory once its pool hands it out again)
-    /// after those reads, so the buffer can go back without a host wait.
-    pub fn release_to_upstream(
-        &self,
-        memory: &gst::MemoryRef,
-        ours: &Stream,
-    ) -> Result<Ordered, CudaError> {
-        match upstream_order(memory) {
-            UpstreamOrder::Unordered => Ok(Ordered::Unordered),
-            UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs) => {
-                if theirs.is_in_primary_context_of(&self.device) {
-                    self.enqueue_wait(theirs.handle(), ours.raw())?;
-                    Ok(Ordered::OnGpu)
-                } else {
-                    ours.synchronize()?;
-                    Ok(Ordered::HostSynchronized)
-                }
             }
         }
     }
@@ -517,34 +494,6 @@ pub fn wrap_device_memory<T: Send + 'static>(
         (*raw).mini_object.flags |= flags;
         Ok(glib::translate::from_glib_full(raw))
     }
-}
-
-/// [`wrap_device_memory`] in a buffer with the `GstVideoMeta` of `info`'s
-/// layout, ready to push.
-pub fn wrap_device_buffer<T: Send + 'static>(
-    context: &CudaContext,
-    stream: Option<&CudaStream>,
-    info: &gst_video::VideoInfo,
-    ptr: u64,
-    owner: T,
-) -> Result<gst::Buffer, T> {
-    let memory = wrap_device_memory(context, stream, info, ptr, owner)?;
-    let mut buffer = gst::Buffer::new();
-    {
-        let buffer = buffer.get_mut().expect("new buffer");
-        buffer.append_memory(memory);
-        // Cannot fail: the layout is `info`'s own and the memory its size.
-        let _ = gst_video::VideoMeta::add_full(
-            buffer,
-            gst_video::VideoFrameFlags::empty(),
-            info.format(),
-            info.width(),
-            info.height(),
-            info.offset(),
-            info.stride(),
-        );
-    }
-    Ok(buffer)
 }
 
 #[cfg(test)]
@@ -739,10 +688,6 @@ mod tests {
             .unwrap_or_else(|_| panic!("wrapping failed"));
         assert_eq!(
             ordering.wait_for_upstream(&pending, &ours).unwrap(),
-            Ordered::OnGpu
-        );
-        assert_eq!(
-            ordering.release_to_upstream(&pending, &ours).unwrap(),
             Ordered::OnGpu
         );
         assert_eq!(

@@ -105,7 +105,7 @@ impl ReleaseHandle {
         if slot >= MAX_SLOTS {
             return;
         }
-        let h = header_of(&self.shared);
+        let h = control_header(&self.shared);
         h.slots[slot].holders.fetch_and(!self.bit, Ordering::SeqCst);
         wait::notify(&h.release_futex, &h.producer_sleepers);
     }
@@ -120,7 +120,7 @@ pub struct ConsumerWaker {
 
 impl ConsumerWaker {
     pub fn wake(&self) {
-        let h = header_of(&self.shared);
+        let h = control_header(&self.shared);
         h.publish_futex.fetch_add(1, Ordering::SeqCst);
         wait::futex_wake_all(&h.publish_futex);
     }
@@ -278,7 +278,7 @@ impl Consumer {
         }
         let info = validate_header(&shared)?;
         let shared = Arc::new(shared);
-        let h = header_of(&shared);
+        let h = control_header(&shared);
         if h.state.load(Ordering::SeqCst) != STATE_OPEN || !producer_alive(&shared) {
             return Ok(None);
         }
@@ -352,6 +352,7 @@ impl Consumer {
         &self.info
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn index(&self) -> usize {
         self.index
     }
@@ -364,7 +365,7 @@ impl Consumer {
     }
 
     fn header(&self) -> &ControlHeader {
-        header_of(&self.shared)
+        control_header(&self.shared)
     }
 
     /// Why the producer is gone, if it is.
@@ -509,6 +510,7 @@ impl Consumer {
     }
 
     /// Returns the next item if one is ready, without waiting.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
         loop {
             self.check_intact()?;
@@ -540,7 +542,7 @@ impl Consumer {
         interrupt: &AtomicBool,
         deadline: Option<Instant>,
     ) -> Result<u64, ChannelError> {
-        let h = header_of(&self.shared);
+        let h = control_header(&self.shared);
         let cursor = self.cursor;
         let last_published = self.last_published;
         let wake = WakeSource {
@@ -585,7 +587,7 @@ impl Consumer {
     /// mode). `Ok(None)`: it was overwritten; the cursor moved on.
     fn take(&mut self, published: u64) -> Result<Option<Item>, ChannelError> {
         let shared = self.shared.clone();
-        let h = header_of(&shared);
+        let h = control_header(&shared);
         let record = &h.consumers[self.index];
         let mut target = self.cursor;
         if self.config.mode == ConsumerMode::Latest || published - target > QUEUE_LEN as u64 {
@@ -658,7 +660,7 @@ impl Consumer {
 
     fn advance(&mut self, cursor: u64, missed: u64) {
         let shared = self.shared.clone();
-        let h = header_of(&shared);
+        let h = control_header(&shared);
         let record = &h.consumers[self.index];
         self.cursor = cursor;
         if missed > 0 && self.config.mode == ConsumerMode::EveryFrame && cursor > self.silent_before
@@ -735,14 +737,17 @@ impl Consumer {
     }
 
     /// Gives back a held slot (same as through a `ReleaseHandle`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn release(&self, slot: usize) {
         self.release_handle().release(slot);
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_received(&self) -> u64 {
         self.received
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_missed(&self) -> u64 {
         self.missed
     }
@@ -773,15 +778,6 @@ fn producer_alive(shared: &SharedFile) -> bool {
     shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
 }
 
-fn header_of(shared: &SharedFile) -> &ControlHeader {
-    assert!(shared.len() >= control_size());
-    // SAFETY: the mapping is page aligned and at least as large as the header
-    // (checked by validate_header before any Consumer exists, asserted here),
-    // lives as long as `shared`, and ControlHeader consists of atomics only:
-    // every bit pattern is a valid value, and shared access is sound.
-    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
-}
-
 fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
     let words = shared.map.as_ptr() as *const AtomicU64;
     // SAFETY: the mapping holds at least two aligned u64 words (checked by
@@ -810,7 +806,7 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
             control_size()
         )));
     }
-    let h = header_of(shared);
+    let h = control_header(shared);
     let r = Ordering::Relaxed;
     let layout_ok = h.header_size.load(r) as usize == std::mem::size_of::<ControlHeader>()
         && h.total_size.load(r) as usize == control_size()

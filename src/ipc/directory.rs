@@ -45,7 +45,7 @@ pub fn list_channels() -> Vec<ChannelEntry> {
         .flatten()
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
-            let channel = name.strip_prefix("cudaipc-")?;
+            let channel = name.strip_prefix(shm::FILE_PREFIX)?;
             shm::validate_channel_name(channel).ok()?;
             Some(channel.to_owned())
         })
@@ -134,10 +134,7 @@ fn header(shared: &SharedFile) -> Option<&ControlHeader> {
     if shared.len() < control_size() {
         return None;
     }
-    // SAFETY: the mapping is page aligned, at least as large as the header
-    // (checked above) and lives as long as `shared`; ControlHeader consists
-    // of atomics only, so any bit pattern is valid and shared access sound.
-    let h = unsafe { &*(shared.map.as_ptr() as *const ControlHeader) };
+    let h = control_header(shared);
     let ok = h.magic.load(Ordering::Relaxed) == MAGIC
         && h.version.load(Ordering::Relaxed) == PROTOCOL_VERSION
         && h.total_size.load(Ordering::Relaxed) as usize == control_size();

@@ -175,6 +175,7 @@ pub struct ConsumerRecord {
 }
 
 impl ControlHeader {
+    #[cfg(any(test, feature = "test-support"))]
     pub fn slot(&self, index: usize) -> &SlotRecord {
         &self.slots[index]
     }
@@ -224,6 +225,24 @@ pub const fn queue_entry_kind(entry: u64) -> u64 {
 /// Size of the control file.
 pub const fn control_size() -> usize {
     std::mem::size_of::<ControlHeader>()
+}
+
+/// The header at the start of a mapped control file (its magic and version
+/// are not checked: see `directory` and `Consumer::open` for that).
+///
+/// # Panics
+/// When the mapping is smaller than [`control_size`]: every opener checks
+/// the size first.
+pub fn control_header(shared: &super::shm::SharedFile) -> &ControlHeader {
+    assert!(
+        shared.len() >= control_size(),
+        "a control file smaller than its header"
+    );
+    // SAFETY: the mapping is page aligned and at least as large as the header
+    // (asserted above), lives as long as `shared`, and ControlHeader consists
+    // of atomics only: every bit pattern is a valid value, and shared access
+    // from several processes is sound.
+    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 // The producer side of a channel.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -159,7 +158,7 @@ impl Producer {
                 Ok(_) => ChannelError::Corrupt("a fresh control block was already locked".into()),
             });
         }
-        init_header(header_of(&shared), &config, session);
+        init_header(control_header(&shared), &config, session);
         let claimed = Self::claim_name(&temp, &path, &config.channel);
         let _ = std::fs::remove_file(&temp);
         claimed?;
@@ -241,7 +240,7 @@ impl Producer {
                 .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
             if !got_lock {
                 let pid = if existing.len() >= control_size() {
-                    header_of(&existing).producer_pid.load(Ordering::Relaxed)
+                    control_header(&existing).producer_pid.load(Ordering::Relaxed)
                 } else {
                     0
                 };
@@ -263,24 +262,22 @@ impl Producer {
         })
     }
 
-    pub fn channel(&self) -> &str {
-        &self.config.channel
-    }
-
     pub fn session(&self) -> u64 {
         self.session
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn config(&self) -> &ProducerConfig {
         &self.config
     }
 
-    pub fn path(&self) -> &PathBuf {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn path(&self) -> &std::path::Path {
         &self.shared.path
     }
 
     fn header(&self) -> &ControlHeader {
-        header_of(&self.shared)
+        control_header(&self.shared)
     }
 
     /// Fails once another process truncated the control block.
@@ -300,6 +297,7 @@ impl Producer {
         self.header().pool_generation.load(Ordering::Relaxed)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn caps_generation(&self) -> u64 {
         self.header().caps_generation.load(Ordering::Relaxed)
     }
@@ -734,11 +732,6 @@ impl Producer {
         }
     }
 
-    /// Counts a frame dropped outside `reserve` (e.g. by the element).
-    pub fn count_drop(&self) {
-        self.header().frames_dropped.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Waits up to `timeout` until no consumer holds a slot, so that frames
     /// being read are not freed under the reader. Returns whether it is so.
     pub fn wait_released(&self, timeout: std::time::Duration) -> bool {
@@ -791,14 +784,6 @@ impl Drop for Producer {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-fn header_of(shared: &SharedFile) -> &ControlHeader {
-    assert!(shared.len() >= control_size());
-    // SAFETY: the mapping is page aligned, at least as large as the header,
-    // lives as long as `shared`, and ControlHeader consists of atomics only,
-    // so any bit pattern is a valid value and shared access is sound.
-    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
 }
 
 fn init_header(h: &ControlHeader, config: &ProducerConfig, session: u64) {

@@ -14,7 +14,10 @@ use super::mapping::SharedMapping;
 
 /// Longest accepted channel name.
 pub const MAX_CHANNEL_NAME: usize = 64;
-const FILE_PREFIX: &str = "cudaipc-";
+/// Start of the name of every file of the plugin in the shm folder: the
+/// control file is `cudaipc-<channel>`, the rest `cudaipc-<channel>.` or
+/// `cudaipc-<channel>@` and more.
+pub const FILE_PREFIX: &str = "cudaipc-";
 
 /// Folder of the shared files: `$CUDAIPC_SHM_DIR`, else /dev/shm.
 pub fn shm_dir() -> PathBuf {
@@ -43,9 +46,14 @@ pub fn control_path(channel: &str) -> PathBuf {
     shm_dir().join(format!("{FILE_PREFIX}{channel}"))
 }
 
+/// Prefix of the data files of every producer session of `channel`.
+pub fn channel_data_file_prefix(channel: &str) -> String {
+    format!("{FILE_PREFIX}{channel}.")
+}
+
 /// Prefix of the data files of one producer session of `channel`.
 pub fn data_file_prefix(channel: &str, session: u64) -> String {
-    format!("{FILE_PREFIX}{channel}.{session:016x}.")
+    format!("{}{session:016x}.", channel_data_file_prefix(channel))
 }
 
 /// File name of a host-transport data file, with a random part so that no
@@ -98,6 +106,7 @@ impl Drop for WaiterMarker {
 
 /// Counts the consumers (of any user) waiting for a producer on `channel`,
 /// removing the markers of dead ones.
+#[cfg(any(test, feature = "test-support"))]
 pub fn count_live_waiters(channel: &str) -> usize {
     count_live_waiters_of(channel, true)
 }
@@ -135,7 +144,7 @@ pub fn count_live_waiters_of(channel: &str, other_users: bool) -> usize {
 
 /// Removes this user's data files of earlier producers of `channel`.
 pub fn remove_data_files(channel: &str) {
-    remove_owned_with_prefix(&format!("{FILE_PREFIX}{channel}."));
+    remove_owned_with_prefix(&channel_data_file_prefix(channel));
 }
 
 /// Removes this user's data files of one (dead) producer session.
@@ -331,6 +340,7 @@ impl SharedFile {
         self.map.len()
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -102,6 +102,7 @@ impl LatencyHistogram {
         self.max_ns
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn reset(&mut self) {
         *self = Self::default();
     }

@@ -66,7 +66,7 @@ fn a_second_producer_is_refused_and_a_closed_channel_is_removed() {
         "{err}"
     );
     assert!(err.to_string().contains("in use"), "{err}");
-    let path = p.path().clone();
+    let path = p.path().to_path_buf();
     assert!(path.exists());
     drop(p);
     assert!(!path.exists());
@@ -338,8 +338,7 @@ fn corrupt_fields_are_reported_not_trusted() {
     p.publish(slot, &meta(1, 0)).unwrap();
     // Tamper with the queue entry: a slot index far out of range.
     let shared = shm::SharedFile::open(p.path()).unwrap();
-    // SAFETY: same layout, atomics only.
-    let h = unsafe { &*(shared.map.as_ptr() as *const ControlHeader) };
+    let h = control_header(&shared);
     h.queue[0].store(queue_entry(0, 200), std::sync::atomic::Ordering::SeqCst);
     let err = c.next(&no, Some(Duration::from_secs(1))).unwrap_err();
     assert!(matches!(err, ChannelError::Corrupt(_)), "{err}");

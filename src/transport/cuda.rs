@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind,
+    ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError,
 };
 use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
@@ -232,10 +232,12 @@ impl CudaProducerSlots {
 }
 
 impl ProducerSlots for CudaProducerSlots {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Cuda
+    #[cfg(any(test, feature = "test-support"))]
+    fn kind(&self) -> super::TransportKind {
+        super::TransportKind::Cuda
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize {
         self.regions.len()
     }
@@ -351,14 +353,16 @@ impl CudaConsumerSlots {
         })
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
 }
 
 impl ConsumerSlots for CudaConsumerSlots {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Cuda
+    #[cfg(any(test, feature = "test-support"))]
+    fn kind(&self) -> super::TransportKind {
+        super::TransportKind::Cuda
     }
 
     fn slot_count(&self) -> usize {

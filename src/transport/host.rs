@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind};
+use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::mapping::SharedMapping;
 use crate::ipc::shm::{self, SharedFile};
@@ -46,6 +46,7 @@ impl HostRegion {
         self.len
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -141,10 +142,12 @@ impl Drop for HostProducerSlots {
 }
 
 impl ProducerSlots for HostProducerSlots {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Host
+    #[cfg(any(test, feature = "test-support"))]
+    fn kind(&self) -> super::TransportKind {
+        super::TransportKind::Host
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize {
         self.count
     }
@@ -204,7 +207,7 @@ impl HostConsumerSlots {
             .map_err(|_| TransportError::Invalid("the host data file name is not UTF-8".into()))?;
         // The name comes from shared memory: accept only this channel's own
         // data files, never a path elsewhere.
-        let prefix = format!("cudaipc-{channel}.");
+        let prefix = shm::channel_data_file_prefix(channel);
         if !name.starts_with(&prefix) || name.contains('/') || name.len() == prefix.len() {
             return Err(TransportError::Invalid(format!(
                 "data file name {name:?} does not belong to channel '{channel}'"
@@ -258,8 +261,9 @@ impl HostConsumerSlots {
 }
 
 impl ConsumerSlots for HostConsumerSlots {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Host
+    #[cfg(any(test, feature = "test-support"))]
+    fn kind(&self) -> super::TransportKind {
+        super::TransportKind::Host
     }
 
     fn slot_count(&self) -> usize {

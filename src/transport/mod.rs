@@ -144,7 +144,9 @@ pub enum SlotMemory {
 
 /// The producer's slots.
 pub trait ProducerSlots: Send + Sync {
+    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
+    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_descriptors(&self) -> Vec<[u8; SLOT_DESCRIPTOR_BYTES]>;
@@ -160,6 +162,7 @@ pub trait ProducerSlots: Send + Sync {
 
 /// A consumer's view of the producer's slots.
 pub trait ConsumerSlots: Send + Sync {
+    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;

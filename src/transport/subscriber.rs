@@ -237,10 +237,6 @@ impl Subscriber {
         })
     }
 
-    pub fn channel(&self) -> &str {
-        &self.config.channel
-    }
-
     pub fn kind(&self) -> TransportKind {
         self.kind
     }
@@ -270,6 +266,7 @@ impl Subscriber {
     }
 
     /// Frames of this subscriber still being read.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held.load(Ordering::SeqCst)
     }

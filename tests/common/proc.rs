@@ -85,7 +85,7 @@ pub fn wait_for_waiting_consumers(channel: &str, n: usize, limit: Duration) {
 
 /// Names of the host data files of `channel` in the shm folder.
 pub fn data_files(channel: &str) -> Vec<String> {
-    let prefix = format!("cudaipc-{channel}.");
+    let prefix = gstcudaipc::ipc::shm::channel_data_file_prefix(channel);
     let mut names: Vec<String> = std::fs::read_dir(gstcudaipc::ipc::shm::shm_dir())
         .unwrap()
         .flatten()

@@ -732,18 +732,23 @@ impl Producer {
         }
     }
 
-    /// Waits up to `timeout` until no consumer holds a slot, so that frames
-    /// being read are not freed under the reader. Returns whether it is so.
+    /// Waits up to `timeout` until every every-frame consumer took every
+    /// item published and no consumer holds a slot, so that frames are not
+    /// freed before or while they are read. Returns whether it is so.
     pub fn wait_released(&self, timeout: std::time::Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
+        let published = self.header().published.load(Ordering::Acquire);
         loop {
             self.reclaim_dead_consumers();
-            if self
+            // Every-frame consumers take every item (the EOS too) before the
+            // slots go: one still opening them would find them gone.
+            let taken = self.every_frame_cursors().all(|c| c >= published);
+            let released = self
                 .header()
                 .slots
                 .iter()
-                .all(|s| s.holders.load(Ordering::SeqCst) == 0)
-            {
+                .all(|s| s.holders.load(Ordering::SeqCst) == 0);
+            if taken && released {
                 return true;
             }
             if std::time::Instant::now() >= deadline {

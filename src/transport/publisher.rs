@@ -174,6 +174,10 @@ pub struct PublisherStats {
     pub kind: TransportKind,
 }
 
+/// How long a producer that ended its stream waits, when it stops, for its
+/// every-frame consumers to take what it published.
+pub const END_OF_STREAM_GRACE: Duration = Duration::from_secs(5);
+
 /// The producer end of a channel; `T` is what keeps a lent buffer alive
 /// while its frame is published.
 pub struct Publisher<T> {
@@ -192,6 +196,8 @@ pub struct Publisher<T> {
     learned: Mutex<Vec<LendableFrame>>,
     /// Set once `wait_for_consumers` consumers were attached.
     consumers_ready: AtomicBool,
+    /// Set once the end of the stream was published.
+    ended: AtomicBool,
     zero_copy: AtomicU64,
     copied: AtomicU64,
 }
@@ -212,6 +218,7 @@ impl<T: Send + 'static> Publisher<T> {
         })?;
         Ok(Self {
             producer,
+            ended: AtomicBool::new(false),
             consumers_ready: AtomicBool::new(config.wait_for_consumers == 0),
             config,
             interrupt: AtomicBool::new(false),
@@ -275,14 +282,22 @@ impl<T: Send + 'static> Publisher<T> {
 
     pub fn eos(&self) {
         self.producer.publish_eos();
+        self.ended.store(true, Ordering::SeqCst);
     }
 
     /// Interrupts every wait, lets consumers finish reading for up to
-    /// `grace`, then removes the channel's name and drops the slots (their
-    /// memory goes once the last writer reservation is gone). Returns
-    /// whether the consumers were done in time.
+    /// `grace` (at least `END_OF_STREAM_GRACE` after an EOS: a lossless
+    /// consumer then gets the whole stream, however slow its start), then
+    /// removes the channel's name and drops the slots (their memory goes
+    /// once the last writer reservation is gone). Returns whether the
+    /// consumers were done in time.
     pub fn close(&self, grace: Duration) -> bool {
         self.interrupt();
+        let grace = if self.ended.load(Ordering::SeqCst) {
+            grace.max(END_OF_STREAM_GRACE)
+        } else {
+            grace
+        };
         let released = self.producer.wait_released(grace);
         self.producer.close();
         *self.current.lock().unwrap() = None;

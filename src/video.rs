@@ -1,5 +1,6 @@
 // Video formats and frame layouts shared by the elements.
 
+use gst::glib;
 use gst_video::VideoFormat;
 
 use crate::memory::CAPS_FEATURE_CUDA_MEMORY;
@@ -40,6 +41,28 @@ pub fn planes(info: &gst_video::VideoInfo) -> Vec<(u64, u32)> {
     (0..info.n_planes() as usize)
         .map(|p| (info.offset()[p] as u64, info.stride()[p] as u32))
         .collect()
+}
+
+/// Adds a `GstVideoMeta` saying that `buffer` holds a frame of `info` laid
+/// out in `planes` ((offset, stride) each): the reader of a frame that is
+/// not in the caps' default layout needs it.
+pub fn add_meta(
+    buffer: &mut gst::BufferRef,
+    info: &gst_video::VideoInfo,
+    planes: &[(u64, u32)],
+) -> Result<(), glib::BoolError> {
+    let offsets: Vec<usize> = planes.iter().map(|p| p.0 as usize).collect();
+    let strides: Vec<i32> = planes.iter().map(|p| p.1 as i32).collect();
+    gst_video::VideoMeta::add_full(
+        buffer,
+        gst_video::VideoFrameFlags::empty(),
+        info.format(),
+        info.width(),
+        info.height(),
+        &offsets,
+        &strides,
+    )
+    .map(|_| ())
 }
 
 /// (offset, stride) of each plane the buffer's `GstVideoMeta` describes.

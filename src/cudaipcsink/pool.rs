@@ -195,16 +195,8 @@ mod imp {
             {
                 let buffer = buffer.get_mut().unwrap();
                 buffer.append_memory(memory);
-                gst_video::VideoMeta::add_full(
-                    buffer,
-                    gst_video::VideoFrameFlags::empty(),
-                    info.format(),
-                    info.width(),
-                    info.height(),
-                    info.offset(),
-                    info.stride(),
-                )
-                .map_err(|_| gst::FlowError::Error)?;
+                crate::video::add_meta(buffer, &info, &crate::video::planes(&info))
+                    .map_err(|_| gst::FlowError::Error)?;
             }
             Ok(buffer)
         }

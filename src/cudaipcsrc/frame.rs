@@ -96,7 +96,8 @@ pub(super) fn to_buffer(
         return Ok((buffer, delivery));
     }
     if frame.planes != video::planes(&output.info) {
-        add_video_meta(b, &output.info, &frame).map_err(Failure::Failed)?;
+        video::add_meta(b, &output.info, &frame.planes)
+            .map_err(|e| Failure::Failed(format!("cannot describe the frame's layout: {e}")))?;
     }
     let size = frame.size as usize;
     match frame.memory() {
@@ -164,27 +165,6 @@ impl Stamp {
         buffer.set_offset_end(self.offset_end);
         buffer.set_flags(self.flags);
     }
-}
-
-/// The frame's own plane layout, where it is not the caps' default.
-fn add_video_meta(
-    buffer: &mut gst::BufferRef,
-    info: &gst_video::VideoInfo,
-    frame: &HeldFrame,
-) -> Result<(), String> {
-    let offsets: Vec<usize> = frame.planes.iter().map(|p| p.0 as usize).collect();
-    let strides: Vec<i32> = frame.planes.iter().map(|p| p.1 as i32).collect();
-    gst_video::VideoMeta::add_full(
-        buffer,
-        gst_video::VideoFrameFlags::empty(),
-        info.format(),
-        info.width(),
-        info.height(),
-        &offsets,
-        &strides,
-    )
-    .map(|_| ())
-    .map_err(|e| format!("cannot describe the frame's layout: {e}"))
 }
 
 /// A host slot as read-only buffer memory.

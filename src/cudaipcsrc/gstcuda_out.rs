@@ -143,15 +143,7 @@ impl SlotWrapper {
             b.append_memory(memory);
             if !default_layout {
                 // Cannot fail: the layout is the memory's own.
-                let _ = gst_video::VideoMeta::add_full(
-                    b,
-                    gst_video::VideoFrameFlags::empty(),
-                    layout.format(),
-                    layout.width(),
-                    layout.height(),
-                    layout.offset(),
-                    layout.stride(),
-                );
+                let _ = video::add_meta(b, &layout, &video::planes(&layout));
             }
         }
         Ok(buffer)

@@ -429,6 +429,21 @@ struct Checked {
     src_stats: gst::Structure,
 }
 
+/// A checking consumer here (`consumer`, which waits for `channel`) and a
+/// producer in another process (`producer`), started once the consumer
+/// waits: what the consumer saw.
+fn check_against_producer(
+    channel: &str,
+    consumer: String,
+    check: fn(u64, &gst_video::VideoInfo, &gst::BufferRef) -> Result<(), String>,
+    producer: &str,
+) -> Checked {
+    let consumer = std::thread::spawn(move || run_checking_consumer(&consumer, check));
+    wait_for_waiting_consumers(channel, 1, LIMIT);
+    run_producer(producer);
+    consumer.join().expect("consumer")
+}
+
 /// Runs `description` in this process to its end; `check` sees each frame
 /// with its number in arrival order and says what is wrong with it.
 fn run_checking_consumer(
@@ -586,14 +601,14 @@ fn gstcuda_output_delivers_every_frame_intact_wrapping_slots_on_1_24() {
         let consumer_pipeline = format!(
             "rscudaipcsrc name=src channel={channel} connect-timeout=60000 output-memory=gstcuda ! cudadownload ! video/x-raw,{caps} ! appsink name=sink sync=false"
         );
-        let consumer = std::thread::spawn(move || {
-            run_checking_consumer(&consumer_pipeline, exact_counter_frame)
-        });
-        wait_for_waiting_consumers(&channel, 1, LIMIT);
-        run_producer(&format!(
-            "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),{caps},framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
-        ));
-        let checked = consumer.join().expect("consumer");
+        let checked = check_against_producer(
+            &channel,
+            consumer_pipeline,
+            exact_counter_frame,
+            &format!(
+                "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),{caps},framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
+            ),
+        );
         assert_eq!(checked.frames, FRAMES, "{format}");
         assert!(
             checked.bad.is_empty(),
@@ -629,14 +644,14 @@ fn wrapped_slots_go_back_only_after_cudaconvert_read_them() {
     let consumer_pipeline = format!(
         "rscudaipcsrc name=src channel={channel} connect-timeout=60000 output-memory=gstcuda ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRA,{size} ! cudadownload ! video/x-raw,format=BGRA,{size} ! appsink name=sink sync=false"
     );
-    let consumer = std::thread::spawn(move || {
-        run_checking_consumer(&consumer_pipeline, counter_frame_as_bgra)
-    });
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
-    run_producer(&format!(
-        "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGBA,{size},framerate=0/1 ! rscudaipcsink name=sink channel={channel} slots=2 sync=false"
-    ));
-    let checked = consumer.join().expect("consumer");
+    let checked = check_against_producer(
+        &channel,
+        consumer_pipeline,
+        counter_frame_as_bgra,
+        &format!(
+            "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGBA,{size},framerate=0/1 ! rscudaipcsink name=sink channel={channel} slots=2 sync=false"
+        ),
+    );
     assert_eq!(checked.frames, FRAMES);
     assert!(
         checked.bad.is_empty(),

@@ -398,6 +398,10 @@ impl Consumer {
 
     /// Reads the slot pool; validates it and remembers its bounds.
     pub fn pool(&mut self) -> Result<PoolInfo, ChannelError> {
+        self.read_pool().map_err(|e| self.truncation_first(e))
+    }
+
+    fn read_pool(&mut self) -> Result<PoolInfo, ChannelError> {
         let h = self.header();
         let read = read_seqlocked(&h.pool_seqlock, || {
             let count = h.slot_count.load(Ordering::Relaxed) as usize;
@@ -449,6 +453,10 @@ impl Consumer {
 
     /// Reads the caps: (generation, caps string).
     pub fn caps(&self) -> Result<(u64, String), ChannelError> {
+        self.read_caps().map_err(|e| self.truncation_first(e))
+    }
+
+    fn read_caps(&self) -> Result<(u64, String), ChannelError> {
         let h = self.header();
         let read = read_seqlocked(&h.caps_seqlock, || {
             let len = h.caps_len.load(Ordering::Relaxed) as usize;
@@ -499,13 +507,26 @@ impl Consumer {
         timeout: Option<Duration>,
     ) -> Result<Item, ChannelError> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
+        let next = (|| loop {
             self.check_intact()?;
             let published = self.wait_published(interrupt, deadline)?;
             self.check_intact()?;
             if let Some(item) = self.take(published)? {
                 return Ok(item);
             }
+        })();
+        next.map_err(|e| self.truncation_first(e))
+    }
+
+    /// A truncated block reads as zeros from the moment of the fault that
+    /// marks it broken: values that look corrupt after that are the
+    /// truncation's doing.
+    fn truncation_first(&self, e: ChannelError) -> ChannelError {
+        match e {
+            ChannelError::Corrupt(_) if self.shared.is_broken() => {
+                ChannelError::Truncated(self.shared.path.clone())
+            }
+            e => e,
         }
     }
 

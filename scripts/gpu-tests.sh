@@ -40,7 +40,7 @@ for t in $build/test-* $build/gstcudaipc-*; do
   echo "$name: rc=$rc $summary"
   if [ $rc -ne 0 ]; then
     failed=1
-    grep -E "^test .*FAILED|panicked|^---- " "$logdir/$name.log" | head -20
+    grep -E "^test .*FAILED|panicked|^---- " "$logdir/$name.log" | sed -n 1,20p
   fi
 done
 exit $failed

@@ -61,7 +61,7 @@ for t in $stage/test-*; do
   else
     failed=1
     echo "gst 1.26: $name FAILED"
-    grep -E "^test .*FAILED|panicked|^---- |error" "$stage/$name.log" | head -30
+    grep -E "^test .*FAILED|panicked|^---- |error" "$stage/$name.log" | sed -n 1,30p
   fi
 done
 exit $failed

@@ -4,6 +4,7 @@
 # the same tests run on the staged GStreamer 1.26 runtime (nvcodec 1.26).
 # usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126] [LOGDIR] [test-name-filter]
 # CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
+# CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink"; default all).
 set -u
 if [ "${1:-}" = --gst126 ]; then
   shift
@@ -29,6 +30,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 failed=0
 for t in $build/test-* $build/gstcudaipc-*; do
   name=$(basename "$t")
+  if [ -n "${CUDAIPC_TEST_ONLY:-}" ] && ! [[ " $CUDAIPC_TEST_ONLY " == *" ${name#test-} "* ]]; then
+    continue
+  fi
   # Its own process group, so that children a failed test left behind
   # (stopped or orphaned pipelines) are ended before the next binary runs.
   setsid timeout "${CUDAIPC_TEST_TIMEOUT:-900}" "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1 &

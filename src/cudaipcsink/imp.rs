@@ -64,6 +64,9 @@ struct State {
     /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
     /// the slots (see `publishing::learn`).
     lendable: Option<gst::BufferPool>,
+    /// Orders upstream's stream-ordered `GstCudaMemory` on the GPU
+    /// (GStreamer 1.24+, cuda transport).
+    ordering: Option<Arc<gstcuda::StreamOrdering>>,
 }
 
 /// Lock order: `settings` is copied out and released before `state` is
@@ -85,6 +88,7 @@ type Snapshot = (
     Arc<SinkPublisher>,
     gst_video::VideoInfo,
     Option<gst::BufferPool>,
+    Option<Arc<gstcuda::StreamOrdering>>,
 );
 
 impl CudaIpcSink {
@@ -99,7 +103,12 @@ impl CudaIpcSink {
             );
             return Err(gst::FlowError::NotNegotiated);
         };
-        Ok((state.publisher.clone(), info, state.lendable.clone()))
+        Ok((
+            state.publisher.clone(),
+            info,
+            state.lendable.clone(),
+            state.ordering.clone(),
+        ))
     }
 
     fn publisher(&self) -> Option<Arc<SinkPublisher>> {
@@ -341,6 +350,12 @@ impl BaseSinkImpl for CudaIpcSink {
             })?),
             TransportKind::Host => None,
         };
+        // GStreamer 1.24+ memory may come with its writes still queued on
+        // its stream: ordered on the GPU, not by a host wait per frame.
+        let ordering = device
+            .as_ref()
+            .filter(|_| gstcuda::api_level() >= gstcuda::ApiLevel::V1_24)
+            .map(|device| Arc::new(gstcuda::StreamOrdering::new(device.clone())));
         let publisher = SinkPublisher::create(PublisherConfig {
             channel: settings.channel.clone(),
             kind,
@@ -373,6 +388,7 @@ impl BaseSinkImpl for CudaIpcSink {
             publisher: Arc::new(publisher),
             info: None,
             lendable: None,
+            ordering,
         });
         Ok(())
     }
@@ -462,8 +478,15 @@ impl BaseSinkImpl for CudaIpcSink {
     }
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
-        let (publisher, info, lendable) = self.snapshot()?;
-        let result = publishing::render(&self.obj(), &publisher, &info, lendable, buffer);
+        let (publisher, info, lendable, ordering) = self.snapshot()?;
+        let result = publishing::render(
+            &self.obj(),
+            &publisher,
+            &info,
+            lendable,
+            ordering.as_deref(),
+            buffer,
+        );
         if result.is_ok() && self.ticker.due() {
             let message = gst::message::Element::builder(self.stats())
                 .src(&*self.obj())

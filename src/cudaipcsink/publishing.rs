@@ -31,6 +31,7 @@ pub(super) fn render(
     publisher: &SinkPublisher,
     info: &gst_video::VideoInfo,
     lendable: Option<gst::BufferPool>,
+    ordering: Option<&gstcuda::StreamOrdering>,
     buffer: &gst::Buffer,
 ) -> Result<gst::FlowSuccess, gst::FlowError> {
     publisher.reap_retired();
@@ -45,6 +46,13 @@ pub(super) fn render(
                 planes: frame.planes.clone(),
                 ..meta.clone()
             };
+            // Consumers read the frame after the ready event recorded on our
+            // stream: that must follow upstream's writes.
+            if let (Some(ordering), Some(device)) = (ordering, publisher.device()) {
+                ordering
+                    .wait_for_upstream(buffer.peek_memory(0), &device.stream())
+                    .map_err(|e| flow_error(sink, PublishError::Transport(e.into())))?;
+            }
             // Dropping the released buffers gives them back upstream.
             match publisher.publish_lent(&frame.key, buffer.clone(), &meta) {
                 Ok(Some(_released)) => return Ok(gst::FlowSuccess::Ok),
@@ -80,7 +88,7 @@ pub(super) fn render(
             "waiting for consumers before the first frame"
         );
     }
-    let copy = |slot: &_| copy_into_slot(buffer, info, slot);
+    let copy = |slot: &_| copy_into_slot(buffer, info, ordering, slot);
     match publisher
         .publish_copy(&meta, copy)
         .map_err(|e| flow_error(sink, e))?
@@ -227,6 +235,7 @@ fn memory_key(buffer: &gst::BufferRef) -> Option<usize> {
 fn copy_into_slot(
     buffer: &gst::Buffer,
     info: &gst_video::VideoInfo,
+    ordering: Option<&gstcuda::StreamOrdering>,
     memory: &SlotMemory,
 ) -> Result<(), String> {
     let dst_planes = video::planes(info);
@@ -258,15 +267,26 @@ fn copy_into_slot(
         )
     };
     if let (SlotMemory::Device(slot), Some(mapped)) = (memory, &gst_cuda) {
+        let stream = slot.device().stream();
+        let input = buffer.peek_memory(0);
+        // GStreamer 1.24+: upstream's writes may still be queued on its
+        // stream; read after them.
+        if let Some(ordering) = ordering {
+            ordering
+                .wait_for_upstream(input, &stream)
+                .map_err(|e| e.to_string())?;
+        }
         let src = mapped.region().map_err(|e| e.to_string())?;
         copy(Source::Device(&src), target)?;
-        // Upstream rewrites its memory on its own stream once we return the
-        // buffer: the copy must be done by then.
-        return slot
-            .device()
-            .stream()
-            .synchronize()
-            .map_err(|e| e.to_string());
+        // Upstream rewrites its memory once we return the buffer: on its
+        // stream, ordered after the copy (1.24+), or after a host wait.
+        return match ordering {
+            Some(ordering) => ordering
+                .release_to_upstream(input, &stream)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            None => stream.synchronize().map_err(|e| e.to_string()),
+        };
     }
     if let Some(src) = memory::buffer_device_region(buffer) {
         return copy(Source::Device(&src), target);
@@ -292,11 +312,30 @@ fn pool_frame(
         gst::trace!(CAT, "buffer not of {}: copied", pool.name());
         return None;
     }
-    let mapped = gstcuda::MappedCudaMemory::of_buffer(buffer, false)?;
-    let (key, allocated) = cuda::exportable_allocation(device, mapped.ptr).ok()??;
+    let not_lendable = |why: &dyn std::fmt::Display| {
+        gst::debug!(CAT, "buffer of {} not lendable: {}", pool.name(), why);
+    };
+    let Some(mapped) = gstcuda::MappedCudaMemory::of_buffer(buffer, false) else {
+        not_lendable(&"not one GstCudaMemory that maps on the device");
+        return None;
+    };
+    let (key, allocated) = match cuda::exportable_allocation(device, mapped.ptr) {
+        Ok(Some(allocation)) => allocation,
+        Ok(None) => {
+            not_lendable(&"the allocation cannot be exported with CUDA IPC");
+            return None;
+        }
+        Err(e) => {
+            not_lendable(&e);
+            return None;
+        }
+    };
     let planes = video::meta_planes(buffer).unwrap_or_else(|| mapped.planes.clone());
     let size = mapped.size.min(allocated);
-    video::layout_fits(info, &planes, size as u64).ok()?;
+    if let Err(e) = video::layout_fits(info, &planes, size as u64) {
+        not_lendable(&e);
+        return None;
+    }
     Some(LendableFrame {
         key,
         ptr: mapped.ptr,

@@ -12,7 +12,7 @@ use gst_base::prelude::*;
 use super::gstcuda_out::{self, GstCudaPath, SlotWrapper};
 use crate::cuda::Device;
 use crate::enums::OutputMemory;
-use crate::gstcuda::{self, ContextShare, StreamOrdering};
+use crate::gstcuda::{self, ContextShare, CudaContext, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput};
 use crate::transport::{SubscriberError, TransportKind};
@@ -213,7 +213,18 @@ fn gst_cuda_output(
     let api = gstcuda::api_level();
     let ordering =
         (api >= gstcuda::ApiLevel::V1_24).then(|| Arc::new(StreamOrdering::new(device.clone())));
-    let context = cuda_context.get();
+    // The slots are mapped in our primary context, so they are wrapped in a
+    // GstCudaContext of it, even where downstream shared another (its
+    // elements made one before we knew our device): nvcodec's filters
+    // follow the context of the memory they are given, others copy it.
+    let context = cuda_context
+        .get()
+        .filter(|c| c.is_primary_of(device))
+        .or_else(|| {
+            (api >= gstcuda::ApiLevel::V1_24)
+                .then(|| CudaContext::wrap(device))
+                .flatten()
+        });
     let primary = context.as_ref().is_some_and(|c| c.is_primary_of(device));
     let mut path = gstcuda_out::choose_path(api, primary);
     let wrapper = match (path, context, &ordering) {

@@ -203,8 +203,8 @@ pub enum UpstreamOrder {
     /// after it ([`StreamOrdering::wait_for_upstream`]).
     Pending(CudaStream),
     /// It belongs to this stream and nothing is pending: read it at once. The
-    /// writer's next use of the memory is queued on this stream, so the reads
-    /// must be finished before the buffer goes back.
+    /// writer's next use of the memory is queued on this stream, so order
+    /// that after the reads ([`StreamOrdering::release_to_upstream`]).
     Ready(CudaStream),
     /// No stream: system memory, GStreamer 1.22, or memory on the default
     /// stream, whose writers synchronise before pushing. Read it as on 1.22.
@@ -336,6 +336,31 @@ impl StreamOrdering {
             }
             UpstreamOrder::Pending(_) => {
                 sync_memory(memory);
+                Ok(Ordered::HostSynchronized)
+            }
+        }
+    }
+
+    /// Sink side, after queueing the last read of `memory` on `ours` and
+    /// before dropping the buffer: orders upstream's later work on its stream
+    /// (the next write into this memory once its pool hands it out again)
+    /// after those reads, so the buffer can go back without a host wait.
+    /// Memory without a stream, or of a stream of another context: `ours` is
+    /// synchronised on the host, as on 1.22.
+    pub fn release_to_upstream(
+        &self,
+        memory: &gst::MemoryRef,
+        ours: &Stream,
+    ) -> Result<Ordered, CudaError> {
+        match upstream_order(memory) {
+            UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs)
+                if theirs.is_in_primary_context_of(&self.device) =>
+            {
+                self.enqueue_wait(theirs.handle(), ours.raw())?;
+                Ok(Ordered::OnGpu)
+            }
+            _ => {
+                ours.synchronize()?;
                 Ok(Ordered::HostSynchronized)
             }
         }

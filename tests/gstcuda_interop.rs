@@ -22,13 +22,47 @@ fn child_pipeline() {
     common::child_pipeline_main();
 }
 
+/// What a producer child's sink published.
+struct Produced {
+    zero_copy: u64,
+    copied: u64,
+    /// The sink's lines about lending, for a failed assertion to show.
+    lending_log: String,
+}
+
 /// Runs a producer pipeline (its `cudaipcsink` named `sink`) in a child
-/// process to the end; returns its (zero-copy, copied) frame counts.
-fn run_producer(pipeline: &str) -> (u64, u64) {
-    let end = PipelineChild::spawn(pipeline, &["sink"]).finish(LIMIT);
+/// process to the end, with the sink's debug lines (they say why a buffer
+/// of the proposed pool is not lent).
+fn run_producer(pipeline: &str) -> Produced {
+    let end = PipelineChild::spawn_with(pipeline, &["sink"], &[("GST_DEBUG", "cudaipcsink:5")])
+        .finish(LIMIT);
     end.assert_success("producer");
     let report = end.report.expect("the producer's final report");
-    (report.num("sink.zero-copy"), report.num("sink.copied"))
+    // Each distinct message once, without the debug line's time and source.
+    let mut lending: Vec<&str> = Vec::new();
+    for line in end.stderr.lines().filter(|l| {
+        [
+            "lend",
+            "zero copy",
+            "cannot share",
+            "refused",
+            "proposing",
+            "buffers of",
+        ]
+        .iter()
+        .any(|word| l.contains(word))
+    }) {
+        let message = line.rsplit_once("> ").map_or(line, |(_, m)| m);
+        if !lending.contains(&message) && lending.len() < 20 {
+            lending.push(message);
+        }
+    }
+    let lending_log = lending.join("\n");
+    Produced {
+        zero_copy: report.num("sink.zero-copy"),
+        copied: report.num("sink.copied"),
+        lending_log,
+    }
 }
 
 /// A GPU, and nvcodec's elements registered (they need a GPU to register).
@@ -121,14 +155,18 @@ fn nvcodec_upload_feeds_cudaipcsink_and_frames_arrive_intact() {
     // and cudaupload would pass it through). It writes into the
     // GstCudaBufferPool the sink proposes: once each of its buffers went
     // through (copied), they are the slots.
-    let (zero_copy, copied) = run_producer(&format!(
+    let Produced {
+        zero_copy,
+        copied,
+        lending_log,
+    } = run_producer(&format!(
         "{SOURCE} ! cudaupload ! video/x-raw(memory:CUDAMemory) ! rscudaipcsink name=sink channel={channel} transport=cuda sync=false"
     ));
     eprintln!("cudaupload ! cudaipcsink: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, FRAMES as u64);
     assert!(
         zero_copy > 0,
-        "no frame of cudaupload's went without a copy"
+        "no frame of cudaupload's went without a copy; the sink said:\n{lending_log}"
     );
     let into_nvcodec = into_nvcodec.finish(LIMIT);
     into_nvcodec.assert_success("consumer into cudadownload");
@@ -366,12 +404,19 @@ fn frames_nvdec_decodes_reach_another_process_unchanged() {
     wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
     // GstCudaMemory from the decoder: copied until each buffer of the pool
     // the sink proposed went through once, then lent as slots.
-    let (zero_copy, copied) = run_producer(&format!(
+    let Produced {
+        zero_copy,
+        copied,
+        lending_log,
+    } = run_producer(&format!(
         "{decode} ! rscudaipcsink name=sink channel={channel} transport=cuda sync=false"
     ));
     eprintln!("nvh264dec ! cudaipcsink: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, 30);
-    assert!(zero_copy > 0, "no decoded frame went without a copy");
+    assert!(
+        zero_copy > 0,
+        "no decoded frame went without a copy; the sink said:\n{lending_log}"
+    );
     for consumer in consumers {
         let done = consumer.finish(LIMIT);
         done.assert_success("consumer");
@@ -402,13 +447,20 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
         })
         .collect();
     wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
-    let (zero_copy, copied) = run_producer(&format!(
+    let Produced {
+        zero_copy,
+        copied,
+        lending_log,
+    } = run_producer(&format!(
         "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
     ));
     eprintln!("lent slots: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, FRAMES);
     // Copied only until each buffer of the pool went through once.
-    assert!(copied <= 16 && zero_copy > 0, "{zero_copy} / {copied}");
+    assert!(
+        copied <= 16 && zero_copy > 0,
+        "{zero_copy} lent / {copied} copied; the sink said:\n{lending_log}"
+    );
     for consumer in consumers {
         let end = consumer.finish(LIMIT);
         end.assert_success("verifying consumer");

@@ -50,3 +50,99 @@ fn runs_on_the_expected_gstreamer() {
         }
     }
 }
+
+mod common;
+
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A folder of its own for one test (shm folder and socket), removed at the
+/// end.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "cudaipc-{tag}-{:x}",
+            gstcudaipc::ipc::shm::random_u64()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Both plugins installed and the names mixed up: GStreamer's own
+/// `cudaipcsink` (nvcodec, stood in for by a unix socket listening where it
+/// listens by default) and this plugin's source left at its default
+/// channel. Waiting would never end; the source fails at once and says what
+/// runs and what to use instead.
+#[test]
+fn a_source_beside_nvcodecs_sink_at_its_default_address_fails_at_once() {
+    let scratch = Scratch::new("mixed");
+    let address = scratch.0.join("gst.cuda.ipc");
+    let _nvcodec_sink = std::os::unix::net::UnixListener::bind(&address).unwrap();
+    let shm = scratch.0.join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let started = std::time::Instant::now();
+    let done = common::launch_with(
+        &[],
+        &[
+            ("CUDAIPC_UPSTREAM_ADDRESS", address.to_str().unwrap()),
+            ("CUDAIPC_SHM_DIR", shm.to_str().unwrap()),
+        ],
+        "rscudaipcsrc connect-timeout=120000 ! fakesink",
+    )
+    .finish(LIMIT);
+    assert!(!done.success);
+    let text = format!("{}{}", done.stdout, done.stderr);
+    assert!(
+        text.contains("GStreamer's own cudaipcsink (nvcodec) listens at")
+            && text.contains(&format!("address={}", address.display()))
+            && text.contains("rscudaipcsink"),
+        "{text}"
+    );
+    // Not after its 120 s connect-timeout (a generous bound).
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}
+
+/// A channel the user named is waited for as always (its producer may
+/// start later), and the timeout's error also names nvcodec's sink; with no
+/// such sink the error does not mention it.
+#[test]
+fn a_named_channel_is_waited_for_and_its_timeout_names_nvcodecs_sink() {
+    let scratch = Scratch::new("mixednamed");
+    let address = scratch.0.join("gst.cuda.ipc");
+    let shm = scratch.0.join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let run = || {
+        let done = common::launch_with(
+            &[],
+            &[
+                ("CUDAIPC_UPSTREAM_ADDRESS", address.to_str().unwrap()),
+                ("CUDAIPC_SHM_DIR", shm.to_str().unwrap()),
+            ],
+            "rscudaipcsrc channel=cam0 connect-timeout=300 ! fakesink",
+        )
+        .finish(LIMIT);
+        assert!(!done.success);
+        format!("{}{}", done.stdout, done.stderr)
+    };
+    let without = run();
+    assert!(
+        without.contains("no producer appeared on channel"),
+        "{without}"
+    );
+    assert!(!without.contains("nvcodec"), "{without}");
+    let _nvcodec_sink = std::os::unix::net::UnixListener::bind(&address).unwrap();
+    let with = run();
+    assert!(with.contains("no producer appeared on channel"), "{with}");
+    assert!(
+        with.contains("GStreamer's own cudaipcsink (nvcodec) listens at"),
+        "{with}"
+    );
+}

@@ -3,6 +3,7 @@
 //! Between the channel and GStreamer: the channel's caps negotiated
 //! downstream (which memory, which pools), and its failures as messages.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -86,10 +87,13 @@ pub(super) fn error_message(
         SubscriberError::NoProducer(e) => gst::error_msg!(
             ResourceError::NotFound,
             (
-                "{} (connect-timeout={} ms); {}",
+                "{} (connect-timeout={} ms); {}{}",
                 e,
                 connect_timeout_ms,
-                existing_channels()
+                existing_channels(),
+                upstream_sink_note()
+                    .map(|note| format!("; {note}"))
+                    .unwrap_or_default()
             )
         ),
         SubscriberError::Attach(e) => gst::error_msg!(
@@ -271,6 +275,58 @@ fn gst_cuda_pool(
 }
 
 /// What a user who mistyped a channel name needs: the live channels there are.
+/// Where GStreamer's own `cudaipcsink` (nvcodec, 1.24+) listens unless given
+/// an `address`; `CUDAIPC_UPSTREAM_ADDRESS` names another (tests).
+fn upstream_sink_address() -> PathBuf {
+    std::env::var_os("CUDAIPC_UPSTREAM_ADDRESS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/gst.cuda.ipc"))
+}
+
+/// The address of a GStreamer (nvcodec) `cudaipcsink` that runs at its
+/// default address: a unix socket there that accepts a connection.
+fn live_upstream_sink() -> Option<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let address = upstream_sink_address();
+    let is_socket = std::fs::symlink_metadata(&address).is_ok_and(|m| m.file_type().is_socket());
+    (is_socket && std::os::unix::net::UnixStream::connect(&address).is_ok()).then_some(address)
+}
+
+/// What to say about the other cudaipc protocol when `channel` has no
+/// producer of this plugin but nvcodec's `cudaipcsink` runs.
+fn upstream_sink_note() -> Option<String> {
+    live_upstream_sink().map(|address| {
+        format!(
+            "GStreamer's own cudaipcsink (nvcodec) listens at {}: its protocol is not this plugin's; read it with nvcodec's cudaipcsrc (address={}), or produce with rscudaipcsink (this plugin)",
+            address.display(),
+            address.display()
+        )
+    })
+}
+
+/// Before waiting for a producer on `channel`: the error to post at once
+/// when both sides were left at their defaults and what runs is
+/// GStreamer's own `cudaipcsink` (the element names mixed up the plugins:
+/// waiting would never end). A channel named by the user is waited for.
+pub(super) fn mixed_with_upstream(
+    channel: &str,
+    channel_is_default: bool,
+) -> Option<gst::ErrorMessage> {
+    if !channel_is_default || crate::ipc::shm::control_path(channel).exists() {
+        return None;
+    }
+    upstream_sink_note().map(|note| {
+        gst::error_msg!(
+            gst::ResourceError::NotFound,
+            (
+                "no producer of this plugin on channel '{}', and {}",
+                channel,
+                note
+            )
+        )
+    })
+}
+
 fn existing_channels() -> String {
     let names = crate::channels::live_channel_names();
     if names.is_empty() {

@@ -27,7 +27,7 @@ pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-const DEFAULT_CHANNEL: &str = "default";
+pub(super) const DEFAULT_CHANNEL: &str = "default";
 const DEFAULT_DEVICE_ID: i32 = -1;
 const DEFAULT_CONNECT_TIMEOUT_MS: i64 = 10_000;
 const DEFAULT_IS_LIVE: bool = false;

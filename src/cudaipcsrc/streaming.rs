@@ -26,6 +26,15 @@ impl CudaIpcSrc {
     fn connect(&self) -> Result<Subscriber, gst::FlowError> {
         let settings = self.settings.lock().unwrap().clone();
         let reconnect = self.state.lock().unwrap().connected_before;
+        if !reconnect
+            && let Some(message) = channel::mixed_with_upstream(
+                &settings.channel,
+                settings.channel == super::imp::DEFAULT_CHANNEL,
+            )
+        {
+            self.post_error_message(message);
+            return Err(gst::FlowError::Error);
+        }
         let config = SubscriberConfig {
             channel: settings.channel.clone(),
             mode: settings.frames.into(),

@@ -173,3 +173,44 @@ fn wait_for_connection_is_off_by_default() {
     assert_eq!(sink.property::<u32>("wait-for-connection"), 0);
     assert_eq!(sink.property::<u32>("permissions"), 0o600);
 }
+
+/// A buffer pushed again (imagefreeze repeats one frame) is published again
+/// from a slot that still holds it: the consumer, another process, gets
+/// every frame with the right picture, and the sink copied only a few.
+#[test]
+fn a_frame_pushed_again_is_published_again_without_a_copy() {
+    const PUSHES: usize = 200;
+    init();
+    let channel = unique_channel("again");
+    let frame = "videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGB,width=320,height=240,framerate=0/1";
+    let expected = reference_checksums(frame);
+    assert_eq!(expected.len(), 1);
+    let producer = pipeline(&format!(
+        "{frame} ! imagefreeze num-buffers={PUSHES} ! rscudaipcsink name=sink channel={channel} transport=host slots=4 sync=false wait-for-connection=1"
+    ));
+    producer.set_state(gst::State::Playing).unwrap();
+    let consumer = launch(&format!(
+        "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+    ));
+    let bus = producer.bus().unwrap();
+    let end = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the producer neither finished nor failed");
+    let stats = stats(&producer);
+    producer.set_state(gst::State::Null).unwrap();
+    assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), vec![expected[0].clone(); PUSHES]);
+    let copied = stats.get::<u64>("copied").unwrap();
+    let repeated = stats.get::<u64>("repeated").unwrap();
+    let zero_copy = stats.get::<u64>("zero-copy").unwrap();
+    // The first frame may be written into a slot by videotestsrc itself.
+    assert_eq!(zero_copy + copied + repeated, PUSHES as u64, "{stats}");
+    assert!(repeated > 0, "{stats}");
+    // At most one copy per slot.
+    assert!(copied <= 4, "{stats}");
+}

@@ -89,11 +89,21 @@ pub(super) fn render(
         );
     }
     let copy = |slot: &_| copy_into_slot(buffer, info, ordering, slot);
+    // Our reference keeps the memory unchanged (GStreamer lets nobody write
+    // memory that others hold): pushed again, it is published again from a
+    // slot that still holds it.
+    let source = memory_key(buffer).map(|key| (key, buffer.clone()));
     match publisher
-        .publish_copy(&meta, copy)
+        .publish_copy_of(source, &meta, copy)
         .map_err(|e| flow_error(sink, e))?
     {
-        Some(slot) => gst::trace!(CAT, obj = sink, "copied into slot {}", slot),
+        Some((slot, true)) => gst::trace!(CAT, obj = sink, "copied into slot {}", slot),
+        Some((slot, false)) => gst::trace!(
+            CAT,
+            obj = sink,
+            "published slot {} again: it holds this memory's frame",
+            slot
+        ),
         None => {
             gst::trace!(
                 CAT,
@@ -452,6 +462,7 @@ pub(super) fn stats(stats: Option<PublisherStats>) -> gst::Structure {
         producer: Default::default(),
         zero_copy: 0,
         copied: 0,
+        repeated: 0,
         slots: 0,
         kind: TransportKind::Host,
     });
@@ -462,6 +473,7 @@ pub(super) fn stats(stats: Option<PublisherStats>) -> gst::Structure {
         .field("waits", s.producer.waits)
         .field("zero-copy", s.zero_copy)
         .field("copied", s.copied)
+        .field("repeated", s.repeated)
         .field("slots", s.slots as u32)
         .field("consumers", s.producer.consumers)
         .field("reclaimed-consumers", s.producer.reclaimed_consumers)

@@ -455,6 +455,28 @@ impl Producer {
         self.try_reserve()
     }
 
+    /// Reserves one of the slots in `mask` if one is free now, without
+    /// waiting and without overwriting a frame a consumer has not taken: for
+    /// publishing again the frame a slot still holds.
+    pub fn reserve_one_of(&self, mask: u64) -> Option<usize> {
+        let h = self.header();
+        let min_cursor = self.every_frame_cursors().min().unwrap_or(u64::MAX);
+        let reserved = self.reserved.load(Ordering::SeqCst);
+        (0..self.slot_count()).find(|&i| {
+            let bit = 1u64 << i;
+            if mask & bit == 0 || reserved & bit != 0 {
+                return false;
+            }
+            let slot = &h.slots[i];
+            if slot.holders.load(Ordering::SeqCst) != 0 {
+                return false;
+            }
+            let seq = slot.seq.load(Ordering::SeqCst);
+            let pending = seq & SEQ_WRITING == 0 && seq >= min_cursor;
+            !pending && self.claim(i, seq)
+        })
+    }
+
     /// Before the first frame: lets consumers that were waiting for this
     /// producer attach, so they get every frame from the first. A waiting
     /// consumer drops its marker only once attached, so the gate opens when

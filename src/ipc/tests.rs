@@ -465,3 +465,41 @@ fn consumers_publishing_release_descriptors_together_are_always_noticed() {
         assert_ne!(p.consumer_fingerprint(), published, "round {round}");
     }
 }
+
+/// Publishing a slot again: only a slot of the mask that every consumer took
+/// and released, and that nobody reserved, is handed out; the consumer then
+/// gets the frame again as a new one, with the new metadata.
+#[test]
+fn a_slot_is_published_again_only_once_every_consumer_is_done_with_it() {
+    let channel = unique_channel("again");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    let slot = p.reserve(&no).unwrap().unwrap();
+    p.publish(slot, &meta(10, 1000)).unwrap();
+    let mask = 1u64 << slot;
+    // Not taken yet: the consumer would lose it.
+    assert_eq!(p.reserve_one_of(mask), None);
+    let Item::Frame(first) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+        panic!("expected a frame");
+    };
+    // Held by the consumer.
+    assert_eq!(p.reserve_one_of(mask), None);
+    c.release(first.slot);
+    // Slots outside the mask are never handed out.
+    assert_eq!(p.reserve_one_of(!mask & 0xf), Some((slot + 1) % 4));
+    p.cancel((slot + 1) % 4);
+    assert_eq!(p.reserve_one_of(mask), Some(slot));
+    // Reserved: not twice.
+    assert_eq!(p.reserve_one_of(mask), None);
+    p.publish(slot, &meta(10, 2000)).unwrap();
+    let Item::Frame(again) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+        panic!("expected a frame");
+    };
+    assert_eq!(
+        (again.slot, again.seq, again.pts),
+        (slot, first.seq + 1, Some(2000))
+    );
+    c.release(again.slot);
+    assert_eq!(c.frames_missed(), 0);
+}

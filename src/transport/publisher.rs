@@ -170,6 +170,9 @@ pub struct PublisherStats {
     /// Frames published where they were written (in place or lent).
     pub zero_copy: u64,
     pub copied: u64,
+    /// Frames published again from a slot that still held them (the same
+    /// source pushed again), without a copy.
+    pub repeated: u64,
     pub slots: usize,
     pub kind: TransportKind,
 }
@@ -179,7 +182,8 @@ pub struct PublisherStats {
 pub const END_OF_STREAM_GRACE: Duration = Duration::from_secs(5);
 
 /// The producer end of a channel; `T` is what keeps a lent buffer alive
-/// while its frame is published.
+/// while its frame is published, and the source of a frame that may be
+/// published again unchanged (see `publish_copy_of`).
 pub struct Publisher<T> {
     producer: Producer,
     config: PublisherConfig,
@@ -200,6 +204,21 @@ pub struct Publisher<T> {
     ended: AtomicBool,
     zero_copy: AtomicU64,
     copied: AtomicU64,
+    repeated: AtomicU64,
+    /// What the slots of the current set still hold of the source copied
+    /// last (see `publish_copy_of`). A leaf lock, as the others here.
+    repeatable: Mutex<Option<Repeatable<T>>>,
+}
+
+/// Slots of one slot set that hold a copy of one source, whose content the
+/// caller guarantees unchanged while `keeper` lives.
+struct Repeatable<T> {
+    /// The slot set (its address while it is current).
+    set: usize,
+    source: usize,
+    /// One bit per slot.
+    slots: u64,
+    _keeper: T,
 }
 
 impl<T: Send + 'static> Publisher<T> {
@@ -230,6 +249,8 @@ impl<T: Send + 'static> Publisher<T> {
             learned: Mutex::new(Vec::new()),
             zero_copy: AtomicU64::new(0),
             copied: AtomicU64::new(0),
+            repeated: AtomicU64::new(0),
+            repeatable: Mutex::new(None),
         })
     }
 
@@ -301,6 +322,8 @@ impl<T: Send + 'static> Publisher<T> {
         let released = self.producer.wait_released(grace);
         self.producer.close();
         *self.current.lock().unwrap() = None;
+        let forgotten = self.repeatable.lock().unwrap().take();
+        drop(forgotten);
         self.retired.lock().unwrap().clear();
         released
     }
@@ -310,6 +333,7 @@ impl<T: Send + 'static> Publisher<T> {
             producer: self.producer.stats(),
             zero_copy: self.zero_copy.load(Ordering::Relaxed),
             copied: self.copied.load(Ordering::Relaxed),
+            repeated: self.repeated.load(Ordering::Relaxed),
             slots: self.producer.slot_count(),
             kind: self.config.kind,
         }
@@ -393,6 +417,9 @@ impl<T: Send + 'static> Publisher<T> {
             .lock()
             .unwrap()
             .replace(Arc::new(SlotSet { slots, lent }));
+        // The new slots hold nothing yet.
+        let forgotten = self.repeatable.lock().unwrap().take();
+        drop(forgotten);
         if let Some(old) = old
             && readers.iter().any(|&r| r != 0)
         {
@@ -454,31 +481,106 @@ impl<T: Send + 'static> Publisher<T> {
         meta: &FrameMeta,
         fill: impl FnOnce(&SlotMemory) -> Result<(), String>,
     ) -> Result<Option<usize>, PublishError> {
-        let Some(slot) = self
-            .reserve(&self.interrupt)
-            .map_err(PublishError::Channel)?
-        else {
+        Ok(self
+            .publish_copy_of(None::<(usize, T)>, meta, fill)?
+            .map(|(slot, _)| slot))
+    }
+
+    /// [`publish_copy`](Self::publish_copy) for a frame of `source`: an
+    /// identity (e.g. the address of the memory it is read from) and a
+    /// `keeper` that guarantees its content does not change while it lives
+    /// (e.g. a reference to the buffer: GStreamer lets nobody write memory
+    /// that others hold). Where a free slot still holds a copy of the same
+    /// source, made while a keeper of it lived, that slot is published again
+    /// with `meta` and nothing is copied (a frame pushed again: imagefreeze,
+    /// videorate duplicates, a tee). The publisher keeps the last source's
+    /// keeper. `Ok(Some((slot, copied)))`.
+    pub fn publish_copy_of(
+        &self,
+        source: Option<(usize, T)>,
+        meta: &FrameMeta,
+        fill: impl FnOnce(&SlotMemory) -> Result<(), String>,
+    ) -> Result<Option<(usize, bool)>, PublishError> {
+        let key = source.as_ref().map(|(key, _)| *key);
+        // A free slot that holds the frame already, else any free slot.
+        let reserved = match key.and_then(|key| self.producer.reserve_one_of(self.slots_holding(key))) {
+            Some(slot) => Some(slot),
+            None => self
+                .reserve(&self.interrupt)
+                .map_err(PublishError::Channel)?,
+        };
+        let Some(slot) = reserved else {
             return Ok(None);
         };
         let Some(set) = self.current_set() else {
             self.producer.cancel(slot);
             return Err(PublishError::Channel(ChannelError::Interrupted));
         };
-        let copied = set
-            .slots
-            .before_write(slot, &self.producer)
-            .map_err(|e| e.to_string())
-            .and_then(|()| fill(&set.slots.slot_memory(slot)))
-            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()));
-        if let Err(error) = copied {
+        let holds = key.is_some_and(|key| self.slots_holding(key) & (1 << slot) != 0);
+        let written = if holds {
+            // Nothing to write: the slot's ready signal follows its copy.
+            set.slots.after_write(slot).map_err(|e| e.to_string())
+        } else {
+            self.forget_content(slot);
+            set.slots
+                .before_write(slot, &self.producer)
+                .map_err(|e| e.to_string())
+                .and_then(|()| fill(&set.slots.slot_memory(slot)))
+                .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()))
+        };
+        if let Err(error) = written {
             self.producer.cancel(slot);
             return Err(PublishError::Copy { slot, error });
         }
         self.producer
             .publish(slot, meta)
             .map_err(PublishError::Channel)?;
-        self.copied.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(slot))
+        let counter = if holds { &self.repeated } else { &self.copied };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some((key, keeper)) = source {
+            self.keep_content(key, keeper, &set, slot);
+        }
+        Ok(Some((slot, !holds)))
+    }
+
+    /// The slots of the current set that hold a copy of `source` (a bit
+    /// each).
+    fn slots_holding(&self, source: usize) -> u64 {
+        let Some(set) = self.current_set() else {
+            return 0;
+        };
+        match self.repeatable.lock().unwrap().as_ref() {
+            Some(r) if r.source == source && r.set == Arc::as_ptr(&set) as usize => r.slots,
+            _ => 0,
+        }
+    }
+
+    /// Notes that `slot` of `set` (the current set) holds a copy of
+    /// `source`, kept unchanged by `keeper`; another source replaces what was
+    /// noted.
+    fn keep_content(&self, source: usize, keeper: T, set: &Arc<SlotSet<T>>, slot: usize) {
+        let set = Arc::as_ptr(set) as usize;
+        let mut repeatable = self.repeatable.lock().unwrap();
+        let slots = match repeatable.as_ref() {
+            Some(r) if r.source == source && r.set == set => r.slots | 1 << slot,
+            _ => 1 << slot,
+        };
+        // The newer keeper holds the same content; the older one may go.
+        let old = repeatable.replace(Repeatable {
+            set,
+            source,
+            slots,
+            _keeper: keeper,
+        });
+        drop(repeatable);
+        drop(old);
+    }
+
+    /// `slot` is about to be written: it no longer holds the noted source.
+    fn forget_content(&self, slot: usize) {
+        if let Some(r) = self.repeatable.lock().unwrap().as_mut() {
+            r.slots &= !(1u64 << slot);
+        }
     }
 
     /// Reserves a free slot for a writer that fills it in place (waiting
@@ -493,6 +595,10 @@ impl<T: Send + 'static> Publisher<T> {
             Ok(None) | Err(ChannelError::Interrupted) => return Err(ReserveError::Flushing),
             Err(e) => return Err(ReserveError::Channel(e)),
         };
+        // The writer's memory may itself be a noted source (a slot of ours
+        // that a downstream element holds and pushes again): forget all.
+        let forgotten = self.repeatable.lock().unwrap().take();
+        drop(forgotten);
         let Some(set) = self.current_set() else {
             self.producer.cancel(slot);
             return Err(ReserveError::Flushing);

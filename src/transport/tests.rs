@@ -222,3 +222,90 @@ fn wire_values_round_trip() {
     assert_eq!(TransportKind::from_wire(0), None);
     assert_eq!(GpuSync::from_wire(7), None);
 }
+
+/// A frame whose source is pushed again (imagefreeze, a tee) is published
+/// again from a slot that still holds its copy: every frame arrives with
+/// its own metadata and the right bytes, each source is copied at most
+/// once per slot, and the publisher keeps only the last source's keeper.
+#[test]
+fn a_source_pushed_again_is_published_again_without_a_copy() {
+    const PUSHES: u64 = 10;
+    const SOURCES: u64 = 3;
+    let channel = unique_channel("again");
+    let publisher: Publisher<Arc<u64>> = Publisher::create(PublisherConfig {
+        channel: channel.clone(),
+        kind: TransportKind::Host,
+        device: None,
+        slots: 3,
+        permissions: 0o600,
+        gpu_sync: GpuSync::Event,
+        when_full: crate::ipc::WhenFull::Block,
+        wait_mode: crate::ipc::WaitMode::Hybrid,
+        wait_for_consumers: 1,
+    })
+    .unwrap();
+    publisher.configure(SIZE).unwrap();
+    publisher.set_caps("application/x-test").unwrap();
+    let reader = std::thread::spawn(move || {
+        let no = AtomicBool::new(false);
+        let mut subscriber = Subscriber::attach(
+            SubscriberConfig {
+                channel,
+                mode: crate::ipc::ConsumerMode::EveryFrame,
+                wait_mode: crate::ipc::WaitMode::Hybrid,
+                connect_timeout: Some(Duration::from_secs(10)),
+                device_id: None,
+                on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
+            },
+            &no,
+            || {},
+        )
+        .unwrap();
+        let mut pts = Vec::new();
+        loop {
+            match subscriber.next(&no).unwrap() {
+                Event::Frame(frame) => {
+                    let push = frame.pts.unwrap();
+                    let bytes = frame.host_bytes().unwrap();
+                    assert!(
+                        bytes == frame_bytes(push / PUSHES, SIZE),
+                        "push {push} arrived with other bytes"
+                    );
+                    pts.push(push);
+                }
+                Event::Caps(_) => {}
+                Event::Eos => return pts,
+                Event::ProducerGone(gone) => panic!("{gone:?}"),
+            }
+        }
+    });
+    let keepers: Vec<Arc<u64>> = (0..SOURCES).map(Arc::new).collect();
+    for push in 0..SOURCES * PUSHES {
+        let source = push / PUSHES;
+        let meta = FrameMeta {
+            size: SIZE as u64,
+            pts: Some(push),
+            ..Default::default()
+        };
+        let keeper = keepers[source as usize].clone();
+        publisher
+            .publish_copy_of(Some((source as usize + 1, keeper)), &meta, |memory| {
+                write_slot(memory, &frame_bytes(source, SIZE));
+                Ok(())
+            })
+            .unwrap()
+            .expect("block mode publishes every frame");
+    }
+    publisher.eos();
+    let pts = reader.join().unwrap();
+    assert_eq!(pts, (0..SOURCES * PUSHES).collect::<Vec<_>>());
+    let stats = publisher.stats();
+    assert_eq!(stats.copied + stats.repeated, SOURCES * PUSHES);
+    assert!(stats.copied <= SOURCES * 3, "{} copied", stats.copied);
+    // The last source is kept, the others were let go.
+    assert_eq!(Arc::strong_count(&keepers[2]), 2);
+    assert_eq!(Arc::strong_count(&keepers[0]), 1);
+    assert_eq!(Arc::strong_count(&keepers[1]), 1);
+    assert!(publisher.close(Duration::from_secs(1)));
+    assert_eq!(Arc::strong_count(&keepers[2]), 1);
+}

@@ -298,6 +298,8 @@ impl<T: Send + 'static> Publisher<T> {
     /// Publishes the caps (a string consumers parse), waiting until no
     /// consumer reads a frame of the old ones.
     pub fn set_caps(&self, caps: &str) -> Result<u64, ChannelError> {
+        // A source copied under other caps may be laid out otherwise now.
+        self.forget_all_content();
         self.producer.set_caps(caps, &self.interrupt)
     }
 
@@ -322,8 +324,7 @@ impl<T: Send + 'static> Publisher<T> {
         let released = self.producer.wait_released(grace);
         self.producer.close();
         *self.current.lock().unwrap() = None;
-        let forgotten = self.repeatable.lock().unwrap().take();
-        drop(forgotten);
+        self.forget_all_content();
         self.retired.lock().unwrap().clear();
         released
     }
@@ -418,8 +419,7 @@ impl<T: Send + 'static> Publisher<T> {
             .unwrap()
             .replace(Arc::new(SlotSet { slots, lent }));
         // The new slots hold nothing yet.
-        let forgotten = self.repeatable.lock().unwrap().take();
-        drop(forgotten);
+        self.forget_all_content();
         if let Some(old) = old
             && readers.iter().any(|&r| r != 0)
         {
@@ -576,6 +576,13 @@ impl<T: Send + 'static> Publisher<T> {
         drop(old);
     }
 
+    /// No slot holds a noted source any more (new slots or caps, a writer
+    /// in the slots); the keeper goes (outside the lock).
+    fn forget_all_content(&self) {
+        let forgotten = self.repeatable.lock().unwrap().take();
+        drop(forgotten);
+    }
+
     /// `slot` is about to be written: it no longer holds the noted source.
     fn forget_content(&self, slot: usize) {
         if let Some(r) = self.repeatable.lock().unwrap().as_mut() {
@@ -597,8 +604,7 @@ impl<T: Send + 'static> Publisher<T> {
         };
         // The writer's memory may itself be a noted source (a slot of ours
         // that a downstream element holds and pushes again): forget all.
-        let forgotten = self.repeatable.lock().unwrap().take();
-        drop(forgotten);
+        self.forget_all_content();
         let Some(set) = self.current_set() else {
             self.producer.cancel(slot);
             return Err(ReserveError::Flushing);

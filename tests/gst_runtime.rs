@@ -55,22 +55,49 @@ mod common;
 
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A folder of its own for one test (shm folder and socket), removed at the
-/// end.
-struct Scratch(std::path::PathBuf);
+/// A folder of its own for one test, removed at the end: an empty shm
+/// folder, and the address nvcodec's `cudaipcsink` would listen at.
+struct Beside(std::path::PathBuf);
 
-impl Scratch {
+impl Beside {
     fn new(tag: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "cudaipc-{tag}-{:x}",
             gstcudaipc::ipc::shm::random_u64()
         ));
-        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir_all(dir.join("shm")).unwrap();
         Self(dir)
+    }
+
+    fn address(&self) -> std::path::PathBuf {
+        self.0.join("gst.cuda.ipc")
+    }
+
+    /// A unix socket listening at the address, standing in for nvcodec's
+    /// sink while it lives.
+    fn nvcodec_sink(&self) -> std::os::unix::net::UnixListener {
+        std::os::unix::net::UnixListener::bind(self.address()).unwrap()
+    }
+
+    /// `pipeline` run to its end in a `gst-launch-1.0` child; its failure
+    /// and what it printed.
+    fn run_failing(&self, pipeline: &str) -> String {
+        let (address, shm) = (self.address(), self.0.join("shm"));
+        let done = common::launch_with(
+            &[],
+            &[
+                ("CUDAIPC_UPSTREAM_ADDRESS", address.to_str().unwrap()),
+                ("CUDAIPC_SHM_DIR", shm.to_str().unwrap()),
+            ],
+            pipeline,
+        )
+        .finish(LIMIT);
+        assert!(!done.success, "{pipeline} succeeded");
+        format!("{}{}", done.stdout, done.stderr)
     }
 }
 
-impl Drop for Scratch {
+impl Drop for Beside {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
@@ -83,26 +110,13 @@ impl Drop for Scratch {
 /// runs and what to use instead.
 #[test]
 fn a_source_beside_nvcodecs_sink_at_its_default_address_fails_at_once() {
-    let scratch = Scratch::new("mixed");
-    let address = scratch.0.join("gst.cuda.ipc");
-    let _nvcodec_sink = std::os::unix::net::UnixListener::bind(&address).unwrap();
-    let shm = scratch.0.join("shm");
-    std::fs::create_dir(&shm).unwrap();
+    let beside = Beside::new("mixed");
+    let _nvcodec_sink = beside.nvcodec_sink();
     let started = std::time::Instant::now();
-    let done = common::launch_with(
-        &[],
-        &[
-            ("CUDAIPC_UPSTREAM_ADDRESS", address.to_str().unwrap()),
-            ("CUDAIPC_SHM_DIR", shm.to_str().unwrap()),
-        ],
-        "rscudaipcsrc connect-timeout=120000 ! fakesink",
-    )
-    .finish(LIMIT);
-    assert!(!done.success);
-    let text = format!("{}{}", done.stdout, done.stderr);
+    let text = beside.run_failing("rscudaipcsrc connect-timeout=120000 ! fakesink");
     assert!(
         text.contains("GStreamer's own cudaipcsink (nvcodec) listens at")
-            && text.contains(&format!("address={}", address.display()))
+            && text.contains(&format!("address={}", beside.address().display()))
             && text.contains("rscudaipcsink"),
         "{text}"
     );
@@ -115,31 +129,16 @@ fn a_source_beside_nvcodecs_sink_at_its_default_address_fails_at_once() {
 /// such sink the error does not mention it.
 #[test]
 fn a_named_channel_is_waited_for_and_its_timeout_names_nvcodecs_sink() {
-    let scratch = Scratch::new("mixednamed");
-    let address = scratch.0.join("gst.cuda.ipc");
-    let shm = scratch.0.join("shm");
-    std::fs::create_dir(&shm).unwrap();
-    let run = || {
-        let done = common::launch_with(
-            &[],
-            &[
-                ("CUDAIPC_UPSTREAM_ADDRESS", address.to_str().unwrap()),
-                ("CUDAIPC_SHM_DIR", shm.to_str().unwrap()),
-            ],
-            "rscudaipcsrc channel=cam0 connect-timeout=300 ! fakesink",
-        )
-        .finish(LIMIT);
-        assert!(!done.success);
-        format!("{}{}", done.stdout, done.stderr)
-    };
-    let without = run();
+    let beside = Beside::new("mixednamed");
+    let pipeline = "rscudaipcsrc channel=cam0 connect-timeout=300 ! fakesink";
+    let without = beside.run_failing(pipeline);
     assert!(
         without.contains("no producer appeared on channel"),
         "{without}"
     );
     assert!(!without.contains("nvcodec"), "{without}");
-    let _nvcodec_sink = std::os::unix::net::UnixListener::bind(&address).unwrap();
-    let with = run();
+    let _nvcodec_sink = beside.nvcodec_sink();
+    let with = beside.run_failing(pipeline);
     assert!(with.contains("no producer appeared on channel"), "{with}");
     assert!(
         with.contains("GStreamer's own cudaipcsink (nvcodec) listens at"),

@@ -26,6 +26,29 @@ fn stats(pipeline: &gst::Pipeline) -> gst::Structure {
         .property::<gst::Structure>("stats")
 }
 
+/// Runs `producer` (playing) to its end of stream, then `consumer`, a
+/// process reading its channel, to its own end: what the consumer printed,
+/// and the sink's final stats.
+fn run_to_eos(
+    producer: &gst::Pipeline,
+    consumer: common::Launch,
+) -> (common::Finished, gst::Structure) {
+    let end = producer
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the producer neither finished nor failed");
+    let final_stats = stats(producer);
+    producer.set_state(gst::State::Null).unwrap();
+    assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    (done, final_stats)
+}
+
 fn mode_of(path: &std::path::Path) -> u32 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).unwrap().mode() & 0o777
@@ -129,17 +152,7 @@ fn wait_for_connection_holds_the_first_frame_until_a_consumer_process_attaches()
     let consumer = launch(&format!(
         "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
     ));
-    let bus = producer.bus().unwrap();
-    let end = bus
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(20),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("the producer neither finished nor failed");
-    producer.set_state(gst::State::Null).unwrap();
-    assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
-    let done = consumer.finish(LIMIT);
-    done.assert_success("consumer");
+    let (done, _) = run_to_eos(&producer, consumer);
     assert_eq!(done.checksums(), expected, "every frame from the first");
 }
 
@@ -192,18 +205,7 @@ fn a_frame_pushed_again_is_published_again_without_a_copy() {
     let consumer = launch(&format!(
         "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
     ));
-    let bus = producer.bus().unwrap();
-    let end = bus
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(20),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("the producer neither finished nor failed");
-    let stats = stats(&producer);
-    producer.set_state(gst::State::Null).unwrap();
-    assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
-    let done = consumer.finish(LIMIT);
-    done.assert_success("consumer");
+    let (done, stats) = run_to_eos(&producer, consumer);
     assert_eq!(done.checksums(), vec![expected[0].clone(); PUSHES]);
     let copied = stats.get::<u64>("copied").unwrap();
     let repeated = stats.get::<u64>("repeated").unwrap();

@@ -622,8 +622,36 @@ fn row_from(
         missing: number(c, "check.missing").map(|v| v as u64),
         frames: number(c, "frames").unwrap_or(0.0) as u64,
         frame_bytes: FRAME_BYTES,
+        note: paths_taken(c, p),
         ..Default::default()
     }
+}
+
+/// How this plugin's elements moved the frames, from their final stats:
+/// the sink's copies, frames published in place or lent, frames published
+/// again; the source's slots wrapped as GstCudaMemory or copied into it.
+fn paths_taken(c: &BTreeMap<String, String>, p: Option<&BTreeMap<String, String>>) -> String {
+    let count =
+        |fields: &BTreeMap<String, String>, key: &str| number(fields, key).map(|v| v as u64);
+    let mut parts = Vec::new();
+    if let Some(p) = p
+        && let Some(copied) = count(p, "ipcsink.copied")
+    {
+        parts.push(format!(
+            "sink: {} in place or lent, {copied} copied, {} again",
+            count(p, "ipcsink.zero-copy").unwrap_or(0),
+            count(p, "ipcsink.repeated").unwrap_or(0)
+        ));
+    }
+    if let Some(wrapped) = count(c, "src.gstcuda-wrapped") {
+        let copied = count(c, "src.gstcuda-copied").unwrap_or(0);
+        if wrapped + copied > 0 {
+            parts.push(format!(
+                "src: {wrapped} wrapped, {copied} copied as GstCudaMemory"
+            ));
+        }
+    }
+    parts.join("; ")
 }
 
 fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {

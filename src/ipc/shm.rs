@@ -1,7 +1,6 @@
 // Shared files: naming, exclusive creation, mapping, liveness locks and the
 // identity of processes.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -170,13 +169,18 @@ fn remove_owned_with_prefix(prefix: &str) {
 }
 
 pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 pub fn owner_uid(file: &File) -> io::Result<u32> {
     Ok(file.metadata()?.uid())
 }
+
+/// How every name in the shm folder is opened: never through a symbolic
+/// link, never blocking (a FIFO opens at once), not inherited by children.
+const SHARED_NAME_FLAGS: i32 = (rustix::fs::OFlags::CLOEXEC.bits()
+    | rustix::fs::OFlags::NOFOLLOW.bits()
+    | rustix::fs::OFlags::NONBLOCK.bits()) as i32;
 
 /// Opens a name in the shm folder the only way a name there is opened: no
 /// link followed (O_NOFOLLOW), never blocking (O_NONBLOCK: a FIFO opens at
@@ -186,10 +190,10 @@ pub fn open_regular(path: &Path, write: bool) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(write)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags(SHARED_NAME_FLAGS)
         .open(path)
         .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
@@ -224,14 +228,8 @@ pub fn foreign_owner_error(path: &Path, uid: u32) -> io::Error {
 
 /// Bytes free for unprivileged users in the folder holding `path`.
 pub fn free_bytes(dir: &Path) -> Option<u64> {
-    let dir = CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is a plain C struct; all-zero is a valid value.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid NUL-terminated path and a struct to write into.
-    if unsafe { libc::statvfs(dir.as_ptr(), &mut stats) } != 0 {
-        return None;
-    }
-    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+    let stats = rustix::fs::statvfs(dir).ok()?;
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 /// Reserves `size` bytes for `file` (tmpfs allocates the pages now), so a
@@ -241,11 +239,10 @@ fn reserve_space(file: &File, path: &Path, size: usize) -> io::Result<()> {
     if size == 0 {
         return Ok(());
     }
-    // SAFETY: valid fd; posix_fallocate has no memory arguments.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
-    match rc {
-        0 => Ok(()),
-        libc::ENOSPC | libc::EFBIG => {
+    use rustix::io::Errno;
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size as u64) {
+        Ok(()) => Ok(()),
+        Err(Errno::NOSPC | Errno::FBIG) => {
             let dir = path.parent().unwrap_or(Path::new("/"));
             let free = free_bytes(dir)
                 .map(|b| format!("{b} bytes are free"))
@@ -260,8 +257,8 @@ fn reserve_space(file: &File, path: &Path, size: usize) -> io::Result<()> {
             ))
         }
         // Filesystems without fallocate: size it sparsely, as before.
-        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size as u64),
-        other => Err(io::Error::from_raw_os_error(other)),
+        Err(Errno::OPNOTSUPP | Errno::INVAL) => file.set_len(size as u64),
+        Err(other) => Err(other.into()),
     }
 }
 
@@ -284,7 +281,7 @@ impl SharedFile {
             .write(true)
             .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .custom_flags(SHARED_NAME_FLAGS)
             .open(path)?;
         let prepared = (|| {
             // The umask may have cleared bits the caller asked for.
@@ -361,17 +358,12 @@ impl SharedFile {
 
 /// Gives a file its public name atomically; fails with AlreadyExists.
 pub fn link_exclusive(from: &Path, to: &Path) -> io::Result<()> {
-    let from = CString::new(from.as_os_str().as_bytes())?;
-    let to = CString::new(to.as_os_str().as_bytes())?;
-    // SAFETY: both are valid NUL-terminated paths.
-    let rc = unsafe { libc::link(from.as_ptr(), to.as_ptr()) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // link(2) never follows `from` if it is a symbolic link.
+    std::fs::hard_link(from, to)
 }
 
+// Open-file-description locks on single bytes stay with libc's fcntl:
+// rustix offers whole-file locks only.
 fn ofd_lock_struct(kind: libc::c_int, byte: i64) -> libc::flock {
     // SAFETY: flock is a plain C struct; all-zero is a valid value.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
@@ -434,10 +426,10 @@ pub fn pid_namespace() -> u64 {
 
 /// A random 64-bit value for session identifiers.
 pub fn random_u64() -> u64 {
-    let mut value = 0u64;
-    // SAFETY: getrandom writes at most 8 bytes into `value`.
-    let n = unsafe { libc::getrandom((&raw mut value).cast(), 8, libc::GRND_NONBLOCK) };
-    if n != 8 {
+    let mut bytes = [0u8; 8];
+    let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::NONBLOCK);
+    let mut value = u64::from_ne_bytes(bytes);
+    if filled.ok() != Some(8) {
         // No entropy yet: fall back to time and pid, still unique enough.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -450,12 +442,7 @@ pub fn random_u64() -> u64 {
 
 /// CLOCK_MONOTONIC in nanoseconds: comparable between processes of one host.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

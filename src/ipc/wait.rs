@@ -41,39 +41,25 @@ const FUTEX_SLICE: Duration = Duration::from_millis(50);
 /// How often a waiter runs its liveness check.
 pub const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
 
+/// Sleeps while `word` holds `expected`, at most `timeout` (a shared futex:
+/// it works across processes on a shared mapping). Spurious wake-ups,
+/// interruptions and a changed value return at once; callers re-check.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    let timeout = rustix::thread::futex::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: timeout.subsec_nanos() as _,
     };
-    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; a
-    // shared (not PRIVATE) futex works across processes on a shared mapping.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
+    let _ = rustix::thread::futex::wait(
+        word,
+        rustix::thread::futex::Flags::empty(),
+        expected,
+        Some(&timeout),
+    );
 }
 
+/// Wakes every process sleeping on `word`.
 pub fn futex_wake_all(word: &AtomicU32) {
-    // SAFETY: `word` is a valid, aligned u32; waking has no other effect.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
+    let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
 }
 
 /// Where a waiter sleeps and how it announces itself.

@@ -365,9 +365,12 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
         .lines()
         .find(|l| l.starts_with(&channel))
         .unwrap_or_else(|| panic!("{channel} listed:\n{listing}"));
-    assert!(
-        line.contains("live") && line.contains(&pid.to_string()),
-        "{line}"
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    let uid = gstcudaipc::ipc::shm::effective_uid().to_string();
+    assert_eq!(
+        columns[1..4],
+        ["live", pid.to_string().as_str(), uid.as_str()],
+        "state, producer pid and user: {line}"
     );
     assert!(
         line.contains("host") && line.contains("width=(int)64"),
@@ -436,6 +439,10 @@ fn the_device_monitor_lists_a_running_producer() {
         .unwrap_or_else(|| panic!("{channel} among {} devices", devices.len()));
     let props = device.properties().unwrap();
     assert_eq!(props.get::<u32>("producer-pid").unwrap(), producer.pid());
+    assert_eq!(
+        props.get::<i64>("producer-uid").unwrap(),
+        i64::from(gstcudaipc::ipc::shm::effective_uid())
+    );
     assert_eq!(props.get::<&str>("transport").unwrap(), "host");
     let caps = device.caps().unwrap();
     assert!(caps.to_string().contains("width=(int)64"), "{caps}");

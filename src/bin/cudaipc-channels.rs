@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! Lists the cudaipc channels in the shm folder (live or stale, producer
-//! pid, transport, consumers, caps) and removes the stale ones.
+//! pid and user, transport, consumers, caps) and removes the stale ones.
 //!
 //! usage: cudaipc-channels [list]
 //!        cudaipc-channels remove-stale [CHANNEL...]
@@ -41,8 +41,8 @@ fn list() -> i32 {
         return 0;
     }
     println!(
-        "{:<24} {:<6} {:>8} {:<9} {:>9} {:>5} {:>12}  caps",
-        "CHANNEL", "STATE", "PID", "TRANSPORT", "CONSUMERS", "SLOTS", "SLOT-BYTES"
+        "{:<24} {:<6} {:>8} {:>6} {:<9} {:>9} {:>5} {:>12}  caps",
+        "CHANNEL", "STATE", "PID", "UID", "TRANSPORT", "CONSUMERS", "SLOTS", "SLOT-BYTES"
     );
     for c in &channels {
         let state = match &c.state {
@@ -50,11 +50,17 @@ fn list() -> i32 {
             ChannelState::Stale => "stale",
             ChannelState::Unreadable(_) => "?",
         };
+        // The owner of the control block is the producer's user: the one
+        // who made the channel, whatever it claims.
+        let uid = c
+            .owner_uid
+            .map_or_else(|| "?".to_string(), |u| u.to_string());
         println!(
-            "{:<24} {:<6} {:>8} {:<9} {:>9} {:>5} {:>12}  {}",
+            "{:<24} {:<6} {:>8} {:>6} {:<9} {:>9} {:>5} {:>12}  {}",
             c.name,
             state,
             c.producer_pid,
+            uid,
             c.transport,
             c.consumers,
             c.slot_count,

@@ -75,6 +75,8 @@ fn device_for(channel: &ChannelEntry) -> super::CudaIpcDevice {
     let properties = gst::Structure::builder("cudaipc-channel")
         .field("channel", &channel.name)
         .field("producer-pid", channel.producer_pid)
+        // The owner of the control block: the user who made the channel.
+        .field("producer-uid", channel.owner_uid.map_or(-1i64, i64::from))
         .field("transport", channel.transport)
         .field("consumers", channel.consumers)
         .field("slots", channel.slot_count)

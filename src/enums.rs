@@ -35,6 +35,63 @@ impl From<Transport> for Option<transport::TransportKind> {
 
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
+#[enum_type(name = "GstRsCudaIpcMode")]
+pub enum IpcMode {
+    #[default]
+    #[enum_value(
+        name = "Legacy: the control block and host slots under names in the shm folder",
+        nick = "legacy"
+    )]
+    Legacy,
+    #[enum_value(
+        name = "Fd: descriptors over the channel's unix socket, to allowed users only",
+        nick = "fd"
+    )]
+    Fd,
+}
+
+impl From<IpcMode> for ipc::IpcMode {
+    fn from(m: IpcMode) -> Self {
+        match m {
+            IpcMode::Legacy => Self::Legacy,
+            IpcMode::Fd => Self::Fd,
+        }
+    }
+}
+
+/// How a consumer reaches a channel.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstRsCudaIpcSrcMode")]
+pub enum SrcIpcMode {
+    #[default]
+    #[enum_value(
+        name = "Auto: the channel's socket if it has one, else its name in the shm folder",
+        nick = "auto"
+    )]
+    Auto,
+    #[enum_value(name = "Legacy: the channel's name in the shm folder", nick = "legacy")]
+    Legacy,
+    #[enum_value(
+        name = "Fd: only through the channel's socket, from a trusted producer",
+        nick = "fd"
+    )]
+    Fd,
+}
+
+/// `None` for `auto`.
+impl From<SrcIpcMode> for Option<ipc::IpcMode> {
+    fn from(m: SrcIpcMode) -> Self {
+        match m {
+            SrcIpcMode::Auto => None,
+            SrcIpcMode::Legacy => Some(ipc::IpcMode::Legacy),
+            SrcIpcMode::Fd => Some(ipc::IpcMode::Fd),
+        }
+    }
+}
+
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcWhenFull")]
 pub enum WhenFull {
     #[default]

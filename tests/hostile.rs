@@ -66,6 +66,7 @@ impl Hostile {
                 size: FRAME as usize,
                 permissions: 0o600,
                 gpu_sync: GpuSync::Event,
+                ipc_mode: Default::default(),
             },
             None,
         )

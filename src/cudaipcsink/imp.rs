@@ -13,7 +13,6 @@ use super::{CAT, SinkPublisher};
 use crate::cuda::{self, Device};
 use crate::enums::{self, Transport};
 use crate::gstcuda;
-use crate::ipc::ChannelError;
 use crate::ipc::layout::MAX_SLOTS;
 use crate::memory;
 use crate::transport::{PublisherConfig, TransportKind};
@@ -39,6 +38,10 @@ struct Settings {
     gpu_sync: enums::GpuSync,
     permissions: u32,
     wait_for_connection: u32,
+    ipc_mode: enums::IpcMode,
+    /// `ipc-mode=fd`: consumers allowed beside the own user.
+    allowed_uids: String,
+    allowed_gids: String,
 }
 
 impl Default for Settings {
@@ -53,6 +56,9 @@ impl Default for Settings {
             gpu_sync: enums::GpuSync::default(),
             permissions: DEFAULT_PERMISSIONS,
             wait_for_connection: DEFAULT_WAIT_FOR_CONNECTION,
+            ipc_mode: enums::IpcMode::default(),
+            allowed_uids: String::new(),
+            allowed_gids: String::new(),
         }
     }
 }
@@ -203,6 +209,23 @@ impl ObjectImpl for CudaIpcSink {
                     .default_value(DEFAULT_WAIT_FOR_CONNECTION)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecEnum::builder_with_default("ipc-mode", enums::IpcMode::default())
+                    .nick("IPC mode")
+                    .blurb("How consumers reach the channel: names in the shm folder (legacy), or descriptors handed over the channel's unix socket to allowed users only (fd)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("allowed-uids")
+                    .nick("Allowed users")
+                    .blurb("ipc-mode=fd: numeric user ids, comma-separated, whose consumers may attach besides this user's ('permissions' must let them reach the socket)")
+                    .default_value(Some(""))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("allowed-gids")
+                    .nick("Allowed groups")
+                    .blurb("ipc-mode=fd: numeric group ids, comma-separated, whose consumers (by their primary group) may attach")
+                    .default_value(Some(""))
+                    .mutable_ready()
+                    .build(),
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
@@ -231,6 +254,13 @@ impl ObjectImpl for CudaIpcSink {
             "gpu-sync" => settings.gpu_sync = value.get().unwrap(),
             "permissions" => settings.permissions = value.get().unwrap(),
             "wait-for-connection" => settings.wait_for_connection = value.get().unwrap(),
+            "ipc-mode" => settings.ipc_mode = value.get().unwrap(),
+            "allowed-uids" => {
+                settings.allowed_uids = value.get::<Option<String>>().unwrap().unwrap_or_default()
+            }
+            "allowed-gids" => {
+                settings.allowed_gids = value.get::<Option<String>>().unwrap().unwrap_or_default()
+            }
             "stats-interval" => self.ticker.set_interval_ms(value.get().unwrap()),
             _ => unimplemented!(),
         }
@@ -248,6 +278,9 @@ impl ObjectImpl for CudaIpcSink {
             "gpu-sync" => settings.gpu_sync.to_value(),
             "permissions" => settings.permissions.to_value(),
             "wait-for-connection" => settings.wait_for_connection.to_value(),
+            "ipc-mode" => settings.ipc_mode.to_value(),
+            "allowed-uids" => settings.allowed_uids.to_value(),
+            "allowed-gids" => settings.allowed_gids.to_value(),
             "stats-interval" => self.ticker.interval_ms().to_value(),
             "stats" => {
                 drop(settings);
@@ -337,26 +370,9 @@ impl BaseSinkImpl for CudaIpcSink {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = self.settings.lock().unwrap().clone();
         let kind = TransportKind::resolve(settings.transport.into());
-        let device = match kind {
-            TransportKind::Cuda => Some(Device::get(settings.device_id).map_err(|e| {
-                gst::error_msg!(
-                    gst::ResourceError::OpenWrite,
-                    (
-                        "transport=cuda needs CUDA device {}: {}",
-                        settings.device_id,
-                        e
-                    )
-                )
-            })?),
-            TransportKind::Host => None,
-        };
-        // GStreamer 1.24+ memory may come with its writes still queued on
-        // its stream: ordered on the GPU, not by a host wait per frame.
-        let ordering = device
-            .as_ref()
-            .filter(|_| gstcuda::api_level() >= gstcuda::ApiLevel::V1_24)
-            .map(|device| Arc::new(gstcuda::StreamOrdering::new(device.clone())));
-        let publisher = SinkPublisher::create(PublisherConfig {
+        let device = publishing::device_for(kind, settings.device_id)?;
+        let ordering = publishing::stream_ordering(device.as_ref());
+        let publisher = publishing::open(PublisherConfig {
             channel: settings.channel.clone(),
             kind,
             device,
@@ -366,16 +382,8 @@ impl BaseSinkImpl for CudaIpcSink {
             when_full: settings.when_full.into(),
             wait_mode: settings.wait_mode.into(),
             wait_for_consumers: settings.wait_for_connection,
-        })
-        .map_err(|e| match e {
-            ChannelError::InUse { .. } => gst::error_msg!(gst::ResourceError::Busy, ("{}", e)),
-            ChannelError::InvalidName(_) => {
-                gst::error_msg!(gst::ResourceError::Settings, ("{}", e))
-            }
-            e => gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                ("cannot create channel '{}': {}", settings.channel, e)
-            ),
+            ipc_mode: settings.ipc_mode.into(),
+            peers: publishing::peers(&settings.allowed_uids, &settings.allowed_gids)?,
         })?;
         gst::info!(
             CAT,

@@ -15,14 +15,66 @@ use super::{CAT, SinkPublisher};
 use crate::cuda;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
-use crate::ipc::FrameMeta;
 use crate::ipc::layout::MAX_SLOTS;
+use crate::ipc::socket::Peers;
+use crate::ipc::{ChannelError, FrameMeta};
 use crate::memory::{self, CudaAllocator};
 use crate::transport::{
-    Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherStats, SlotMemory,
-    TransportKind,
+    Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherConfig,
+    PublisherStats, SlotMemory, TransportKind,
 };
 use crate::video;
+
+/// The device of the cuda transport (`None` for the host transport).
+pub(super) fn device_for(
+    kind: TransportKind,
+    device_id: i32,
+) -> Result<Option<Arc<cuda::Device>>, gst::ErrorMessage> {
+    match kind {
+        TransportKind::Cuda => cuda::Device::get(device_id).map(Some).map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                ("transport=cuda needs CUDA device {}: {}", device_id, e)
+            )
+        }),
+        TransportKind::Host => Ok(None),
+    }
+}
+
+/// GStreamer 1.24+ memory may come with its writes still queued on its
+/// stream: ordered on the GPU, not by a host wait per frame.
+pub(super) fn stream_ordering(
+    device: Option<&Arc<cuda::Device>>,
+) -> Option<Arc<gstcuda::StreamOrdering>> {
+    device
+        .filter(|_| gstcuda::api_level() >= gstcuda::ApiLevel::V1_24)
+        .map(|device| Arc::new(gstcuda::StreamOrdering::new(device.clone())))
+}
+
+/// The consumers `allowed-uids` and `allowed-gids` name.
+pub(super) fn peers(uids: &str, gids: &str) -> Result<Peers, gst::ErrorMessage> {
+    let parse = |property: &str, text: &str| {
+        Peers::parse_ids(text)
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}: {}", property, e)))
+    };
+    Ok(Peers {
+        uids: parse("allowed-uids", uids)?,
+        gids: parse("allowed-gids", gids)?,
+    })
+}
+
+/// Creates the channel, or the error to post.
+pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorMessage> {
+    let channel = config.channel.clone();
+    SinkPublisher::create(config).map_err(|e| match e {
+        ChannelError::InUse { .. } => gst::error_msg!(gst::ResourceError::Busy, ("{}", e)),
+        ChannelError::InvalidName(_) => gst::error_msg!(gst::ResourceError::Settings, ("{}", e)),
+        e => gst::error_msg!(
+            gst::ResourceError::OpenWrite,
+            ("cannot create channel '{}': {}", channel, e)
+        ),
+    })
+}
 
 /// Publishes the frame in `buffer`: without a copy when upstream wrote it
 /// into a slot (of our pool, or lent), else copied into a free slot.

@@ -44,6 +44,9 @@ pub(super) struct Settings {
     pub(super) timestamp_mode: TimestampMode,
     pub(super) frames: enums::ConsumerMode,
     pub(super) output_memory: OutputMemory,
+    pub(super) ipc_mode: enums::SrcIpcMode,
+    /// Producers trusted beside the own user (descriptor channels).
+    pub(super) allowed_producers: String,
 }
 
 impl Default for Settings {
@@ -58,6 +61,8 @@ impl Default for Settings {
             timestamp_mode: DEFAULT_TIMESTAMP_MODE,
             frames: enums::ConsumerMode::default(),
             output_memory: OutputMemory::default(),
+            ipc_mode: enums::SrcIpcMode::default(),
+            allowed_producers: String::new(),
         }
     }
 }
@@ -142,6 +147,17 @@ impl ObjectImpl for CudaIpcSrc {
                     .blurb("pipeline: the running time of this pipeline when the frame arrives (zero while prerolling), so a late viewer never waits on old timestamps; producer: the producer's PTS and DTS, meaningful here only when both pipelines share clock and base time (a non-live viewer that joins late waits as long as the producer has run)")
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecEnum::builder_with_default("ipc-mode", enums::SrcIpcMode::default())
+                    .nick("IPC mode")
+                    .blurb("How to reach the channel: its socket if it has one, else its name in the shm folder (auto); only its name (legacy); only its socket, from a trusted producer (fd)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("allowed-producers")
+                    .nick("Allowed producers")
+                    .blurb("Numeric user ids, comma-separated, whose producers this source trusts on a channel's socket besides its own user's")
+                    .default_value(Some(""))
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecEnum::builder_with_default("frames", enums::ConsumerMode::default())
                     .nick("Frames")
                     .blurb("Every frame in order (the producer may wait for us) or only the latest")
@@ -203,6 +219,11 @@ impl ObjectImpl for CudaIpcSrc {
             "timestamp-mode" => settings.timestamp_mode = value.get().unwrap(),
             "frames" => settings.frames = value.get().unwrap(),
             "output-memory" => settings.output_memory = value.get().unwrap(),
+            "ipc-mode" => settings.ipc_mode = value.get().unwrap(),
+            "allowed-producers" => {
+                settings.allowed_producers =
+                    value.get::<Option<String>>().unwrap().unwrap_or_default()
+            }
             "stats-interval" => self.ticker.set_interval_ms(value.get().unwrap()),
             _ => unimplemented!(),
         }
@@ -222,6 +243,8 @@ impl ObjectImpl for CudaIpcSrc {
             "timestamp-mode" => settings.timestamp_mode.to_value(),
             "frames" => settings.frames.to_value(),
             "output-memory" => settings.output_memory.to_value(),
+            "ipc-mode" => settings.ipc_mode.to_value(),
+            "allowed-producers" => settings.allowed_producers.to_value(),
             "stats-interval" => self.ticker.interval_ms().to_value(),
             "stats" => {
                 drop(settings);
@@ -292,6 +315,9 @@ impl BaseSrcImpl for CudaIpcSrc {
         let settings = self.settings.lock().unwrap().clone();
         crate::ipc::shm::validate_channel_name(&settings.channel)
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        crate::ipc::socket::Peers::parse_ids(&settings.allowed_producers).map_err(|e| {
+            gst::error_msg!(gst::ResourceError::Settings, ("allowed-producers: {}", e))
+        })?;
         if settings.output_memory == OutputMemory::GstCuda && !gstcuda::available() {
             return Err(gst::error_msg!(
                 gst::ResourceError::Settings,

@@ -46,6 +46,13 @@ impl CudaIpcSrc {
             on_finish_read_error: Arc::new(|slot, e| {
                 gst::warning!(CAT, "cannot mark the end of reading slot {slot}: {e}");
             }),
+            ipc_mode: settings.ipc_mode.into(),
+            // Checked in `start`.
+            producers: crate::ipc::socket::Peers {
+                uids: crate::ipc::socket::Peers::parse_ids(&settings.allowed_producers)
+                    .unwrap_or_default(),
+                gids: Vec::new(),
+            },
         };
         let subscriber = Subscriber::attach(config, &self.interrupt, || {
             let (channel, timeout) = (&settings.channel, settings.connect_timeout_ms);

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::layout::*;
 use super::shm::{self, SharedFile};
+use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
-use super::{ChannelError, ConsumerMode, ProducerGone, read_seqlocked, write_seqlocked};
+use super::{
+    ChannelError, ConsumerMode, IpcMode, ProducerGone, read_seqlocked, write_seqlocked,
+};
 
 /// Largest slot a channel may announce (1 TiB): anything above is corrupt.
 const MAX_SLOT_SIZE: u64 = 1 << 40;
@@ -22,6 +25,11 @@ pub struct ConsumerConfig {
     pub wait_mode: WaitMode,
     /// How long `attach` waits for a producer; `None` waits forever.
     pub connect_timeout: Option<Duration>,
+    /// How the channel is reached; `None`: through its socket if it has
+    /// one, else by its name in the shm folder.
+    pub ipc_mode: Option<IpcMode>,
+    /// For a descriptor channel: the producers trusted beside the own user.
+    pub producers: Peers,
 }
 
 impl Default for ConsumerConfig {
@@ -31,6 +39,8 @@ impl Default for ConsumerConfig {
             mode: ConsumerMode::EveryFrame,
             wait_mode: WaitMode::Hybrid,
             connect_timeout: Some(Duration::from_secs(10)),
+            ipc_mode: None,
+            producers: Peers::default(),
         }
     }
 }
@@ -47,6 +57,9 @@ pub struct ChannelInfo {
     /// Owner of the control block: the producer's user, who must own the
     /// data files too.
     pub producer_uid: u32,
+    /// A descriptor channel's: the producers trusted to hand out its
+    /// memory (over its socket). `None`: names in the shm folder.
+    pub descriptor_channel: Option<Peers>,
 }
 
 /// The slot pool, read consistently.
@@ -222,7 +235,24 @@ impl Consumer {
             if interrupt.load(Ordering::Acquire) {
                 return Err(ChannelError::Interrupted);
             }
-            match SharedFile::open(&path) {
+            let descriptors = match config.ipc_mode {
+                Some(mode) => mode == IpcMode::Fd,
+                None => std::fs::symlink_metadata(socket::socket_path(&config.channel)).is_ok(),
+            };
+            if descriptors {
+                match Self::receive_control(&config) {
+                    Ok(shared) => {
+                        if let Some(mut consumer) = Self::attach_to(shared, &config, waited)? {
+                            consumer.info.descriptor_channel = Some(config.producers.clone());
+                            return Ok(consumer);
+                        }
+                    }
+                    // Nobody listens yet (or any more): wait.
+                    Err(socket::RequestError::NoProducer | socket::RequestError::Gone) => {}
+                    Err(socket::RequestError::Channel(e)) => return Err(e),
+                }
+            } else {
+                match SharedFile::open(&path) {
                 Ok(shared) => {
                     if let Some(consumer) = Self::attach_to(shared, &config, waited)? {
                         return Ok(consumer);
@@ -252,6 +282,7 @@ impl Consumer {
                     ));
                 }
             }
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ChannelError::NoProducer {
                     channel: config.channel.clone(),
@@ -260,6 +291,21 @@ impl Consumer {
             waited = true;
             std::thread::sleep(ATTACH_POLL);
         }
+    }
+
+    /// A descriptor channel's control block, from its producer: sealed,
+    /// whole, and opened apart from the producer's descriptor (our record
+    /// lock must be ours).
+    fn receive_control(config: &ConsumerConfig) -> Result<SharedFile, socket::RequestError> {
+        let fd = socket::request(&config.channel, socket::Request::Control, &config.producers)?
+            .pop()
+            .ok_or_else(|| ChannelError::Corrupt("no control block received".into()))?;
+        socket::check_sealed(&fd, control_size() as u64)?;
+        let file = socket::reopen(&fd, true)
+            .map_err(|e| ChannelError::io("cannot open the received control block", e))?;
+        let label = socket::socket_path(&config.channel);
+        Ok(SharedFile::from_file(file, &label, true)
+            .map_err(|e| ChannelError::io("cannot map the received control block", e))?)
     }
 
     /// `Ok(None)`: the file is the remains of a dead or closed producer, or
@@ -865,6 +911,7 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         producer_uid: shared
             .owner_uid()
             .map_err(|e| ChannelError::io("cannot inspect the control block", e))?,
+        descriptor_channel: None,
     })
 }
 

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod mapping;
 mod producer;
 pub mod shm;
+pub mod socket;
 pub mod stats;
 pub mod wait;
 
@@ -23,6 +24,17 @@ pub use producer::{
     ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
 };
 pub use wait::WaitMode;
+
+/// How a channel is reached (`ipc-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IpcMode {
+    /// A control block (and host data files) under names in the shm folder.
+    #[default]
+    Legacy,
+    /// Descriptors handed over the channel's unix socket to the peers whose
+    /// credentials are allowed; nothing else has a name (see `socket`).
+    Fd,
+}
 
 /// Which frames a consumer wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

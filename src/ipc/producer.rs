@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use super::layout::*;
 use super::shm::{self, SharedFile};
+use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
-use super::{ChannelError, write_seqlocked};
+use super::{ChannelError, IpcMode, write_seqlocked};
 
 /// What the producer does when no slot is free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,6 +31,9 @@ pub struct ProducerConfig {
     pub device_uuid: [u8; 16],
     pub when_full: WhenFull,
     pub wait_mode: WaitMode,
+    pub ipc_mode: IpcMode,
+    /// With `IpcMode::Fd`: the consumers allowed beside the own user.
+    pub peers: Peers,
 }
 
 impl Default for ProducerConfig {
@@ -43,6 +47,8 @@ impl Default for ProducerConfig {
             device_uuid: [0; 16],
             when_full: WhenFull::Block,
             wait_mode: WaitMode::Hybrid,
+            ipc_mode: IpcMode::Legacy,
+            peers: Peers::default(),
         }
     }
 }
@@ -105,6 +111,8 @@ pub struct Producer {
     /// for this producer to attach.
     waiters_gate: Mutex<Option<std::time::Instant>>,
     gate_open: std::sync::atomic::AtomicBool,
+    /// The socket of a descriptor channel (`IpcMode::Fd`), until closed.
+    listener: Mutex<Option<socket::Listener>>,
 }
 
 /// How long a new producer waits for consumers that were already waiting
@@ -125,6 +133,9 @@ impl Producer {
     /// name; replaces the channel of a dead one.
     pub fn create(config: ProducerConfig) -> Result<Self, ChannelError> {
         shm::validate_channel_name(&config.channel)?;
+        if config.ipc_mode == IpcMode::Fd {
+            return Self::create_descriptor_channel(config);
+        }
         let path = shm::control_path(&config.channel);
         let session = shm::random_u64();
         // Built under a private name, then linked to the public one, so no
@@ -163,7 +174,16 @@ impl Producer {
         let _ = std::fs::remove_file(&temp);
         claimed?;
         shared.path = path;
-        Ok(Self {
+        Ok(Self::with_block(shared, config, session, None))
+    }
+
+    fn with_block(
+        shared: SharedFile,
+        config: ProducerConfig,
+        session: u64,
+        listener: Option<socket::Listener>,
+    ) -> Self {
+        Self {
             shared,
             config,
             session,
@@ -176,7 +196,58 @@ impl Producer {
             reclaimed: AtomicU64::new(0),
             waiters_gate: Mutex::new(None),
             gate_open: AtomicBool::new(false),
-        })
+            listener: Mutex::new(listener),
+        }
+    }
+
+    /// `IpcMode::Fd`: the control block is a sealed memfd, handed to the
+    /// allowed consumers over the channel's socket, whose name is the
+    /// channel's claim.
+    fn create_descriptor_channel(config: ProducerConfig) -> Result<Self, ChannelError> {
+        let session = shm::random_u64();
+        let label = socket::socket_path(&config.channel);
+        // A live channel of the other mode under this name is in use too.
+        if let Ok(legacy) = SharedFile::open_read_only(&shm::control_path(&config.channel))
+            && shm::byte_is_locked(&legacy.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
+        {
+            let pid = if legacy.len() >= control_size() {
+                control_header(&legacy).producer_pid.load(Ordering::Relaxed)
+            } else {
+                0
+            };
+            return Err(ChannelError::InUse {
+                channel: config.channel.clone(),
+                pid,
+            });
+        }
+        let shared = SharedFile::create_sealed(
+            &format!("cudaipc-{}", config.channel),
+            &label,
+            control_size(),
+        )
+        .map_err(|e| ChannelError::io("cannot create the control block", e))?;
+        if !matches!(shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE), Ok(true)) {
+            return Err(ChannelError::Corrupt(
+                "cannot lock a fresh control block".into(),
+            ));
+        }
+        init_header(control_header(&shared), &config, session);
+        // Consumers may connect as soon as it is bound: the block is ready.
+        let listener = socket::Listener::bind(
+            &config.channel,
+            config.permissions,
+            config.peers.clone(),
+            &shared.file,
+        )?;
+        Ok(Self::with_block(shared, config, session, Some(listener)))
+    }
+
+    /// A descriptor channel's host slot memory of pool `generation`, handed
+    /// to its consumers from now on. Nothing for other channels.
+    pub fn offer_pool(&self, generation: u64, fds: Vec<std::os::fd::OwnedFd>) {
+        if let Some(listener) = self.listener.lock().unwrap().as_ref() {
+            listener.offer_pool(generation, fds);
+        }
     }
 
     fn claim_name(
@@ -793,6 +864,9 @@ impl Producer {
         if self.shared.is_linked_at_path() {
             let _ = std::fs::remove_file(&self.shared.path);
         }
+        // A descriptor channel's name goes with its socket.
+        let listener = self.listener.lock().unwrap().take();
+        drop(listener);
     }
 
     pub fn is_closed(&self) -> bool {

@@ -302,6 +302,36 @@ impl SharedFile {
         }
     }
 
+    /// Anonymous shared memory (a memfd) of `size` bytes, reserved and
+    /// zeroed, then sealed so that nobody can shrink or grow it; `label`
+    /// names it in messages.
+    pub fn create_sealed(name: &str, label: &Path, size: usize) -> io::Result<Self> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let file = File::from(rustix::fs::memfd_create(
+            name,
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?);
+        reserve_space(&file, label, size)?;
+        rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let map = SharedMapping::map(&file, None, true)?;
+        Ok(Self {
+            file,
+            map,
+            path: label.to_owned(),
+        })
+    }
+
+    /// Maps `file` whole (received over a channel's socket), read-write or
+    /// read-only; `label` names it in messages.
+    pub fn from_file(file: File, label: &Path, write: bool) -> io::Result<Self> {
+        let map = SharedMapping::map(&file, None, write)?;
+        Ok(Self {
+            file,
+            map,
+            path: label.to_owned(),
+        })
+    }
+
     /// Opens an existing regular file read-write and maps it whole (see
     /// `open_regular`: no link followed, no blocking). Any owner: the
     /// caller checks it where it matters.

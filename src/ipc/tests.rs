@@ -37,6 +37,8 @@ fn consumer_waiting(channel: &str, mode: ConsumerMode, wait_mode: WaitMode) -> C
             mode,
             wait_mode,
             connect_timeout: Some(Duration::from_secs(5)),
+            ipc_mode: None,
+            producers: Default::default(),
         },
         &AtomicBool::new(false),
     )

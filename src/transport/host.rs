@@ -3,6 +3,7 @@
 // have nothing to do.
 
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -10,7 +11,12 @@ use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportErro
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::mapping::SharedMapping;
 use crate::ipc::shm::{self, SharedFile};
-use crate::ipc::{ChannelError, PoolInfo, Producer};
+use crate::ipc::socket::{self, Peers};
+use crate::ipc::{ChannelError, IpcMode, PoolInfo, Producer};
+
+/// The pool descriptor of a descriptor channel's host slots: consumers ask
+/// the producer's socket for the pool's memory (by generation).
+const RECEIVED_POOL: &[u8] = b"@socket";
 
 /// Slots start on page boundaries.
 const SLOT_ALIGN: usize = 4096;
@@ -85,9 +91,11 @@ impl HostRegion {
 
 pub struct HostProducerSlots {
     map: Arc<SharedMapping>,
-    path: PathBuf,
+    /// The data file's name (`None`: anonymous memory of a descriptor
+    /// channel); also named in messages.
+    path: Option<PathBuf>,
     /// Kept open with the mapping.
-    _file: File,
+    file: File,
     name: String,
     count: usize,
     size: usize,
@@ -100,6 +108,20 @@ impl HostProducerSlots {
     /// name is taken.
     pub fn create(request: &SlotRequest) -> Result<Self, TransportError> {
         let total = slot_stride(request.size) * request.count;
+        if request.ipc_mode == IpcMode::Fd {
+            let name = format!("cudaipc-{}.{}", request.channel, request.generation);
+            let label = socket::socket_path(&request.channel);
+            let SharedFile { file, map, .. } = SharedFile::create_sealed(&name, &label, total)
+                .map_err(|e| TransportError::Io(format!("cannot create {total} bytes of slots: {e}")))?;
+            return Ok(Self {
+                map: Arc::new(map),
+                path: None,
+                file,
+                name: String::from_utf8_lossy(RECEIVED_POOL).into_owned(),
+                count: request.count,
+                size: request.size,
+            });
+        }
         let mut attempt = 0;
         loop {
             let name = shm::data_file_name(&request.channel, request.session, request.generation);
@@ -108,8 +130,8 @@ impl HostProducerSlots {
                 Ok(SharedFile { file, map, path }) => {
                     return Ok(Self {
                         map: Arc::new(map),
-                        path,
-                        _file: file,
+                        path: Some(path),
+                        file,
                         name,
                         count: request.count,
                         size: request.size,
@@ -129,6 +151,24 @@ impl HostProducerSlots {
     }
 }
 
+impl HostProducerSlots {
+    /// The slots' file, or the channel's socket for anonymous memory.
+    fn label(&self) -> PathBuf {
+        self.path.clone().unwrap_or_else(|| PathBuf::from(&self.name))
+    }
+}
+
+/// The bytes a pool's slots take: (count, slot size, total).
+fn pool_extent(pool: &PoolInfo) -> Result<(usize, usize, usize), TransportError> {
+    let count = pool.slot_descriptors.len();
+    let size = usize::try_from(pool.slot_size)
+        .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+    let needed = slot_stride(size)
+        .checked_mul(count)
+        .ok_or_else(|| TransportError::Invalid("pool size overflows".into()))?;
+    Ok((count, size, needed))
+}
+
 /// The error for slot memory whose file another process truncated.
 fn truncated(path: PathBuf) -> TransportError {
     TransportError::Channel(ChannelError::Truncated(path))
@@ -137,7 +177,9 @@ fn truncated(path: PathBuf) -> TransportError {
 impl Drop for HostProducerSlots {
     fn drop(&mut self) {
         // Consumers that still map it keep the memory; the name goes now.
-        let _ = std::fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -172,7 +214,7 @@ impl ProducerSlots for HostProducerSlots {
 
     fn before_write(&self, _slot: usize, _producer: &Producer) -> Result<(), TransportError> {
         if self.map.is_broken() {
-            return Err(truncated(self.path.clone()));
+            return Err(truncated(self.label()));
         }
         Ok(())
     }
@@ -180,9 +222,16 @@ impl ProducerSlots for HostProducerSlots {
     /// A frame written into a truncated file is lost: never published.
     fn after_write(&self, _slot: usize) -> Result<(), TransportError> {
         if self.map.is_broken() {
-            return Err(truncated(self.path.clone()));
+            return Err(truncated(self.label()));
         }
         Ok(())
+    }
+
+    fn shareable(&self) -> Option<OwnedFd> {
+        self.path
+            .is_none()
+            .then(|| self.file.try_clone().ok().map(OwnedFd::from))
+            .flatten()
     }
 }
 
@@ -195,6 +244,38 @@ pub struct HostConsumerSlots {
 }
 
 impl HostConsumerSlots {
+    /// Receives the memory of `pool` from the producer of a descriptor
+    /// channel, which must be one of `producers`: sealed (nobody can
+    /// shrink it), and large enough for the pool.
+    pub fn receive(channel: &str, pool: &PoolInfo, producers: &Peers) -> Result<Self, TransportError> {
+        let descriptor = pool.pool_descriptor.split(|&b| b == 0).next().unwrap_or(&[]);
+        if descriptor != RECEIVED_POOL {
+            return Err(TransportError::Invalid(
+                "a descriptor channel named a data file".into(),
+            ));
+        }
+        let (count, size, needed) = pool_extent(pool)?;
+        let fd = socket::request(channel, socket::Request::Pool(pool.generation), producers)
+            .map_err(|e| match e {
+                socket::RequestError::Channel(e) => TransportError::Channel(e),
+                socket::RequestError::NoProducer => {
+                    TransportError::Channel(ChannelError::Io {
+                        context: format!("channel '{channel}'"),
+                        source: std::io::Error::other("the producer's socket is gone"),
+                    })
+                }
+                socket::RequestError::Gone => TransportError::Invalid(format!(
+                    "the producer no longer hands out pool {}",
+                    pool.generation
+                )),
+            })?
+            .pop()
+            .ok_or_else(|| TransportError::Invalid("no memory received".into()))?;
+        socket::check_sealed(&fd, needed as u64).map_err(TransportError::Channel)?;
+        let path = socket::socket_path(channel);
+        Self::map_slots(File::from(fd), path, count, size, needed)
+    }
+
     /// Opens the data file named in `pool`, which must be a regular file of
     /// this channel owned by `producer_uid` (the control block's owner).
     pub fn open(channel: &str, pool: &PoolInfo, producer_uid: u32) -> Result<Self, TransportError> {
@@ -230,12 +311,7 @@ impl HostConsumerSlots {
                 path.display()
             )));
         }
-        let count = pool.slot_descriptors.len();
-        let size = usize::try_from(pool.slot_size)
-            .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
-        let needed = slot_stride(size)
-            .checked_mul(count)
-            .ok_or_else(|| TransportError::Invalid("pool size overflows".into()))?;
+        let (count, size, needed) = pool_extent(pool)?;
         let actual = file.metadata().map(|m| m.len()).unwrap_or(0);
         if actual < needed as u64 {
             return Err(TransportError::Invalid(format!(
@@ -243,6 +319,16 @@ impl HostConsumerSlots {
                 path.display()
             )));
         }
+        Self::map_slots(file, path, count, size, needed)
+    }
+
+    fn map_slots(
+        file: File,
+        path: PathBuf,
+        count: usize,
+        size: usize,
+        needed: usize,
+    ) -> Result<Self, TransportError> {
         // Read-only: a consumer can never write into the producer's slots.
         let map = SharedMapping::map(&file, Some(needed), false)
             .map_err(|e| TransportError::Io(format!("cannot map {}: {e}", path.display())))?;

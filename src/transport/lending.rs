@@ -227,6 +227,8 @@ mod tests {
                 mode: ConsumerMode::EveryFrame,
                 wait_mode: WaitMode::Hybrid,
                 connect_timeout: Some(Duration::from_secs(5)),
+                ipc_mode: None,
+                producers: Default::default(),
             },
             &no,
         )
@@ -320,6 +322,8 @@ mod tests {
                 mode: ConsumerMode::EveryFrame,
                 wait_mode: WaitMode::Hybrid,
                 connect_timeout: Some(Duration::from_secs(5)),
+                ipc_mode: None,
+                producers: Default::default(),
             },
             &no,
         )

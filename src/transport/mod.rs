@@ -158,6 +158,12 @@ pub trait ProducerSlots: Send + Sync {
     /// Signals that the writes into `slot` issued so far make the frame.
     /// Called right before the frame is published.
     fn after_write(&self, slot: usize) -> Result<(), TransportError>;
+    /// A descriptor of the slots' memory for a descriptor channel's
+    /// consumers (host slots of `IpcMode::Fd`); `None` where consumers find
+    /// the memory otherwise.
+    fn shareable(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
 }
 
 /// A consumer's view of the producer's slots.
@@ -191,6 +197,9 @@ pub struct SlotRequest {
     pub size: usize,
     pub permissions: u32,
     pub gpu_sync: GpuSync,
+    /// `IpcMode::Fd`: host slots are anonymous memory handed over the
+    /// channel's socket, not a named file.
+    pub ipc_mode: crate::ipc::IpcMode,
 }
 
 pub fn create_producer_slots(
@@ -218,11 +227,10 @@ pub fn open_consumer_slots(
     device: Option<&Arc<Device>>,
 ) -> Result<Arc<dyn ConsumerSlots>, TransportError> {
     match TransportKind::from_wire(info.transport) {
-        Some(TransportKind::Host) => Ok(Arc::new(HostConsumerSlots::open(
-            channel,
-            pool,
-            info.producer_uid,
-        )?)),
+        Some(TransportKind::Host) => Ok(Arc::new(match &info.descriptor_channel {
+            Some(producers) => HostConsumerSlots::receive(channel, pool, producers)?,
+            None => HostConsumerSlots::open(channel, pool, info.producer_uid)?,
+        })),
         Some(TransportKind::Cuda) => {
             let device = device.ok_or_else(|| {
                 TransportError::Invalid("the cuda transport needs a device".into())

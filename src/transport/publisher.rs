@@ -29,8 +29,10 @@ use super::{
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::ipc::layout::MAX_SLOTS;
+use crate::ipc::socket::Peers;
 use crate::ipc::{
-    ChannelError, FrameMeta, Producer, ProducerConfig, ProducerStats, WaitMode, WhenFull,
+    ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode,
+    WhenFull,
 };
 
 /// How often the wait for consumers (`wait_for_consumers`) looks again.
@@ -53,6 +55,9 @@ pub struct PublisherConfig {
     /// Consumers that must be attached before the first frame is published
     /// (0: none).
     pub wait_for_consumers: u32,
+    pub ipc_mode: IpcMode,
+    /// `IpcMode::Fd`: consumers allowed beside the own user.
+    pub peers: Peers,
 }
 
 /// One generation of slots.
@@ -234,6 +239,8 @@ impl<T: Send + 'static> Publisher<T> {
             device_uuid: device.map(|d| d.uuid()).unwrap_or_default(),
             when_full: config.when_full,
             wait_mode: config.wait_mode,
+            ipc_mode: config.ipc_mode,
+            peers: config.peers.clone(),
         })?;
         Ok(Self {
             producer,
@@ -371,6 +378,7 @@ impl<T: Send + 'static> Publisher<T> {
             size: frame_size,
             permissions: self.config.permissions,
             gpu_sync: self.config.gpu_sync,
+            ipc_mode: self.config.ipc_mode,
         };
         let slots = super::create_producer_slots(self.config.kind, &request, self.device())
             .map_err(|error| ConfigureError::Allocate {
@@ -397,6 +405,11 @@ impl<T: Send + 'static> Publisher<T> {
         {
             // The new pool waits for no reserved slot.
             lent.cancel_reservations(&self.producer);
+        }
+        // Before the pool is published: consumers ask for its memory then.
+        if let Some(memory) = slots.shareable() {
+            self.producer
+                .offer_pool(self.producer.pool_generation() + 1, vec![memory]);
         }
         // Waits until consumers are done with the old slots.
         self.producer
@@ -476,18 +489,8 @@ impl<T: Send + 'static> Publisher<T> {
 
     /// Copies a frame into a free slot with `fill` and publishes it with
     /// `meta`. `Ok(None)`: every slot was busy and the policy drops.
-    pub fn publish_copy(
-        &self,
-        meta: &FrameMeta,
-        fill: impl FnOnce(&SlotMemory) -> Result<(), String>,
-    ) -> Result<Option<usize>, PublishError> {
-        Ok(self
-            .publish_copy_of(None::<(usize, T)>, meta, fill)?
-            .map(|(slot, _)| slot))
-    }
-
-    /// [`publish_copy`](Self::publish_copy) for a frame of `source`: an
-    /// identity (e.g. the address of the memory it is read from) and a
+    ///
+    /// With a `source`: an identity (e.g. the address of the memory it is read from) and a
     /// `keeper` that guarantees its content does not change while it lives
     /// (e.g. a reference to the buffer: GStreamer lets nobody write memory
     /// that others hold). Where a free slot still holds a copy of the same

@@ -32,6 +32,10 @@ pub struct SubscriberConfig {
     /// CUDA device to read on; `None`: the producer's own.
     pub device_id: Option<i32>,
     pub on_finish_read_error: FinishReadError,
+    /// How the channel is reached; `None`: its socket if it has one.
+    pub ipc_mode: Option<crate::ipc::IpcMode>,
+    /// For a descriptor channel: the producers trusted beside the own user.
+    pub producers: crate::ipc::socket::Peers,
 }
 
 #[derive(Debug)]
@@ -201,6 +205,8 @@ impl Subscriber {
             mode: config.mode,
             wait_mode: config.wait_mode,
             connect_timeout,
+            ipc_mode: config.ipc_mode,
+            producers: config.producers.clone(),
         };
         // One look first, so that a wait is announced only when it happens.
         let consumer = match Consumer::attach(consumer_config(Some(Duration::ZERO)), interrupt) {
@@ -443,6 +449,7 @@ mod tests {
             size: SIZE,
             permissions: 0o600,
             gpu_sync: GpuSync::Event,
+            ipc_mode: Default::default(),
         };
         let slots = create_producer_slots(TransportKind::Host, &request, None).unwrap();
         let descriptors = slots.slot_descriptors();
@@ -457,6 +464,8 @@ mod tests {
             connect_timeout: Some(Duration::from_secs(5)),
             device_id: None,
             on_finish_read_error: Arc::new(|_, e| panic!("finish_read: {e}")),
+            ipc_mode: None,
+            producers: Default::default(),
         };
         let subscriber = Subscriber::attach(config, &no, || {}).unwrap();
         (producer, slots, subscriber)

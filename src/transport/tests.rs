@@ -46,6 +46,15 @@ const CHILD_TEST: &str = "transport::tests::contract_consumer_process";
 /// The producer side runs here; the consumers run in child processes (a
 /// process cannot open its own CUDA IPC handles, and this is the real use).
 fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
+    contract_in(kind, device, gpu_sync, crate::ipc::IpcMode::Legacy);
+}
+
+fn contract_in(
+    kind: TransportKind,
+    device: Option<Arc<crate::cuda::Device>>,
+    gpu_sync: GpuSync,
+    ipc_mode: crate::ipc::IpcMode,
+) {
     let channel = unique_channel("transport");
     let no = AtomicBool::new(false);
     let producer = crate::ipc::Producer::create(ProducerConfig {
@@ -53,6 +62,7 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
         transport: kind.wire_value(),
         gpu_sync: gpu_sync.wire_value(),
         device_uuid: device.as_ref().map(|d| d.uuid()).unwrap_or_default(),
+        ipc_mode,
         ..Default::default()
     })
     .unwrap();
@@ -64,12 +74,16 @@ fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_s
         size: SIZE,
         permissions: 0o600,
         gpu_sync,
+        ipc_mode,
     };
     let slots = create_producer_slots(kind, &request, device.as_ref()).unwrap();
     assert_eq!(
         (slots.slot_count(), slots.slot_size(), slots.kind()),
         (3, SIZE, kind)
     );
+    if let Some(memory) = slots.shareable() {
+        producer.offer_pool(1, vec![memory]);
+    }
     producer
         .configure_pool(
             SIZE as u64,
@@ -173,6 +187,13 @@ fn host_transport_meets_the_contract() {
     contract(TransportKind::Host, None, GpuSync::Event);
 }
 
+/// The same over a descriptor channel: the consumer processes find the
+/// channel's socket and receive the control block and the slots' memory.
+#[test]
+fn host_transport_meets_the_contract_over_descriptors() {
+    contract_in(TransportKind::Host, None, GpuSync::Event, crate::ipc::IpcMode::Fd);
+}
+
 #[test]
 fn cuda_transport_meets_the_contract_with_events() {
     if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_events") {
@@ -242,6 +263,8 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
         when_full: crate::ipc::WhenFull::Block,
         wait_mode: crate::ipc::WaitMode::Hybrid,
         wait_for_consumers: 1,
+        ipc_mode: Default::default(),
+        peers: Default::default(),
     })
     .unwrap();
     publisher.configure(SIZE).unwrap();
@@ -256,6 +279,8 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
                 connect_timeout: Some(Duration::from_secs(10)),
                 device_id: None,
                 on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
+                ipc_mode: None,
+                producers: Default::default(),
             },
             &no,
             || {},

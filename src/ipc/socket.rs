@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! Descriptor channels (`ipc-mode=fd`): no control block or data file has a
+//! name. The producer listens on a unix socket named after the channel and
+//! hands, over `SCM_RIGHTS`, the control block (a memfd sealed against
+//! shrinking and growing, so nobody can truncate it) and the host slots'
+//! memfds to the consumers whose credentials (`SO_PEERCRED`) it allows. A
+//! consumer checks the producer's credentials the same way, so another user
+//! who took the socket's name first feeds it nothing.
+//!
+//! One request per connection, a text line each way:
+//! - consumer: `CUDAIPC1 CONTROL` or `CUDAIPC1 POOL <generation>`;
+//! - producer: `OK <n>` with `n` descriptors, `GONE` (no such pool), or
+//!   `DENIED <why>`.
+//!
+//! Each connection is served by a thread of its own with short timeouts, so
+//! a peer that connects and never speaks, or sends garbage, holds nothing
+//! but that thread for a moment; the producer's frames never wait on the
+//! socket.
+
+use std::fs::File;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+use super::ChannelError;
+use super::shm;
+
+/// First word of every request: the protocol of this module.
+const MAGIC: &str = "CUDAIPC1";
+/// Longest request or reply line.
+const MAX_LINE: usize = 128;
+/// Most descriptors one reply carries (the control block, or a pool's
+/// memory).
+const MAX_FDS: usize = 4;
+/// How long either side waits for the other's line.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections served at once; more are closed at once.
+const MAX_HANDLERS: usize = 16;
+/// Pools whose memory is still handed out (consumers that read a pool's
+/// frames late ask for it after the next one is published).
+const KEPT_POOLS: usize = 2;
+
+/// The socket of `channel`'s descriptor channel. `@` cannot occur in channel
+/// names, so no file of one channel matches another channel's names.
+pub fn socket_path(channel: &str) -> PathBuf {
+    shm::shm_dir().join(format!("cudaipc-{channel}@socket"))
+}
+
+/// The processes allowed on the other end: the own user always, and these
+/// users and (primary) groups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peers {
+    pub uids: Vec<u32>,
+    pub gids: Vec<u32>,
+}
+
+impl Peers {
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        uid == shm::effective_uid() || self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
+
+    /// `"1000,1001"` (empty: nobody beside the own user).
+    pub fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+            .map(|id| {
+                id.parse::<u32>()
+                    .map_err(|_| format!("'{id}' is not a numeric user or group id"))
+            })
+            .collect()
+    }
+}
+
+/// What a consumer asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    Control,
+    Pool(u64),
+}
+
+impl Request {
+    fn line(self) -> String {
+        match self {
+            Request::Control => format!("{MAGIC} CONTROL\n"),
+            Request::Pool(generation) => format!("{MAGIC} POOL {generation}\n"),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Request> {
+        let mut words = line.split_whitespace();
+        if words.next()? != MAGIC {
+            return None;
+        }
+        let request = match (words.next()?, words.next()) {
+            ("CONTROL", None) => Request::Control,
+            ("POOL", Some(generation)) => Request::Pool(generation.parse().ok()?),
+            _ => return None,
+        };
+        words.next().is_none().then_some(request)
+    }
+}
+
+/// What the producer hands out.
+struct Offer {
+    /// The control block, opened apart from the producer's own descriptor
+    /// (whose locks say the producer is alive: a consumer must not share
+    /// them).
+    control: File,
+    pools: Vec<(u64, Vec<OwnedFd>)>,
+}
+
+/// The producer's end: the bound socket and the thread serving it. Dropping
+/// it stops the thread and removes the socket's name.
+pub struct Listener {
+    path: PathBuf,
+    inode: (u64, u64),
+    stop: Arc<AtomicBool>,
+    offer: Arc<Mutex<Offer>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Listener {
+    /// Binds `channel`'s socket with file mode `mode` (who may connect at
+    /// all) and serves `control` to the `peers` allowed. A socket left by a
+    /// dead producer of this user is replaced; a live one is `InUse`; one of
+    /// another user is refused, naming its owner.
+    pub fn bind(channel: &str, mode: u32, peers: Peers, control: &File) -> Result<Self, ChannelError> {
+        let path = socket_path(channel);
+        let listener = bind_claiming(channel, &path)?;
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| ChannelError::io(format!("cannot inspect {}", path.display()), e))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| ChannelError::io(format!("cannot set the mode of {}", path.display()), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| ChannelError::io("cannot configure the channel's socket", e))?;
+        let offer = Arc::new(Mutex::new(Offer {
+            control: reopen(control, true)
+                .map_err(|e| ChannelError::io("cannot open the control block again", e))?,
+            pools: Vec::new(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, offer) = (stop.clone(), offer.clone());
+            std::thread::Builder::new()
+                .name(format!("cudaipc-{channel}"))
+                .spawn(move || serve(listener, peers, offer, stop))
+                .map_err(|e| ChannelError::io("cannot start the channel's socket thread", e))?
+        };
+        Ok(Self {
+            path,
+            inode: (meta.dev(), meta.ino()),
+            stop,
+            offer,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands out `fds` for pool `generation` from now on (with the previous
+    /// pool's, for consumers still reading it).
+    pub fn offer_pool(&self, generation: u64, fds: Vec<OwnedFd>) {
+        let mut offer = self.offer.lock().unwrap();
+        offer.pools.retain(|(g, _)| *g != generation);
+        offer.pools.push((generation, fds));
+        let excess = offer.pools.len().saturating_sub(KEPT_POOLS);
+        offer.pools.drain(..excess);
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        // Only our own socket: a new producer may have bound the name since.
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds `path`, replacing the socket of a dead producer of ours.
+fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelError> {
+    for _ in 0..8 {
+        match UnixListener::bind(path) {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                return Err(ChannelError::io(
+                    format!("cannot create the socket {}", path.display()),
+                    e,
+                ));
+            }
+        }
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(ChannelError::io(format!("cannot inspect {}", path.display()), e)),
+        };
+        if meta.uid() != shm::effective_uid() {
+            return Err(ChannelError::PermissionDenied(format!(
+                "cannot create channel '{channel}': {}",
+                shm::foreign_owner_error(path, meta.uid())
+            )));
+        }
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(ChannelError::io(
+                format!("cannot create channel '{channel}'"),
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} is in the way and is no socket", path.display()),
+                ),
+            ));
+        }
+        match UnixStream::connect(path) {
+            Ok(stream) => {
+                let pid = rustix::net::sockopt::socket_peercred(&stream)
+                    .map(|c| c.pid.as_raw_nonzero().get() as u32)
+                    .unwrap_or(0);
+                return Err(ChannelError::InUse {
+                    channel: channel.to_owned(),
+                    pid,
+                });
+            }
+            // Nobody listens: the socket of a dead producer of ours.
+            Err(_) => {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    Err(ChannelError::Io {
+        context: format!("cannot claim channel '{channel}'"),
+        source: io::Error::other("its socket kept changing hands"),
+    })
+}
+
+/// The listener thread: accepts until `stop`, one handler thread per
+/// connection (at most `MAX_HANDLERS`).
+fn serve(listener: UnixListener, peers: Peers, offer: Arc<Mutex<Offer>>, stop: Arc<AtomicBool>) {
+    let handlers = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::SeqCst) {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+        };
+        if handlers.fetch_add(1, Ordering::SeqCst) >= MAX_HANDLERS {
+            handlers.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let (peers, offer, handlers) = (peers.clone(), offer.clone(), handlers.clone());
+        let spawned = std::thread::Builder::new()
+            .name("cudaipc-peer".into())
+            .spawn(move || {
+                let _ = answer(stream, &peers, &offer);
+                handlers.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            // The closure (and its count) is gone with the failed spawn.
+            continue;
+        }
+    }
+}
+
+/// Serves one connection: credentials, one request, one reply.
+fn answer(stream: UnixStream, peers: &Peers, offer: &Mutex<Offer>) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+    stream.set_write_timeout(Some(PEER_TIMEOUT))?;
+    let credentials = rustix::net::sockopt::socket_peercred(&stream)?;
+    let (uid, gid) = (credentials.uid.as_raw(), credentials.gid.as_raw());
+    if !peers.allows(uid, gid) {
+        return (&stream).write_all(
+            format!("DENIED uid {uid} (gid {gid}) is not allowed on this channel\n").as_bytes(),
+        );
+    }
+    let Some(request) = read_line(&stream)?.as_deref().and_then(Request::parse) else {
+        return Ok(());
+    };
+    // Duplicates, so the lock is not held while sending.
+    let fds: Option<Vec<OwnedFd>> = {
+        let offer = offer.lock().unwrap();
+        match request {
+            Request::Control => Some(vec![offer.control.as_fd().try_clone_to_owned()?]),
+            Request::Pool(generation) => offer
+                .pools
+                .iter()
+                .find(|(g, _)| *g == generation)
+                .map(|(_, fds)| fds.iter().map(|fd| fd.try_clone()).collect::<io::Result<_>>())
+                .transpose()?,
+        }
+    };
+    match fds {
+        Some(fds) => send_with_fds(&stream, &format!("OK {}\n", fds.len()), &fds),
+        None => (&stream).write_all(b"GONE\n"),
+    }
+}
+
+/// Reads one line of at most `MAX_LINE` bytes; `None` at end of stream or
+/// for a longer line.
+fn read_line(mut stream: &UnixStream) -> io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while line.len() < MAX_LINE {
+        if stream.read(&mut byte)? == 0 {
+            return Ok(None);
+        }
+        if byte[0] == b'\n' {
+            return Ok(String::from_utf8(line).ok());
+        }
+        line.push(byte[0]);
+    }
+    Ok(None)
+}
+
+fn send_with_fds(stream: &UnixStream, line: &str, fds: &[OwnedFd]) -> io::Result<()> {
+    let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+        return Err(io::Error::other("too many descriptors for one message"));
+    }
+    let sent = rustix::net::sendmsg(
+        stream,
+        &[IoSlice::new(line.as_bytes())],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent != line.len() {
+        return Err(io::Error::other("the reply was cut short"));
+    }
+    Ok(())
+}
+
+/// Why a consumer's request got no descriptors.
+#[derive(Debug)]
+pub enum RequestError {
+    /// Nobody listens on the channel's socket (yet): no producer.
+    NoProducer,
+    /// The producer has no such pool (any more).
+    Gone,
+    Channel(ChannelError),
+}
+
+impl From<ChannelError> for RequestError {
+    fn from(e: ChannelError) -> Self {
+        RequestError::Channel(e)
+    }
+}
+
+/// The consumer's end: asks `channel`'s producer, which must be one of
+/// `producers`, for `request`; the descriptors of the reply.
+pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec<OwnedFd>, RequestError> {
+    let path = socket_path(channel);
+    let stream = match UnixStream::connect(&path) {
+        Ok(stream) => stream,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Err(RequestError::NoProducer);
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let owner = std::fs::metadata(&path)
+                .map(|m| format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777))
+                .unwrap_or_default();
+            return Err(ChannelError::PermissionDenied(format!(
+                "no permission to connect to channel '{channel}' at {}{owner}: the producer must widen its 'permissions'",
+                path.display()
+            ))
+            .into());
+        }
+        Err(e) => {
+            return Err(ChannelError::io(format!("cannot connect to {}", path.display()), e).into());
+        }
+    };
+    let io_error = |e: io::Error| ChannelError::io(format!("channel '{channel}' socket"), e);
+    stream.set_read_timeout(Some(PEER_TIMEOUT)).map_err(io_error)?;
+    stream.set_write_timeout(Some(PEER_TIMEOUT)).map_err(io_error)?;
+    let credentials = rustix::net::sockopt::socket_peercred(&stream)
+        .map_err(|e| io_error(e.into()))?;
+    let (uid, gid) = (credentials.uid.as_raw(), credentials.gid.as_raw());
+    if !producers.allows(uid, gid) {
+        return Err(ChannelError::PermissionDenied(format!(
+            "channel '{channel}' is served by a process of uid {uid} (gid {gid}), which this consumer does not trust: another user may have taken the name; allow it with 'allowed-producers'",
+        ))
+        .into());
+    }
+    (&stream)
+        .write_all(request.line().as_bytes())
+        .map_err(io_error)?;
+    let (line, fds) = receive_with_fds(&stream).map_err(io_error)?;
+    let corrupt = |what: String| RequestError::Channel(ChannelError::Corrupt(what));
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("OK"), Some(n), None) if n.parse() == Ok(fds.len()) => {}
+        (Some("GONE"), None, None) if fds.is_empty() => return Err(RequestError::Gone),
+        (Some("DENIED"), ..) if fds.is_empty() => {
+            return Err(ChannelError::PermissionDenied(format!(
+                "the producer of channel '{channel}' refused this consumer: {}",
+                line.trim_start_matches("DENIED").trim()
+            ))
+            .into());
+        }
+        _ => {
+            return Err(corrupt(format!(
+                "the producer's socket answered {:?} with {} descriptors",
+                line.chars().take(MAX_LINE).collect::<String>(),
+                fds.len()
+            )));
+        }
+    }
+    let expected = match request {
+        Request::Control => 1,
+        Request::Pool(_) => 1,
+    };
+    if fds.len() != expected {
+        return Err(corrupt(format!(
+            "the producer's socket sent {} descriptors for one",
+            fds.len()
+        )));
+    }
+    Ok(fds)
+}
+
+/// One reply: its line and the descriptors that came with it (all closed
+/// on error; a message with more than `MAX_FDS` is refused).
+fn receive_with_fds(stream: &UnixStream) -> io::Result<(String, Vec<OwnedFd>)> {
+    let mut bytes = [0u8; MAX_LINE];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let received = rustix::net::recvmsg(
+        stream,
+        &mut [IoSliceMut::new(&mut bytes)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    if received.flags.contains(ReturnFlags::CTRUNC) {
+        return Err(io::Error::other("more descriptors than a reply carries"));
+    }
+    let text = std::str::from_utf8(&bytes[..received.bytes])
+        .map_err(|_| io::Error::other("a reply that is not text"))?;
+    let line = text
+        .strip_suffix('\n')
+        .filter(|line| !line.contains('\n'))
+        .ok_or_else(|| io::Error::other(format!("a cut or malformed reply {text:?}")))?;
+    Ok((line.to_owned(), fds))
+}
+
+/// Opens the file behind `file` again: a descriptor of its own (its own
+/// open file description, so its locks are its own), read-write or
+/// read-only.
+pub fn reopen(file: &impl AsFd, write: bool) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", file.as_fd().as_raw_fd());
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+}
+
+/// Checks a received memory descriptor: a regular file (memfd) of at least
+/// `min_len` bytes that nobody can shrink or grow (sealed).
+pub fn check_sealed(fd: &OwnedFd, min_len: u64) -> Result<(), ChannelError> {
+    use rustix::fs::SealFlags;
+    let stat = rustix::fs::fstat(fd).map_err(|e| ChannelError::io("cannot inspect a received descriptor", e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(ChannelError::Corrupt("a received descriptor is not a memory file".into()));
+    }
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| {
+        ChannelError::Corrupt("a received memory file is not sealed (it could be truncated)".into())
+    })?;
+    if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+        return Err(ChannelError::Corrupt(
+            "a received memory file is not sealed against shrinking and growing".into(),
+        ));
+    }
+    if (stat.st_size as u64) < min_len {
+        return Err(ChannelError::Corrupt(format!(
+            "a received memory file holds {} bytes, {min_len} needed",
+            stat.st_size
+        )));
+    }
+    Ok(())
+}

@@ -10,7 +10,7 @@ use gst_base::subclass::prelude::*;
 
 use super::publishing;
 use super::{CAT, SinkPublisher};
-use crate::cuda::{self, Device};
+use crate::cuda;
 use crate::enums::{self, Transport};
 use crate::gstcuda;
 use crate::ipc::layout::MAX_SLOTS;
@@ -63,16 +63,17 @@ impl Default for Settings {
     }
 }
 
-/// From `start` to `stop`.
-struct State {
-    publisher: Arc<SinkPublisher>,
-    info: Option<gst_video::VideoInfo>,
+/// From `start` to `stop`; `render` works on a copy.
+#[derive(Clone)]
+pub(super) struct State {
+    pub(super) publisher: Arc<SinkPublisher>,
+    pub(super) info: Option<gst_video::VideoInfo>,
     /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
     /// the slots (see `publishing::learn`).
-    lendable: Option<gst::BufferPool>,
+    pub(super) lendable: Option<gst::BufferPool>,
     /// Orders upstream's stream-ordered `GstCudaMemory` on the GPU
     /// (GStreamer 1.24+, cuda transport).
-    ordering: Option<Arc<gstcuda::StreamOrdering>>,
+    pub(super) ordering: Option<Arc<gstcuda::StreamOrdering>>,
 }
 
 /// Lock order: `settings` is copied out and released before `state` is
@@ -90,17 +91,11 @@ pub struct CudaIpcSink {
     cuda_context: gstcuda::ContextShare,
 }
 
-type Snapshot = (
-    Arc<SinkPublisher>,
-    gst_video::VideoInfo,
-    Option<gst::BufferPool>,
-    Option<Arc<gstcuda::StreamOrdering>>,
-);
-
 impl CudaIpcSink {
-    fn snapshot(&self) -> Result<Snapshot, gst::FlowError> {
-        let state = self.state.lock().unwrap();
-        let state = state.as_ref().ok_or(gst::FlowError::Flushing)?;
+    /// A copy of the state, with its caps.
+    fn snapshot(&self) -> Result<(State, gst_video::VideoInfo), gst::FlowError> {
+        let state = self.state.lock().unwrap().clone();
+        let state = state.ok_or(gst::FlowError::Flushing)?;
         let Some(info) = state.info.clone() else {
             gst::element_imp_error!(
                 self,
@@ -109,12 +104,7 @@ impl CudaIpcSink {
             );
             return Err(gst::FlowError::NotNegotiated);
         };
-        Ok((
-            state.publisher.clone(),
-            info,
-            state.lendable.clone(),
-            state.ordering.clone(),
-        ))
+        Ok((state, info))
     }
 
     fn publisher(&self) -> Option<Arc<SinkPublisher>> {
@@ -123,19 +113,6 @@ impl CudaIpcSink {
             .unwrap()
             .as_ref()
             .map(|s| s.publisher.clone())
-    }
-
-    /// The device whose context to share with GStreamer's CUDA elements:
-    /// ours, when that library is there and we use the cuda transport.
-    fn cuda_context_device(&self) -> Option<Arc<Device>> {
-        if !gstcuda::available() {
-            return None;
-        }
-        let settings = self.settings.lock().unwrap().clone();
-        if TransportKind::resolve(settings.transport.into()) != TransportKind::Cuda {
-            return None;
-        }
-        Device::get(settings.device_id).ok()
     }
 
     fn stats(&self) -> gst::Structure {
@@ -333,8 +310,11 @@ impl ElementImpl for CudaIpcSink {
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         // Before upstream CUDA elements (they go to READY after us) look for
         // a context: they then share ours.
-        let device_id = self.settings.lock().unwrap().device_id;
-        let device = self.cuda_context_device();
+        let (transport, device_id) = {
+            let settings = self.settings.lock().unwrap();
+            (settings.transport, settings.device_id)
+        };
+        let device = publishing::context_device(transport.into(), device_id);
         self.cuda_context.before_change_state(
             self.obj().upcast_ref(),
             transition,
@@ -459,23 +439,17 @@ impl BaseSinkImpl for CudaIpcSink {
         if self.settings.lock().unwrap().when_full != enums::WhenFull::Block {
             return Ok(());
         }
-        let Some((publisher, lendable)) = self
-            .state
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|s| (s.publisher.clone(), s.lendable.clone()))
+        let Some(State {
+            publisher,
+            lendable,
+            ..
+        }) = self.state.lock().unwrap().clone()
         else {
             return Ok(());
         };
-        let proposed = publishing::propose(
-            &self.obj(),
-            query,
-            &publisher,
-            lendable,
-            &caps,
-            self.cuda_context.get(),
-        )?;
+        let context = self.cuda_context.get();
+        let proposed =
+            publishing::propose(&self.obj(), query, &publisher, lendable, &caps, context)?;
         if let Some(pool) = proposed
             && let Some(state) = self.state.lock().unwrap().as_mut()
             && Arc::ptr_eq(&state.publisher, &publisher)
@@ -486,15 +460,8 @@ impl BaseSinkImpl for CudaIpcSink {
     }
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
-        let (publisher, info, lendable, ordering) = self.snapshot()?;
-        let result = publishing::render(
-            &self.obj(),
-            &publisher,
-            &info,
-            lendable,
-            ordering.as_deref(),
-            buffer,
-        );
+        let (state, info) = self.snapshot()?;
+        let result = publishing::render(&self.obj(), &state, &info, buffer);
         if result.is_ok() && self.ticker.due() {
             let message = gst::message::Element::builder(self.stats())
                 .src(&*self.obj())

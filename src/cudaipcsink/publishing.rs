@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use gst::prelude::*;
 
+use super::imp::State;
 use super::pool::SlotPool;
 use super::{CAT, SinkPublisher};
 use crate::cuda;
@@ -24,6 +25,17 @@ use crate::transport::{
     PublisherStats, SlotMemory, TransportKind,
 };
 use crate::video;
+
+/// The device whose context to share with GStreamer's CUDA elements:
+/// ours, when that library is there and we use the cuda transport.
+pub(super) fn context_device(
+    transport: Option<TransportKind>,
+    device_id: i32,
+) -> Option<Arc<cuda::Device>> {
+    (gstcuda::available() && TransportKind::resolve(transport) == TransportKind::Cuda)
+        .then(|| cuda::Device::get(device_id).ok())
+        .flatten()
+}
 
 /// The device of the cuda transport (`None` for the host transport).
 pub(super) fn device_for(
@@ -80,12 +92,12 @@ pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorM
 /// into a slot (of our pool, or lent), else copied into a free slot.
 pub(super) fn render(
     sink: &super::CudaIpcSink,
-    publisher: &SinkPublisher,
+    state: &State,
     info: &gst_video::VideoInfo,
-    lendable: Option<gst::BufferPool>,
-    ordering: Option<&gstcuda::StreamOrdering>,
     buffer: &gst::Buffer,
 ) -> Result<gst::FlowSuccess, gst::FlowError> {
+    let (publisher, lendable, ordering) =
+        (&state.publisher, &state.lendable, state.ordering.as_deref());
     publisher.reap_retired();
     let pool_frame = lendable
         .as_ref()
@@ -167,7 +179,7 @@ pub(super) fn render(
         }
     }
     if let (Some(pool), Some(frame)) = (lendable, pool_frame)
-        && let Err(e) = learn(sink, publisher, &pool, frame)
+        && let Err(e) = learn(sink, publisher, pool, frame)
     {
         gst::warning!(
             CAT,

@@ -136,6 +136,13 @@ impl Producer {
         if config.ipc_mode == IpcMode::Fd {
             return Self::create_descriptor_channel(config);
         }
+        // A live descriptor channel of this name: in use too.
+        if let Some(pid) = socket::live_producer(&config.channel) {
+            return Err(ChannelError::InUse {
+                channel: config.channel.clone(),
+                pid,
+            });
+        }
         let path = shm::control_path(&config.channel);
         let session = shm::random_u64();
         // Built under a private name, then linked to the public one, so no

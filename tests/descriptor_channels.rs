@@ -1,0 +1,224 @@
+// Descriptor channels (`ipc-mode=fd`) with real processes on the host
+// transport: frames cross with nothing but the channel's socket named in the
+// shm folder, and both sides check the other's credentials (another user
+// played by `setpriv`; SKIPPED where that is impossible). The socket
+// protocol's hostile peers are unit tests (`ipc::socket::tests`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{Launch, launch_with, reference_checksums, unique_channel, wait_until};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const SOURCE: &str = "videotestsrc num-buffers=30 pattern=ball ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1";
+
+/// A private shm folder, writable by every user (sticky, as /dev/shm is).
+struct ShmDir(PathBuf);
+
+impl ShmDir {
+    fn new(tag: &str) -> Self {
+        let dir = PathBuf::from("/dev/shm").join(format!(
+            "cudaipc-test-{tag}-{:x}",
+            gstcudaipc::ipc::shm::random_u64()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Self(dir)
+    }
+
+    fn env(&self) -> [(&str, &str); 1] {
+        [("CUDAIPC_SHM_DIR", self.0.to_str().unwrap())]
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const OTHER_USER: [&str; 4] = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+];
+
+fn other_user_or_skip(test: &str) -> bool {
+    let works = std::process::Command::new(OTHER_USER[0])
+        .args(&OTHER_USER[1..])
+        .arg("true")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        eprintln!("SKIPPED: {test}: cannot run commands as another user (needs root and setpriv)");
+    }
+    works
+}
+
+fn nobody_uid() -> u32 {
+    let out = std::process::Command::new("id")
+        .args(["-u", "nobody"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn producer(dir: &ShmDir, channel: &str, extra: &str) -> Launch {
+    launch_with(
+        &[],
+        &dir.env(),
+        &format!(
+            "{SOURCE} ! rscudaipcsink channel={channel} transport=host ipc-mode=fd sync=false wait-for-connection=1 {extra}"
+        ),
+    )
+}
+
+/// A frame source that a consumer, attached first, reads to the end: the
+/// socket is the channel's only name while it runs.
+#[test]
+fn frames_cross_a_descriptor_channel_that_names_nothing_but_its_socket() {
+    let dir = ShmDir::new("fd");
+    let channel = unique_channel("fd");
+    let expected = reference_checksums(SOURCE);
+    let consumer = launch_with(
+        &[],
+        &dir.env(),
+        &format!("rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"),
+    );
+    let producer = producer(&dir, &channel, "");
+    let socket = format!("cudaipc-{channel}@socket");
+    wait_until(LIMIT, "the channel's socket", || {
+        dir.names().contains(&socket)
+    });
+    let named: Vec<String> = dir
+        .names()
+        .into_iter()
+        .filter(|n| !n.contains("@waiter."))
+        .collect();
+    assert_eq!(
+        named,
+        vec![socket],
+        "no control block or data file has a name"
+    );
+    producer.finish(LIMIT).assert_success("producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected);
+    assert_eq!(
+        dir.names(),
+        Vec::<String>::new(),
+        "the socket goes with the producer"
+    );
+}
+
+/// Another user's consumer: refused by the producer until its uid is
+/// allowed, and it refuses the producer (of another user) until that one's
+/// uid is trusted; with both, it reads every frame.
+#[test]
+fn both_sides_check_the_others_credentials() {
+    const TEST: &str = "both_sides_check_the_others_credentials";
+    if !other_user_or_skip(TEST) {
+        return;
+    }
+    let dir = ShmDir::new("fdcred");
+    let nobody = nobody_uid();
+    let me = gstcudaipc::ipc::shm::effective_uid();
+    let expected = reference_checksums(SOURCE);
+    // The socket's mode lets every user connect: the credentials decide.
+    let run = |tag: &str, allowed: &str, trusted: &str| {
+        let channel = unique_channel(tag);
+        let producer = producer(&dir, &channel, &format!("permissions=0666 {allowed}"));
+        wait_until(LIMIT, "the channel's socket", || {
+            dir.names().contains(&format!("cudaipc-{channel}@socket"))
+        });
+        let consumer = launch_with(
+            &OTHER_USER,
+            &dir.env(),
+            &format!(
+                "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=5000 {trusted} ! checksumsink"
+            ),
+        )
+        .finish(LIMIT);
+        producer.signal(libc::SIGINT);
+        let _ = producer.finish(LIMIT);
+        consumer
+    };
+    let denied = run("fddenied", "", &format!("allowed-producers={me}"));
+    assert!(!denied.success);
+    assert!(
+        denied.stderr.contains(&format!("uid {nobody}")) && denied.stderr.contains("not allowed"),
+        "{}",
+        denied.stderr
+    );
+    let distrusted = run("fddistrust", &format!("allowed-uids={nobody}"), "");
+    assert!(!distrusted.success);
+    assert!(
+        distrusted.stderr.contains("does not trust")
+            && distrusted.stderr.contains("allowed-producers"),
+        "{}",
+        distrusted.stderr
+    );
+    let channel = unique_channel("fdboth");
+    let consumer = launch_with(
+        &OTHER_USER,
+        &dir.env(),
+        &format!(
+            "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 allowed-producers={me} ! checksumsink"
+        ),
+    );
+    let producer = producer(
+        &dir,
+        &channel,
+        &format!("permissions=0666 allowed-uids={nobody}"),
+    );
+    producer.finish(LIMIT).assert_success("producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer of another user");
+    assert_eq!(done.checksums(), expected);
+}
+
+/// A consumer that insists on a descriptor channel never reads a control
+/// block under the channel's name (another user may have planted one).
+#[test]
+fn a_consumer_in_fd_mode_ignores_a_named_control_block() {
+    let dir = ShmDir::new("fdonly");
+    let channel = unique_channel("fdonly");
+    let legacy = launch_with(
+        &[],
+        &dir.env(),
+        &format!(
+            "videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48 ! rscudaipcsink channel={channel} transport=host"
+        ),
+    );
+    wait_until(LIMIT, "the legacy channel", || {
+        dir.names().contains(&format!("cudaipc-{channel}"))
+    });
+    let done = launch_with(
+        &[],
+        &dir.env(),
+        &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=500 ! fakesink"),
+    )
+    .finish(LIMIT);
+    legacy.signal(libc::SIGINT);
+    let _ = legacy.finish(LIMIT);
+    assert!(!done.success);
+    assert!(
+        done.stderr.contains("no producer appeared on channel"),
+        "{}",
+        done.stderr
+    );
+}

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::layout::*;
 use super::shm::{self, SharedFile};
+use super::socket;
 
 /// A channel found in the shm folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,20 +40,35 @@ pub enum ChannelState {
 /// Channels in the shm folder, sorted by name. Never blocks and never
 /// follows a link (see `shm::open_regular`).
 pub fn list_channels() -> Vec<ChannelEntry> {
-    let mut names: Vec<String> = std::fs::read_dir(shm::shm_dir())
+    let mut names: Vec<(String, bool)> = std::fs::read_dir(shm::shm_dir())
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
-            let channel = name.strip_prefix(shm::FILE_PREFIX)?;
+            let name = name.strip_prefix(shm::FILE_PREFIX)?;
+            // A descriptor channel's only name is its socket.
+            let (channel, descriptors) = match name.strip_suffix(SOCKET_SUFFIX) {
+                Some(channel) => (channel, true),
+                None => (name, false),
+            };
             shm::validate_channel_name(channel).ok()?;
-            Some(channel.to_owned())
+            Some((channel.to_owned(), descriptors))
         })
         .collect();
     names.sort();
-    names.into_iter().map(|name| inspect(&name)).collect()
+    names.dedup_by(|a, b| a.0 == b.0);
+    names
+        .into_iter()
+        .map(|(name, descriptors)| match descriptors {
+            true => inspect_descriptor_channel(&name),
+            false => inspect(&name),
+        })
+        .collect()
 }
+
+/// What follows the channel's name in its socket's name.
+const SOCKET_SUFFIX: &str = "@socket";
 
 /// The names of the live channels, for messages such as "no producer on
 /// 'x'; channels that exist: ...".
@@ -64,11 +80,10 @@ pub fn live_channel_names() -> Vec<String> {
         .collect()
 }
 
-fn inspect(name: &str) -> ChannelEntry {
-    let path = shm::control_path(name);
-    let mut entry = ChannelEntry {
+fn empty_entry(name: &str, path: PathBuf) -> ChannelEntry {
+    ChannelEntry {
         name: name.to_owned(),
-        path: path.clone(),
+        path,
         owner_uid: None,
         state: ChannelState::Unreadable(String::new()),
         producer_pid: 0,
@@ -78,7 +93,12 @@ fn inspect(name: &str) -> ChannelEntry {
         consumers: 0,
         slot_count: 0,
         slot_size: 0,
-    };
+    }
+}
+
+fn inspect(name: &str) -> ChannelEntry {
+    let path = shm::control_path(name);
+    let mut entry = empty_entry(name, path.clone());
     let shared = match SharedFile::open_read_only(&path) {
         Ok(shared) => shared,
         Err(e) => {
@@ -90,8 +110,48 @@ fn inspect(name: &str) -> ChannelEntry {
             return entry;
         }
     };
+    describe(entry, &shared)
+}
+
+/// A descriptor channel, through its socket: only one of this user (asking
+/// another user's socket could be made to wait), like a consumer would.
+fn inspect_descriptor_channel(name: &str) -> ChannelEntry {
+    use std::os::unix::fs::MetadataExt;
+    let path = socket::socket_path(name);
+    let mut entry = empty_entry(name, path.clone());
+    entry.owner_uid = std::fs::symlink_metadata(&path).ok().map(|m| m.uid());
+    if entry.owner_uid != Some(shm::effective_uid()) {
+        entry.state = ChannelState::Unreadable("a descriptor channel of another user".into());
+        return entry;
+    }
+    let received = socket::request(name, socket::Request::Control, &socket::Peers::default())
+        .map_err(|e| match e {
+            socket::RequestError::Channel(e) => e.to_string(),
+            _ => String::new(),
+        })
+        .and_then(|mut fds| fds.pop().ok_or_else(|| "no control block received".to_string()))
+        .and_then(|fd| {
+            socket::check_sealed(&fd, control_size() as u64).map_err(|e| e.to_string())?;
+            SharedFile::from_file(std::fs::File::from(fd), &path, false).map_err(|e| e.to_string())
+        });
+    match received {
+        Ok(shared) => describe(entry, &shared),
+        // Nobody listens: the socket of a producer that died.
+        Err(why) if why.is_empty() => {
+            entry.state = ChannelState::Stale;
+            entry
+        }
+        Err(why) => {
+            entry.state = ChannelState::Unreadable(why);
+            entry
+        }
+    }
+}
+
+/// `entry` completed from its channel's control block.
+fn describe(mut entry: ChannelEntry, shared: &SharedFile) -> ChannelEntry {
     entry.owner_uid = shared.owner_uid().ok();
-    let Some(h) = header(&shared) else {
+    let Some(h) = header(shared) else {
         entry.state = ChannelState::Unreadable("not a control block of this version".into());
         return entry;
     };
@@ -147,6 +207,18 @@ fn header(shared: &SharedFile) -> Option<&ControlHeader> {
 pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
     shm::validate_channel_name(channel)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let socket = socket::socket_path(channel);
+    if let Ok(meta) = std::fs::symlink_metadata(&socket) {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() != shm::effective_uid() {
+            return Err(shm::foreign_owner_error(&socket, meta.uid()));
+        }
+        if socket::live_producer(channel).is_some() {
+            return Ok(false);
+        }
+        std::fs::remove_file(&socket)?;
+        return Ok(true);
+    }
     let path = shm::control_path(channel);
     let shared = SharedFile::open(&path)?;
     let uid = shared.owner_uid()?;
@@ -199,5 +271,32 @@ mod tests {
         assert!(shm::control_path(&name).exists());
         drop(producer);
         assert!(!list_channels().iter().any(|c| c.name == name));
+    }
+
+    #[test]
+    fn a_descriptor_channel_is_listed_through_its_socket_and_a_dead_ones_removed() {
+        let name = format!("listedfd-{:x}", shm::random_u64());
+        let producer = Producer::create(ProducerConfig {
+            channel: name.clone(),
+            ipc_mode: crate::ipc::IpcMode::Fd,
+            ..Default::default()
+        })
+        .unwrap();
+        let no = std::sync::atomic::AtomicBool::new(false);
+        producer.set_caps("video/x-raw, width=(int)8", &no).unwrap();
+        let listed = |name: &str| list_channels().into_iter().find(|c| c.name == name);
+        let c = listed(&name).expect("the channel is listed");
+        assert_eq!(c.state, ChannelState::Live);
+        assert_eq!(c.producer_pid, std::process::id());
+        assert_eq!(c.caps.as_deref(), Some("video/x-raw, width=(int)8"));
+        assert_eq!(c.path, socket::socket_path(&name));
+        assert!(!remove_if_stale(&name).unwrap());
+        drop(producer);
+        assert!(listed(&name).is_none());
+        // A socket nobody listens on: a dead producer's.
+        drop(std::os::unix::net::UnixListener::bind(socket::socket_path(&name)).unwrap());
+        assert_eq!(listed(&name).map(|c| c.state), Some(ChannelState::Stale));
+        assert!(remove_if_stale(&name).unwrap());
+        assert!(listed(&name).is_none());
     }
 }

@@ -222,3 +222,35 @@ fn a_consumer_in_fd_mode_ignores_a_named_control_block() {
         done.stderr
     );
 }
+
+/// A consumer in other PID and mount namespaces (a container, as far as
+/// `unshare` makes one) reads every frame of a descriptor channel on the
+/// host transport; legacy channels refuse it (`faults.rs`).
+#[test]
+fn a_consumer_in_other_pid_and_mount_namespaces_reads_a_descriptor_channel() {
+    let unshare = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"];
+    let permitted = std::process::Command::new(unshare[0])
+        .args(&unshare[1..])
+        .arg("true")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !permitted {
+        eprintln!(
+            "SKIPPED: a_consumer_in_other_pid_and_mount_namespaces_reads_a_descriptor_channel: unshare is not permitted here"
+        );
+        return;
+    }
+    let dir = ShmDir::new("fdns");
+    let channel = unique_channel("fdns");
+    let expected = reference_checksums(SOURCE);
+    let consumer = launch_with(
+        &unshare,
+        &dir.env(),
+        &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
+    );
+    let producer = producer(&dir, &channel, "");
+    producer.finish(LIMIT).assert_success("producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer in other namespaces");
+    assert_eq!(done.checksums(), expected);
+}

@@ -242,7 +242,9 @@ impl Consumer {
             if descriptors {
                 match Self::receive_control(&config) {
                     Ok(shared) => {
-                        if let Some(mut consumer) = Self::attach_to(shared, &config, waited)? {
+                        if let Some(mut consumer) =
+                            Self::attach_to(shared, &config, waited, true)?
+                        {
                             consumer.info.descriptor_channel = Some(config.producers.clone());
                             return Ok(consumer);
                         }
@@ -254,7 +256,7 @@ impl Consumer {
             } else {
                 match SharedFile::open(&path) {
                 Ok(shared) => {
-                    if let Some(consumer) = Self::attach_to(shared, &config, waited)? {
+                    if let Some(consumer) = Self::attach_to(shared, &config, waited, false)? {
                         return Ok(consumer);
                     }
                     // The remains of a producer that died (by any signal):
@@ -315,6 +317,7 @@ impl Consumer {
         shared: SharedFile,
         config: &ConsumerConfig,
         from_start: bool,
+        descriptors: bool,
     ) -> Result<Option<Self>, ChannelError> {
         if shared.len() < std::mem::size_of::<u64>() * 2 {
             return Err(ChannelError::Corrupt(format!(
@@ -328,8 +331,12 @@ impl Consumer {
         if h.state.load(Ordering::SeqCst) != STATE_OPEN || !producer_alive(&shared) {
             return Ok(None);
         }
+        // Names in the shm folder, and CUDA's IPC handles, serve one PID
+        // namespace; the descriptors of a host channel cross them (and
+        // containers) over its socket.
+        let crosses = descriptors && info.transport == TRANSPORT_HOST;
         let ns = h.producer_pid_namespace.load(Ordering::Relaxed);
-        if ns != shm::pid_namespace() {
+        if ns != shm::pid_namespace() && !crosses {
             return Err(ChannelError::Incompatible(format!(
                 "the producer (pid {} in its namespace) runs in another PID namespace; a channel works only between processes of one PID namespace (run both in the same container or share the host PID namespace)",
                 info.producer_pid

@@ -197,11 +197,46 @@ impl Drop for Listener {
 /// The pid of the producer listening on `channel`'s socket, if one does.
 pub fn live_producer(channel: &str) -> Option<u32> {
     let stream = UnixStream::connect(socket_path(channel)).ok()?;
-    Some(
-        rustix::net::sockopt::socket_peercred(&stream)
-            .map(|c| c.pid.as_raw_nonzero().get() as u32)
-            .unwrap_or(0),
-    )
+    Some(peer_credentials(&stream).map(|c| c.pid).unwrap_or(0))
+}
+
+/// The credentials of the process at the other end of a unix socket.
+struct Credentials {
+    /// 0 when that process is in a PID namespace this one cannot see.
+    pid: u32,
+    uid: u32,
+    gid: u32,
+}
+
+/// `SO_PEERCRED`, through libc: rustix's `socket_peercred` cannot hold the
+/// pid 0 a peer in an invisible PID namespace (another container) reports.
+fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
+    use std::os::fd::AsRawFd;
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, and a ucred-sized buffer with its length,
+    // which the kernel fills.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Credentials {
+        pid: credentials.pid.max(0) as u32,
+        uid: credentials.uid,
+        gid: credentials.gid,
+    })
 }
 
 /// Binds `path`, replacing the socket of a dead producer of ours.
@@ -296,8 +331,7 @@ fn answer(stream: UnixStream, peers: &Peers, offer: &Mutex<Offer>) -> io::Result
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
-    let credentials = rustix::net::sockopt::socket_peercred(&stream)?;
-    let (uid, gid) = (credentials.uid.as_raw(), credentials.gid.as_raw());
+    let Credentials { uid, gid, .. } = peer_credentials(&stream)?;
     if !peers.allows(uid, gid) {
         return (&stream).write_all(
             format!("DENIED uid {uid} (gid {gid}) is not allowed on this channel\n").as_bytes(),
@@ -408,9 +442,7 @@ pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec
     let io_error = |e: io::Error| ChannelError::io(format!("channel '{channel}' socket"), e);
     stream.set_read_timeout(Some(PEER_TIMEOUT)).map_err(io_error)?;
     stream.set_write_timeout(Some(PEER_TIMEOUT)).map_err(io_error)?;
-    let credentials = rustix::net::sockopt::socket_peercred(&stream)
-        .map_err(|e| io_error(e.into()))?;
-    let (uid, gid) = (credentials.uid.as_raw(), credentials.gid.as_raw());
+    let Credentials { uid, gid, .. } = peer_credentials(&stream).map_err(io_error)?;
     if !producers.allows(uid, gid) {
         return Err(ChannelError::PermissionDenied(format!(
             "channel '{channel}' is served by a process of uid {uid} (gid {gid}), which this consumer does not trust: another user may have taken the name; allow it with 'allowed-producers'",

@@ -149,7 +149,7 @@ fn both_sides_check_the_others_credentials() {
             &OTHER_USER,
             &dir.env(),
             &format!(
-                "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=5000 {trusted} ! checksumsink"
+                "rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 {trusted} ! checksumsink"
             ),
         )
         .finish(LIMIT);
@@ -210,7 +210,9 @@ fn a_consumer_in_fd_mode_ignores_a_named_control_block() {
     let done = launch_with(
         &[],
         &dir.env(),
-        &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=500 ! fakesink"),
+        &format!(
+            "rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=500 ! fakesink"
+        ),
     )
     .finish(LIMIT);
     legacy.signal(libc::SIGINT);

@@ -80,7 +80,9 @@ impl Beside {
     }
 
     /// `pipeline` run to its end in a `gst-launch-1.0` child; its failure
-    /// and what it printed.
+    /// and what it printed. Live sources: gst-launch-1.0 1.22 can hang when
+    /// two errors (the element's, then basesrc's) arrive while it waits for
+    /// a non-live pipeline to preroll.
     fn run_failing(&self, pipeline: &str) -> String {
         let (address, shm) = (self.address(), self.0.join("shm"));
         let done = common::launch_with(
@@ -113,7 +115,7 @@ fn a_source_beside_nvcodecs_sink_at_its_default_address_fails_at_once() {
     let beside = Beside::new("mixed");
     let _nvcodec_sink = beside.nvcodec_sink();
     let started = std::time::Instant::now();
-    let text = beside.run_failing("rscudaipcsrc connect-timeout=120000 ! fakesink");
+    let text = beside.run_failing("rscudaipcsrc is-live=true connect-timeout=120000 ! fakesink");
     assert!(
         text.contains("GStreamer's own cudaipcsink (nvcodec) listens at")
             && text.contains(&format!("address={}", beside.address().display()))
@@ -130,7 +132,7 @@ fn a_source_beside_nvcodecs_sink_at_its_default_address_fails_at_once() {
 #[test]
 fn a_named_channel_is_waited_for_and_its_timeout_names_nvcodecs_sink() {
     let beside = Beside::new("mixednamed");
-    let pipeline = "rscudaipcsrc channel=cam0 connect-timeout=300 ! fakesink";
+    let pipeline = "rscudaipcsrc channel=cam0 is-live=true connect-timeout=300 ! fakesink";
     let without = beside.run_failing(pipeline);
     assert!(
         without.contains("no producer appeared on channel"),

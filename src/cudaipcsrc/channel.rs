@@ -289,7 +289,9 @@ fn live_upstream_sink() -> Option<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
     let address = upstream_sink_address();
     let is_socket = std::fs::symlink_metadata(&address).is_ok_and(|m| m.file_type().is_socket());
-    (is_socket && std::os::unix::net::UnixStream::connect(&address).is_ok()).then_some(address)
+    // Never a blocking connect: a listener that does not accept would hold
+    // this source for good.
+    (is_socket && crate::ipc::socket::connect(&address).is_ok()).then_some(address)
 }
 
 /// What to say about the other cudaipc protocol when `channel` has no

@@ -194,9 +194,27 @@ impl Drop for Listener {
     }
 }
 
+/// Connects to the unix socket at `path` without ever waiting: a socket
+/// whose listener does not accept (another user can make one) has a full
+/// backlog, and a plain connect would block on it for good. `WouldBlock`
+/// then. The stream is blocking afterwards (callers set timeouts).
+pub fn connect(path: &Path) -> io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(path)?)?;
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 /// The pid of the producer listening on `channel`'s socket, if one does.
 pub fn live_producer(channel: &str) -> Option<u32> {
-    let stream = UnixStream::connect(socket_path(channel)).ok()?;
+    let stream = connect(&socket_path(channel)).ok()?;
     Some(peer_credentials(&stream).map(|c| c.pid).unwrap_or(0))
 }
 
@@ -415,12 +433,16 @@ impl From<ChannelError> for RequestError {
 /// `producers`, for `request`; the descriptors of the reply.
 pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec<OwnedFd>, RequestError> {
     let path = socket_path(channel);
-    let stream = match UnixStream::connect(&path) {
+    let stream = match connect(&path) {
         Ok(stream) => stream,
+        // No socket, nobody listening, or a listener that does not accept:
+        // no producer to talk to (now).
         Err(e)
             if matches!(
                 e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                io::ErrorKind::NotFound
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::WouldBlock
             ) =>
         {
             return Err(RequestError::NoProducer);
@@ -713,22 +735,30 @@ mod tests {
             ("OK 1\n", vec![memfd(true, 64)]),
             ("OK 1 and more\n", vec![]),
         ];
-        let count = replies.len();
-        let server = std::thread::spawn(move || {
-            for (line, fds) in replies {
-                let (stream, _) = listener.accept().unwrap();
-                let _ = read_line(&stream);
-                let _ = send_with_fds(&stream, line, &fds);
-            }
-        });
-        for _ in 0..count {
-            let err = refused(consumer(&channel));
-            assert!(
-                matches!(err, ChannelError::Corrupt(_)),
-                "{err}"
-            );
+        // Each reply to every connection while its scenario runs (other
+        // tests list channels, and so connect to this socket too).
+        listener.set_nonblocking(true).unwrap();
+        for (line, fds) in &replies {
+            let stop = AtomicBool::new(false);
+            let err = std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        match listener.accept() {
+                            Ok((stream, _)) => {
+                                stream.set_nonblocking(false).unwrap();
+                                let _ = read_line(&stream);
+                                let _ = send_with_fds(&stream, line, fds);
+                            }
+                            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                        }
+                    }
+                });
+                let err = refused(consumer(&channel));
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                err
+            });
+            assert!(matches!(err, ChannelError::Corrupt(_)), "{line:?}: {err}");
         }
-        server.join().unwrap();
         let _ = std::fs::remove_file(&path);
     }
 
@@ -772,5 +802,42 @@ mod tests {
         for request in [Request::Control, Request::Pool(3)] {
             assert_eq!(Request::parse(request.line().trim_end()), Some(request));
         }
+    }
+
+    /// A listener that never accepts and whose backlog is full (another
+    /// user can make one at a channel's name): nobody blocks on it.
+    #[test]
+    fn a_listener_that_never_accepts_blocks_nobody() {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+        let channel = unique_channel("fdstuck");
+        let path = socket_path(&channel);
+        let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+        rustix::net::bind(&fd, &SocketAddrUnix::new(&path).unwrap()).unwrap();
+        rustix::net::listen(&fd, 0).unwrap();
+        // Fill the backlog.
+        let queued: Vec<UnixStream> = std::iter::from_fn(|| connect(&path).ok()).take(8).collect();
+        assert!(!queued.is_empty());
+        assert_eq!(
+            connect(&path).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+        let start = Instant::now();
+        assert!(matches!(
+            request(&channel, Request::Control, &Peers::default()),
+            Err(RequestError::NoProducer)
+        ));
+        assert_eq!(live_producer(&channel), None);
+        let waited = Consumer::attach(
+            ConsumerConfig {
+                channel: channel.clone(),
+                connect_timeout: Some(Duration::from_millis(300)),
+                ipc_mode: Some(IpcMode::Fd),
+                ..Default::default()
+            },
+            &AtomicBool::new(false),
+        );
+        assert!(matches!(waited, Err(ChannelError::NoProducer { .. })));
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -943,6 +943,15 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         "",
         "! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
     ));
+    // Row 5 over a descriptor channel (ipc-mode=fd): the control block
+    // handed over the channel's socket; the slots as in row 5.
+    rows.push(two(
+        "5d default over a descriptor channel (ipc-mode=fd)",
+        o.frames,
+        o.warmup,
+        "ipc-mode=fd",
+        &verifying(""),
+    ));
     // The transport alone: the consumer takes frames and drops them (no GPU
     // work of its own), which bounds what the channel itself costs.
     rows.push(two(
@@ -1502,6 +1511,12 @@ fn host_rows(o: &Options) -> Vec<Row> {
             "wait-mode=sleep",
         ),
         ("5 default (host transport)", "", ""),
+        // The same over a descriptor channel: only the attach differs.
+        (
+            "5d descriptor channel, ipc-mode=fd (host transport)",
+            "ipc-mode=fd",
+            "",
+        ),
     ];
     for (config, sink_props, src_props) in configs {
         let ch = channel(&format!("host{}", rows.len()));

@@ -256,3 +256,63 @@ fn a_consumer_in_other_pid_and_mount_namespaces_reads_a_descriptor_channel() {
     done.assert_success("consumer in other namespaces");
     assert_eq!(done.checksums(), expected);
 }
+
+/// Hostile peers on a real producer's socket (another process): garbage, a
+/// cut request, an endless line, garbage with descriptors attached, and
+/// peers that connect and never speak. The producer goes on, and a real
+/// consumer process reads every frame meanwhile.
+#[test]
+fn hostile_peers_on_a_producers_socket_hold_nothing_up() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = ShmDir::new("fdhostile");
+    let channel = unique_channel("fdhostile");
+    let expected = reference_checksums(SOURCE);
+    let producer = producer(&dir, &channel, "");
+    let socket = dir.0.join(format!("cudaipc-{channel}@socket"));
+    wait_until(LIMIT, "the channel's socket", || socket.exists());
+    let silent: Vec<UnixStream> = (0..6)
+        .map(|_| UnixStream::connect(&socket).unwrap())
+        .collect();
+    let memfd = rustix::fs::memfd_create("hostile", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    for garbage in [
+        &b"GET / HTTP/1.0\r\n\r\n"[..],
+        b"CUDAIPC1 CONT",
+        &[b'x'; 8192],
+        b"CUDAIPC1 POOL 18446744073709551616\n",
+    ] {
+        let mut peer = UnixStream::connect(&socket).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = peer.write_all(garbage);
+        let _ = peer.shutdown(std::net::Shutdown::Write);
+        let mut reply = Vec::new();
+        let _ = peer.read_to_end(&mut reply);
+        assert!(reply.is_empty(), "{garbage:?} got {reply:?}");
+    }
+    // Garbage with a descriptor attached: dropped with the message.
+    {
+        use std::mem::MaybeUninit;
+        let peer = UnixStream::connect(&socket).unwrap();
+        let fds = [std::os::fd::AsFd::as_fd(&memfd)];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+        let _ = rustix::net::sendmsg(
+            &peer,
+            &[std::io::IoSlice::new(b"take this\n")],
+            &mut control,
+            rustix::net::SendFlags::NOSIGNAL,
+        );
+    }
+    let consumer = launch_with(
+        &[],
+        &dir.env(),
+        &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
+    );
+    producer.finish(LIMIT).assert_success("producer");
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected);
+    drop(silent);
+}

@@ -330,16 +330,16 @@ fn serve(listener: UnixListener, peers: Peers, offer: Arc<Mutex<Offer>>, stop: A
             handlers.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let (peers, offer, handlers) = (peers.clone(), offer.clone(), handlers.clone());
+        let (peers, offer, count) = (peers.clone(), offer.clone(), handlers.clone());
         let spawned = std::thread::Builder::new()
             .name("cudaipc-peer".into())
             .spawn(move || {
                 let _ = answer(stream, &peers, &offer);
-                handlers.fetch_sub(1, Ordering::SeqCst);
+                count.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
-            // The closure (and its count) is gone with the failed spawn.
-            continue;
+            // The closure went with the failed spawn: so does its count.
+            handlers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -377,12 +377,19 @@ fn answer(stream: UnixStream, peers: &Peers, offer: &Mutex<Offer>) -> io::Result
     }
 }
 
-/// Reads one line of at most `MAX_LINE` bytes; `None` at end of stream or
-/// for a longer line.
+/// Reads one line of at most `MAX_LINE` bytes within `PEER_TIMEOUT` in
+/// all (a peer that trickles bytes gets no longer); `None` at end of stream
+/// or for a longer line.
 fn read_line(mut stream: &UnixStream) -> io::Result<Option<String>> {
+    let deadline = std::time::Instant::now() + PEER_TIMEOUT;
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     while line.len() < MAX_LINE {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         if stream.read(&mut byte)? == 0 {
             return Ok(None);
         }
@@ -474,7 +481,15 @@ pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec
     (&stream)
         .write_all(request.line().as_bytes())
         .map_err(io_error)?;
-    let (line, fds) = receive_with_fds(&stream).map_err(io_error)?;
+    let (line, fds) = match receive_with_fds(&stream) {
+        Ok(reply) => reply,
+        // Closed without a word: a producer that is stopping, or too busy
+        // (every connection slot taken): as if none were there yet.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(RequestError::NoProducer);
+        }
+        Err(e) => return Err(io_error(e).into()),
+    };
     let corrupt = |what: String| RequestError::Channel(ChannelError::Corrupt(what));
     let mut words = line.split_whitespace();
     match (words.next(), words.next(), words.next()) {
@@ -525,6 +540,9 @@ fn receive_with_fds(stream: &UnixStream) -> io::Result<(String, Vec<OwnedFd>)> {
         if let RecvAncillaryMessage::ScmRights(received) = message {
             fds.extend(received);
         }
+    }
+    if received.bytes == 0 && fds.is_empty() {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
     if received.flags.contains(ReturnFlags::CTRUNC) {
         return Err(io::Error::other("more descriptors than a reply carries"));
@@ -839,5 +857,24 @@ mod tests {
         assert!(matches!(waited, Err(ChannelError::NoProducer { .. })));
         assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A peer that trickles its request a byte at a time is cut off after
+    /// the timeout for the whole line, not one per byte.
+    #[test]
+    fn a_trickling_peer_is_cut_off() {
+        let channel = unique_channel("fdtrickle");
+        let p = producer(&channel);
+        let mut peer = UnixStream::connect(socket_path(&channel)).unwrap();
+        let start = Instant::now();
+        let cut = loop {
+            if peer.write_all(b"C").is_err() {
+                break start.elapsed();
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "never cut off");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert!(cut >= PEER_TIMEOUT && cut < PEER_TIMEOUT * 3, "{cut:?}");
+        drop(p);
     }
 }

@@ -8,7 +8,7 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use super::publishing;
+use super::publishing::{self, State};
 use super::{CAT, SinkPublisher};
 use crate::cuda;
 use crate::enums::{self, Transport};
@@ -61,19 +61,6 @@ impl Default for Settings {
             allowed_gids: String::new(),
         }
     }
-}
-
-/// From `start` to `stop`; `render` works on a copy.
-#[derive(Clone)]
-pub(super) struct State {
-    pub(super) publisher: Arc<SinkPublisher>,
-    pub(super) info: Option<gst_video::VideoInfo>,
-    /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
-    /// the slots (see `publishing::learn`).
-    pub(super) lendable: Option<gst::BufferPool>,
-    /// Orders upstream's stream-ordered `GstCudaMemory` on the GPU
-    /// (GStreamer 1.24+, cuda transport).
-    pub(super) ordering: Option<Arc<gstcuda::StreamOrdering>>,
 }
 
 /// Lock order: `settings` is copied out and released before `state` is

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use gst::prelude::*;
 
-use super::imp::State;
 use super::pool::SlotPool;
 use super::{CAT, SinkPublisher};
 use crate::cuda;
@@ -25,6 +24,19 @@ use crate::transport::{
     PublisherStats, SlotMemory, TransportKind,
 };
 use crate::video;
+
+/// From `start` to `stop`; `render` works on a copy.
+#[derive(Clone)]
+pub(super) struct State {
+    pub(super) publisher: Arc<SinkPublisher>,
+    pub(super) info: Option<gst_video::VideoInfo>,
+    /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
+    /// the slots (see `learn`).
+    pub(super) lendable: Option<gst::BufferPool>,
+    /// Orders upstream's stream-ordered `GstCudaMemory` on the GPU
+    /// (GStreamer 1.24+, cuda transport).
+    pub(super) ordering: Option<Arc<gstcuda::StreamOrdering>>,
+}
 
 /// The device whose context to share with GStreamer's CUDA elements:
 /// ours, when that library is there and we use the cuda transport.

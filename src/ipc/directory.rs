@@ -57,7 +57,6 @@ pub fn list_channels() -> Vec<ChannelEntry> {
         })
         .collect();
     names.sort();
-    names.dedup_by(|a, b| a.0 == b.0);
     names
         .into_iter()
         .map(|(name, descriptors)| match descriptors {

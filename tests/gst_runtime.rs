@@ -80,9 +80,9 @@ impl Beside {
     }
 
     /// `pipeline` run to its end in a `gst-launch-1.0` child; its failure
-    /// and what it printed. Live sources: gst-launch-1.0 1.22 can hang when
-    /// two errors (the element's, then basesrc's) arrive while it waits for
-    /// a non-live pipeline to preroll.
+    /// and what it printed. Live sources: gst-launch-1.0 1.22 can hang
+    /// after an error while it waits for a non-live pipeline to preroll
+    /// (docs/reliability.md).
     fn run_failing(&self, pipeline: &str) -> String {
         let (address, shm) = (self.address(), self.0.join("shm"));
         let done = common::launch_with(

@@ -226,33 +226,51 @@ fn a_consumer_in_fd_mode_ignores_a_named_control_block() {
 }
 
 /// A consumer in other PID and mount namespaces (a container, as far as
-/// `unshare` makes one) reads every frame of a descriptor channel on the
-/// host transport; legacy channels refuse it (`faults.rs`).
+/// `unshare` makes one) that sees nothing of the producer's /dev/shm but
+/// the channel's folder (bind-mounted, an empty tmpfs over /dev/shm) reads
+/// every frame of a descriptor channel on the host transport; legacy
+/// channels refuse another PID namespace (`faults.rs`).
 #[test]
-fn a_consumer_in_other_pid_and_mount_namespaces_reads_a_descriptor_channel() {
+fn a_consumer_that_shares_only_the_sockets_folder_reads_a_descriptor_channel() {
+    const TEST: &str = "a_consumer_that_shares_only_the_sockets_folder_reads_a_descriptor_channel";
     let unshare = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"];
     let permitted = std::process::Command::new(unshare[0])
         .args(&unshare[1..])
-        .arg("true")
+        .args(["sh", "-c", "mount -t tmpfs tmpfs /dev/shm"])
         .status()
         .is_ok_and(|s| s.success());
     if !permitted {
-        eprintln!(
-            "SKIPPED: a_consumer_in_other_pid_and_mount_namespaces_reads_a_descriptor_channel: unshare is not permitted here"
-        );
+        eprintln!("SKIPPED: {TEST}: unshare and mount are not permitted here");
         return;
     }
     let dir = ShmDir::new("fdns");
     let channel = unique_channel("fdns");
     let expected = reference_checksums(SOURCE);
+    // Where the consumer sees the channel's folder.
+    let inside = std::env::temp_dir().join(format!(
+        "cudaipc-chan-{:x}",
+        gstcudaipc::ipc::shm::random_u64()
+    ));
+    std::fs::create_dir(&inside).unwrap();
+    let script = r#"set -e
+mount --bind "$CHANNEL_FOLDER" "$INSIDE"
+mount -t tmpfs tmpfs /dev/shm
+test -z "$(ls /dev/shm)"
+CUDAIPC_SHM_DIR="$INSIDE" exec "$@""#;
+    let mut wrapper: Vec<&str> = unshare.to_vec();
+    wrapper.extend(["sh", "-c", script, "sh"]);
     let consumer = launch_with(
-        &unshare,
-        &dir.env(),
+        &wrapper,
+        &[
+            ("CHANNEL_FOLDER", dir.0.to_str().unwrap()),
+            ("INSIDE", inside.to_str().unwrap()),
+        ],
         &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
     );
     let producer = producer(&dir, &channel, "");
     producer.finish(LIMIT).assert_success("producer");
     let done = consumer.finish(LIMIT);
+    let _ = std::fs::remove_dir(&inside);
     done.assert_success("consumer in other namespaces");
     assert_eq!(done.checksums(), expected);
 }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::imp::CAT;
+use super::CAT;
 use crate::cuda::Device;
 use crate::gstcuda::{self, ApiLevel, CudaContext, CudaStream, StreamOrdering};
 use crate::transport::{HeldFrame, SlotMemory};

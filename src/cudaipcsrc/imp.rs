@@ -10,22 +10,14 @@ use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
-use super::TimestampMode;
 use super::channel::{self, Channel, Output};
 use super::stats::Stats;
+use super::{CAT, TimestampMode};
 use crate::enums::{self, OutputMemory, ProducerLost};
 use crate::gstcuda;
 use crate::ipc::ConsumerWaker;
 use crate::transport::Subscriber;
 use crate::video;
-
-pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "cudaipcsrc",
-        gst::DebugColorFlags::empty(),
-        Some("CUDA IPC source"),
-    )
-});
 
 pub(super) const DEFAULT_CHANNEL: &str = "default";
 const DEFAULT_DEVICE_ID: i32 = -1;

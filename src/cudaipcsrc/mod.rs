@@ -18,8 +18,18 @@
 //! (1.24+, which has a `cudaipcsrc` of its own) never takes; where nvcodec
 //! provides its own, the bare name is nvcodec's (see `element_names`).
 
+use std::sync::LazyLock;
+
 use gst::glib;
 use gst::prelude::*;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "cudaipcsrc",
+        gst::DebugColorFlags::empty(),
+        Some("CUDA IPC source"),
+    )
+});
 
 mod channel;
 mod copy;

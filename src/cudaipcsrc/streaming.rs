@@ -10,11 +10,12 @@ use std::time::Duration;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
+use super::CAT;
 use super::TimestampMode;
 use super::channel::{self, Channel};
 use super::frame::{self, Failure, Timestamps};
 use super::gstcuda_out::GstCudaPath;
-use super::imp::{CAT, CudaIpcSrc, Settings};
+use super::imp::{CudaIpcSrc, Settings};
 use crate::enums::ProducerLost;
 use crate::ipc::ProducerGone;
 use crate::transport::{

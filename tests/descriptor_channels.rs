@@ -6,68 +6,15 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{Launch, launch_with, reference_checksums, unique_channel, wait_until};
+use common::{
+    Launch, OTHER_USER, ShmDir, launch_with, other_user_or_skip, reference_checksums,
+    unique_channel, wait_until,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SOURCE: &str = "videotestsrc num-buffers=30 pattern=ball ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1";
-
-/// A private shm folder, writable by every user (sticky, as /dev/shm is).
-struct ShmDir(PathBuf);
-
-impl ShmDir {
-    fn new(tag: &str) -> Self {
-        let dir = PathBuf::from("/dev/shm").join(format!(
-            "cudaipc-test-{tag}-{:x}",
-            gstcudaipc::ipc::shm::random_u64()
-        ));
-        std::fs::create_dir(&dir).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        Self(dir)
-    }
-
-    fn env(&self) -> [(&str, &str); 1] {
-        [("CUDAIPC_SHM_DIR", self.0.to_str().unwrap())]
-    }
-
-    fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-const OTHER_USER: [&str; 4] = [
-    "setpriv",
-    "--reuid=nobody",
-    "--regid=nogroup",
-    "--clear-groups",
-];
-
-fn other_user_or_skip(test: &str) -> bool {
-    let works = std::process::Command::new(OTHER_USER[0])
-        .args(&OTHER_USER[1..])
-        .arg("true")
-        .status()
-        .is_ok_and(|s| s.success());
-    if !works {
-        eprintln!("SKIPPED: {test}: cannot run commands as another user (needs root and setpriv)");
-    }
-    works
-}
 
 fn nobody_uid() -> u32 {
     let out = std::process::Command::new("id")

@@ -2,7 +2,8 @@
 
 // Helpers of the integration tests, by concern: child processes
 // (children.rs), /proc and channel probes (proc.rs), the child pipelines'
-// protocol (protocol.rs) and in-process pipelines (pipelines.rs). Here: the
+// protocol (protocol.rs), in-process pipelines (pipelines.rs), a private
+// shm folder and another user (users.rs). Here: the
 // one plugin registration and the one GPU check every test binary uses.
 // Each binary uses a part of them.
 #![allow(dead_code, unused_imports)]
@@ -11,6 +12,7 @@ mod children;
 mod pipelines;
 mod proc;
 mod protocol;
+mod users;
 
 use std::sync::Once;
 
@@ -19,6 +21,7 @@ pub use gstcudaipc::test_support::{gpu_or_skip, unique_channel};
 pub use pipelines::*;
 pub use proc::*;
 pub use protocol::*;
+pub use users::*;
 
 /// Initialises GStreamer and registers the plugin statically, once per
 /// test binary.

@@ -353,13 +353,10 @@ impl StreamOrdering {
         ours: &Stream,
     ) -> Result<Ordered, CudaError> {
         match upstream_order(memory) {
-            UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs)
-                if theirs.is_in_primary_context_of(&self.device) =>
-            {
-                self.enqueue_wait(theirs.handle(), ours.raw())?;
-                Ok(Ordered::OnGpu)
+            UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs) => {
+                self.order_after(&theirs, ours)
             }
-            _ => {
+            UpstreamOrder::Unordered => {
                 ours.synchronize()?;
                 Ok(Ordered::HostSynchronized)
             }
@@ -393,16 +390,14 @@ impl StreamOrdering {
         match upstream_order(memory) {
             UpstreamOrder::Unordered => Ok(Ordered::Unordered),
             UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs) => {
-                if !theirs.is_in_primary_context_of(&self.device) {
-                    ours.synchronize()?;
-                    return Ok(Ordered::HostSynchronized);
+                let ordered = self.order_after(&theirs, ours)?;
+                if ordered == Ordered::OnGpu {
+                    // SAFETY: a valid memory that the caller is writing (so
+                    // no other writer touches its flags now); GStreamer's own
+                    // writers set this flag the same way.
+                    unsafe { (*memory.as_mut_ptr()).mini_object.flags |= TRANSFER_NEED_SYNC };
                 }
-                self.enqueue_wait(theirs.handle(), ours.raw())?;
-                // SAFETY: a valid memory that the caller is writing (so no
-                // other writer touches its flags now); GStreamer's own
-                // writers set this flag the same way.
-                unsafe { (*memory.as_mut_ptr()).mini_object.flags |= TRANSFER_NEED_SYNC };
-                Ok(Ordered::OnGpu)
+                Ok(ordered)
             }
         }
     }

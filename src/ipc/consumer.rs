@@ -240,7 +240,7 @@ impl Consumer {
                 None => std::fs::symlink_metadata(socket::socket_path(&config.channel)).is_ok(),
             };
             if descriptors {
-                match Self::receive_control(&config) {
+                match socket::receive_control_block(&config.channel, &config.producers, true) {
                     Ok(shared) => {
                         if let Some(mut consumer) =
                             Self::attach_to(shared, &config, waited, true)?
@@ -293,21 +293,6 @@ impl Consumer {
             waited = true;
             std::thread::sleep(ATTACH_POLL);
         }
-    }
-
-    /// A descriptor channel's control block, from its producer: sealed,
-    /// whole, and opened apart from the producer's descriptor (our record
-    /// lock must be ours).
-    fn receive_control(config: &ConsumerConfig) -> Result<SharedFile, socket::RequestError> {
-        let fd = socket::request(&config.channel, socket::Request::Control, &config.producers)?
-            .pop()
-            .ok_or_else(|| ChannelError::Corrupt("no control block received".into()))?;
-        socket::check_sealed(&fd, control_size() as u64)?;
-        let file = socket::reopen(&fd, true)
-            .map_err(|e| ChannelError::io("cannot open the received control block", e))?;
-        let label = socket::socket_path(&config.channel);
-        Ok(SharedFile::from_file(file, &label, true)
-            .map_err(|e| ChannelError::io("cannot map the received control block", e))?)
     }
 
     /// `Ok(None)`: the file is the remains of a dead or closed producer, or

@@ -123,25 +123,15 @@ fn inspect_descriptor_channel(name: &str) -> ChannelEntry {
         entry.state = ChannelState::Unreadable("a descriptor channel of another user".into());
         return entry;
     }
-    let received = socket::request(name, socket::Request::Control, &socket::Peers::default())
-        .map_err(|e| match e {
-            socket::RequestError::Channel(e) => e.to_string(),
-            _ => String::new(),
-        })
-        .and_then(|mut fds| fds.pop().ok_or_else(|| "no control block received".to_string()))
-        .and_then(|fd| {
-            socket::check_sealed(&fd, control_size() as u64).map_err(|e| e.to_string())?;
-            SharedFile::from_file(std::fs::File::from(fd), &path, false).map_err(|e| e.to_string())
-        });
-    match received {
+    match socket::receive_control_block(name, &socket::Peers::default(), false) {
         Ok(shared) => describe(entry, &shared),
         // Nobody listens: the socket of a producer that died.
-        Err(why) if why.is_empty() => {
+        Err(socket::RequestError::NoProducer | socket::RequestError::Gone) => {
             entry.state = ChannelState::Stale;
             entry
         }
-        Err(why) => {
-            entry.state = ChannelState::Unreadable(why);
+        Err(socket::RequestError::Channel(e)) => {
+            entry.state = ChannelState::Unreadable(e.to_string());
             entry
         }
     }
@@ -206,17 +196,8 @@ fn header(shared: &SharedFile) -> Option<&ControlHeader> {
 pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
     shm::validate_channel_name(channel)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let socket = socket::socket_path(channel);
-    if let Ok(meta) = std::fs::symlink_metadata(&socket) {
-        use std::os::unix::fs::MetadataExt;
-        if meta.uid() != shm::effective_uid() {
-            return Err(shm::foreign_owner_error(&socket, meta.uid()));
-        }
-        if socket::live_producer(channel).is_some() {
-            return Ok(false);
-        }
-        std::fs::remove_file(&socket)?;
-        return Ok(true);
+    if std::fs::symlink_metadata(socket::socket_path(channel)).is_ok() {
+        return socket::remove_if_dead(channel).map(|live| live.is_none());
     }
     let path = shm::control_path(channel);
     let shared = SharedFile::open(&path)?;

@@ -257,6 +257,36 @@ fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
     })
 }
 
+/// Clears `channel`'s socket name of a dead producer of this user (a socket
+/// nobody listens on, which is removed). `Ok(Some(pid))`: a producer
+/// listens there; `Ok(None)`: the name is free. A file of another user, or
+/// one of ours that is no socket, is left alone and is an error naming it.
+pub fn remove_if_dead(channel: &str) -> io::Result<Option<u32>> {
+    let path = socket_path(channel);
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if meta.uid() != shm::effective_uid() {
+        return Err(shm::foreign_owner_error(&path, meta.uid()));
+    }
+    use std::os::unix::fs::FileTypeExt;
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} is in the way and is no socket", path.display()),
+        ));
+    }
+    if let Some(pid) = live_producer(channel) {
+        return Ok(Some(pid));
+    }
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(None),
+    }
+}
+
 /// Binds `path`, replacing the socket of a dead producer of ours.
 fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelError> {
     for _ in 0..8 {
@@ -270,38 +300,20 @@ fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelErro
                 ));
             }
         }
-        let meta = match std::fs::symlink_metadata(path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(ChannelError::io(format!("cannot inspect {}", path.display()), e)),
-        };
-        if meta.uid() != shm::effective_uid() {
-            return Err(ChannelError::PermissionDenied(format!(
-                "cannot create channel '{channel}': {}",
-                shm::foreign_owner_error(path, meta.uid())
-            )));
-        }
-        use std::os::unix::fs::FileTypeExt;
-        if !meta.file_type().is_socket() {
-            return Err(ChannelError::io(
-                format!("cannot create channel '{channel}'"),
-                io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{} is in the way and is no socket", path.display()),
-                ),
-            ));
-        }
-        match live_producer(channel) {
-            Some(pid) => {
+        match remove_if_dead(channel) {
+            Ok(None) => {}
+            Ok(Some(pid)) => {
                 return Err(ChannelError::InUse {
                     channel: channel.to_owned(),
                     pid,
                 });
             }
-            // Nobody listens: the socket of a dead producer of ours.
-            None => {
-                let _ = std::fs::remove_file(path);
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(ChannelError::PermissionDenied(format!(
+                    "cannot create channel '{channel}': {e}"
+                )));
             }
+            Err(e) => return Err(ChannelError::io(format!("cannot create channel '{channel}'"), e)),
         }
     }
     Err(ChannelError::Io {
@@ -510,11 +522,8 @@ pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec
             )));
         }
     }
-    let expected = match request {
-        Request::Control => 1,
-        Request::Pool(_) => 1,
-    };
-    if fds.len() != expected {
+    // Every reply hands over one descriptor.
+    if fds.len() != 1 {
         return Err(corrupt(format!(
             "the producer's socket sent {} descriptors for one",
             fds.len()
@@ -554,6 +563,29 @@ fn receive_with_fds(stream: &UnixStream) -> io::Result<(String, Vec<OwnedFd>)> {
         .filter(|line| !line.contains('\n'))
         .ok_or_else(|| io::Error::other(format!("a cut or malformed reply {text:?}")))?;
     Ok((line.to_owned(), fds))
+}
+
+/// `channel`'s control block, from its producer (one of `producers`):
+/// sealed, whole, and mapped read-write through an open file description of
+/// our own (a consumer's record lock must be its own, not the producer's),
+/// or read-only (to look at it).
+pub fn receive_control_block(
+    channel: &str,
+    producers: &Peers,
+    write: bool,
+) -> Result<shm::SharedFile, RequestError> {
+    let fd = request(channel, Request::Control, producers)?
+        .pop()
+        .ok_or_else(|| ChannelError::Corrupt("no control block received".into()))?;
+    check_sealed(&fd, super::layout::control_size() as u64)?;
+    let file = if write {
+        reopen(&fd, true)
+            .map_err(|e| ChannelError::io("cannot open the received control block", e))?
+    } else {
+        File::from(fd)
+    };
+    Ok(shm::SharedFile::from_file(file, &socket_path(channel), write)
+        .map_err(|e| ChannelError::io("cannot map the received control block", e))?)
 }
 
 /// Opens the file behind `file` again: a descriptor of its own (its own

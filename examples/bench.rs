@@ -34,6 +34,8 @@
 //! (`--gst-cuda-seconds`, from the producer's first frame) rather than a
 //! number of frames: upstream's sink drops frames its consumer has not taken,
 //! so its consumer's rate only means something over a fixed time.
+//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows (e.g.
+//! `gpu-sync=host slots=16`), to compare settings.
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -1348,8 +1350,9 @@ fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                         PAIR_ALONE => (format!("{} {convert}! {sink}", p.pipeline), None),
                         PAIR_OURS => (
                             format!(
-                                "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false",
-                                p.pipeline
+                                "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false {}",
+                                p.pipeline,
+                                std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
                             ),
                             Some(format!(
                                 "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {convert}! {sink}"

@@ -30,11 +30,15 @@ struct Produced {
     lending_log: String,
 }
 
+/// The producer's debug lines: the sink's per-buffer lending decisions, and
+/// the context and pool choices of GStreamer's CUDA elements upstream.
+const PRODUCER_DEBUG: &str = "cudaipcsink:6,cudaipc-gstcuda:5,cudabasefilter:5,cudaconvertscale:5,cudabufferpool:5,cudautils:5";
+
 /// Runs a producer pipeline (its `cudaipcsink` named `sink`) in a child
 /// process to the end, with the sink's debug lines (they say why a buffer
 /// of the proposed pool is not lent).
 fn run_producer(pipeline: &str) -> Produced {
-    let end = PipelineChild::spawn_with(pipeline, &["sink"], &[("GST_DEBUG", "cudaipcsink:5")])
+    let end = PipelineChild::spawn_with(pipeline, &["sink"], &[("GST_DEBUG", PRODUCER_DEBUG)])
         .finish(LIMIT);
     end.assert_success("producer");
     let report = end.report.expect("the producer's final report");
@@ -48,12 +52,16 @@ fn run_producer(pipeline: &str) -> Produced {
             "refused",
             "proposing",
             "buffers of",
+            "not of",
+            "context",
+            "our pool",
+            "stream",
         ]
         .iter()
         .any(|word| l.contains(word))
     }) {
         let message = line.rsplit_once("> ").map_or(line, |(_, m)| m);
-        if !lending.contains(&message) && lending.len() < 20 {
+        if !lending.contains(&message) && lending.len() < 40 {
             lending.push(message);
         }
     }

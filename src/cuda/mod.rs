@@ -332,6 +332,16 @@ impl Device {
         }
     }
 
+    /// A stream of this device's primary context that someone else created
+    /// (a `GstCudaStream` of GStreamer's elements).
+    ///
+    /// # Safety
+    /// `raw` is a stream of this device's primary context that stays alive
+    /// while the returned handle is used.
+    pub unsafe fn foreign_stream(&self, raw: sys::CUstream) -> Stream<'_> {
+        Stream { device: self, raw }
+    }
+
     pub fn raw_context(&self) -> sys::CUcontext {
         self.context
     }

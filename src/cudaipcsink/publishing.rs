@@ -129,8 +129,12 @@ pub(super) fn render(
                     .wait_for_upstream(buffer.peek_memory(0), &device.stream())
                     .map_err(|e| flow_error(sink, PublishError::Transport(e.into())))?;
             }
-            // Dropping the released buffers gives them back upstream.
-            match publisher.publish_lent(&frame.key, buffer.clone(), &meta) {
+            // Dropping the released buffers gives them back upstream; on
+            // 1.24+ upstream's stream waits for the consumers' reads.
+            let writer_stream = |buffer: &gst::Buffer| {
+                ordering.and_then(|ordering| ordering.writer_stream(buffer.peek_memory(0)))
+            };
+            match publisher.publish_lent(&frame.key, buffer.clone(), &meta, &writer_stream) {
                 Ok(Some(_released)) => return Ok(gst::FlowSuccess::Ok),
                 Ok(None) => {}
                 Err(e) => return Err(flow_error(sink, PublishError::Transport(e))),
@@ -191,7 +195,7 @@ pub(super) fn render(
         }
     }
     if let (Some(pool), Some(frame)) = (lendable, pool_frame)
-        && let Err(e) = learn(sink, publisher, pool, frame)
+        && let Err(e) = learn(sink, publisher, pool, frame, info)
     {
         gst::warning!(
             CAT,
@@ -395,7 +399,7 @@ fn pool_frame(
     // SAFETY: `pool` is a public field of GstBuffer, set when the buffer
     // was acquired from a pool; we hold a reference to the buffer.
     if unsafe { (*buffer.as_ptr()).pool } != pool.as_ptr() {
-        gst::trace!(CAT, "buffer not of {}: copied", pool.name());
+        gst::log!(CAT, "buffer not of {}: copied", pool.name());
         return None;
     }
     let not_lendable = |why: &dyn std::fmt::Display| {
@@ -438,13 +442,48 @@ fn learn(
     publisher: &SinkPublisher,
     pool: &gst::BufferPool,
     frame: LendableFrame,
+    info: &gst_video::VideoInfo,
 ) -> Result<(), String> {
-    // A pool of a fixed number of buffers, all allocated at activation,
-    // hands each of them out in turn.
-    let count = pool.config().params().and_then(|(_, _, min, max)| {
-        (min == max && (1..=MAX_SLOTS).contains(&(max as usize))).then_some(max as usize)
+    // A pool of at most `max` buffers (decoders set `min` to 0: they
+    // allocate on demand) hands each of them out in turn.
+    let count = pool.config().params().and_then(|(_, _, _, max)| {
+        (1..=MAX_SLOTS)
+            .contains(&(max as usize))
+            .then_some(max as usize)
     });
-    let frames = match publisher.learn(frame, count) {
+    let mut learned = publisher.learn(frame, count);
+    // GStreamer 1.24+ pools allocate buffers only when asked for one more
+    // than they have: upstream, which rarely holds more than two at once,
+    // would never make the others. So, once, take every buffer the pool can
+    // give without waiting (it allocates the rest) to know them all; they
+    // go back to it when `spare` is dropped, after lending.
+    let mut spare = Vec::new();
+    if let (Learned::New(1), Some(count)) = (&learned, count) {
+        let params =
+            gst::BufferPoolAcquireParams::with_flags(gst::BufferPoolAcquireFlags::DONTWAIT);
+        while spare.len() < count {
+            match pool.acquire_buffer(Some(&params)) {
+                Ok(buffer) => spare.push(buffer),
+                Err(_) => break,
+            }
+        }
+        for buffer in &spare {
+            if let Some(frame) = pool_frame(publisher, pool, buffer, info) {
+                learned = publisher.learn(frame, Some(count));
+                if matches!(learned, Learned::All(_)) {
+                    break;
+                }
+            }
+        }
+        gst::debug!(
+            CAT,
+            obj = sink,
+            "took {} spare buffers of {} to learn them",
+            spare.len(),
+            pool.name()
+        );
+    }
+    let frames = match learned {
         Learned::New(seen) => {
             gst::debug!(CAT, obj = sink, "{} buffers of {} seen", seen, pool.name());
             return Ok(());

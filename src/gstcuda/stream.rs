@@ -36,6 +36,7 @@ use gst::glib::translate::ToGlibPtr;
 
 use super::{CAT, CudaContext, LIBRARY, library};
 use crate::cuda::{CudaError, Device, Event, Stream, check};
+use crate::transport::WriterStream;
 
 /// `GST_CUDA_MEMORY_TRANSFER_NEED_SYNC` (`GST_MEMORY_FLAG_LAST << 2`, 1.24's
 /// `gstcudamemory.h`): work on the memory's stream may still be pending.
@@ -360,6 +361,25 @@ impl StreamOrdering {
                 ours.synchronize()?;
                 Ok(Ordered::HostSynchronized)
             }
+        }
+    }
+
+    /// Sink side, for a lent buffer going back upstream: the stream of the
+    /// device's primary context that upstream writes `memory` on next (its
+    /// own; GStreamer's writers use the memory's stream), which can then
+    /// wait for the consumers' reads on the GPU. `None`: no stream, or one
+    /// of another context; wait on the host instead.
+    pub fn writer_stream(&self, memory: &gst::MemoryRef) -> Option<WriterStream> {
+        match upstream_order(memory) {
+            UpstreamOrder::Pending(theirs) | UpstreamOrder::Ready(theirs)
+                if theirs.is_in_primary_context_of(&self.device) =>
+            {
+                // SAFETY: a stream of the primary context of this ordering's
+                // device (the slots'); the memory keeps it alive while the
+                // caller holds the buffer.
+                Some(unsafe { WriterStream::new(theirs.handle()) })
+            }
+            _ => None,
         }
     }
 

@@ -16,9 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, WriterStream,
 };
-use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory};
+use crate::cuda::{
+    Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory, Stream,
+};
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, PoolInfo, Producer};
 
@@ -138,6 +140,24 @@ impl CudaProducerSlots {
         })
     }
 
+    /// Makes later work on `stream` wait for the consumers' reads of
+    /// `slot` (their release events), on the GPU.
+    fn wait_for_reads_on(
+        &self,
+        slot: usize,
+        producer: &Producer,
+        stream: &Stream,
+    ) -> Result<(), TransportError> {
+        let mut cache = self.consumers.lock().unwrap();
+        self.refresh_consumers(producer, &mut cache);
+        for consumer in cache.consumers.values() {
+            if let Some((_, Some(event))) = consumer.events.get(slot) {
+                stream.wait_event(event)?;
+            }
+        }
+        Ok(())
+    }
+
     /// For a lent slot: waits on the host until the consumers' GPU reads of
     /// its last frame are done, since its next writer does not wait on our
     /// stream. Consumers that die meanwhile stop counting.
@@ -146,20 +166,7 @@ impl CudaProducerSlots {
         let deadline = start + LENT_READS_TIMEOUT;
         let mut next_reclaim = start + Duration::from_millis(10);
         loop {
-            let mut pending = false;
-            {
-                let mut cache = self.consumers.lock().unwrap();
-                self.refresh_consumers(producer, &mut cache);
-                for consumer in cache.consumers.values() {
-                    if let Some((_, Some(event))) = consumer.events.get(slot)
-                        && !event.is_complete()?
-                    {
-                        pending = true;
-                        break;
-                    }
-                }
-            }
-            if !pending {
+            if self.reads_done(slot, producer)? {
                 return Ok(());
             }
             let now = Instant::now();
@@ -266,15 +273,40 @@ impl ProducerSlots for CudaProducerSlots {
         if self.lent {
             return self.wait_reads_on_host(slot, producer);
         }
+        self.wait_for_reads_on(slot, producer, &self.device.stream())
+    }
+
+    fn reads_done(&self, slot: usize, producer: &Producer) -> Result<bool, TransportError> {
+        if self.sync == GpuSync::Host {
+            // Consumers synchronised before releasing.
+            return Ok(true);
+        }
         let mut cache = self.consumers.lock().unwrap();
         self.refresh_consumers(producer, &mut cache);
-        let stream = self.device.stream();
         for consumer in cache.consumers.values() {
-            if let Some((_, Some(event))) = consumer.events.get(slot) {
-                stream.wait_event(event)?;
+            if let Some((_, Some(event))) = consumer.events.get(slot)
+                && !event.is_complete()?
+            {
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    fn order_writer_after_reads(
+        &self,
+        slot: usize,
+        producer: &Producer,
+        writer: WriterStream,
+    ) -> Result<bool, TransportError> {
+        if self.sync == GpuSync::Host {
+            return Ok(true);
+        }
+        // SAFETY: `WriterStream::new`'s contract: a live stream of this
+        // device's primary context.
+        let stream = unsafe { self.device.foreign_stream(writer.raw()) };
+        self.wait_for_reads_on(slot, producer, &stream)?;
+        Ok(true)
     }
 
     fn after_write(&self, slot: usize) -> Result<(), TransportError> {

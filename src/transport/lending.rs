@@ -15,19 +15,25 @@
 //! in front are placeholders, never published (they are reserved whenever
 //! free).
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 
-use super::{ProducerSlots, TransportError};
+use super::{ProducerSlots, TransportError, WriterStream};
 use crate::ipc::{ChannelError, FrameMeta, Producer};
 
 pub struct LentSlots<K, T> {
     /// Which buffer each slot is, by a key of its memory; `None` for a
     /// placeholder.
     keys: Vec<Option<K>>,
-    /// Per slot, the buffer of the published frame; `None` while upstream
-    /// has it (the slot is then reserved).
+    /// Per slot, the buffer of the published frame, or of one released
+    /// that waits in `pending`; `None` while upstream has it (the slot is
+    /// then reserved).
     held: Mutex<Vec<Option<T>>>,
+    /// Slots whose frame every consumer released (reserved by us again)
+    /// while their GPU reads may still run, oldest first. Lock order:
+    /// `pending`, then `held`.
+    pending: Mutex<VecDeque<usize>>,
 }
 
 impl<K: PartialEq, T> LentSlots<K, T> {
@@ -58,6 +64,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         }
         Ok(Self {
             held: Mutex::new((0..keys.len()).map(|_| None).collect()),
+            pending: Mutex::new(VecDeque::new()),
             keys,
         })
     }
@@ -89,51 +96,96 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         Ok(seq)
     }
 
-    /// Takes back the buffers of frames every consumer is done with (and
-    /// whose GPU reads finished), for the caller to give back to upstream.
-    /// Waits while upstream would have no buffer left to write into.
+    /// Takes back the buffers of frames every consumer is done with, for the
+    /// caller to give back to upstream.
+    ///
+    /// A buffer goes back once the consumers' GPU reads of it finished.
+    /// Consumers release a frame as soon as they queue its last read, and
+    /// without MPS that read runs only at the consumer's next turn on the
+    /// GPU: released buffers wait here meanwhile, so that upstream, which
+    /// writes into the next buffer at once, keeps the GPU busy instead of
+    /// waiting for that turn. Only when upstream would have no buffer left
+    /// does the oldest go back at once: the stream `writer_stream` names for
+    /// it (where upstream writes into it next) then waits for the reads on
+    /// the GPU, or, without one, we wait on the host. With none released,
+    /// this waits for a consumer to release one.
     pub fn take_released(
         &self,
         slots: &dyn ProducerSlots,
         producer: &Producer,
         interrupt: &AtomicBool,
+        writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
     ) -> Result<Vec<T>, TransportError> {
+        let mut pending = self.pending.lock().unwrap();
+        while let Some(slot) = producer.reserve_now() {
+            self.note_released(slot, &mut pending);
+        }
         let mut released = Vec::new();
-        loop {
-            let slot = match producer.reserve_now() {
-                Some(slot) => slot,
-                None if self.held_count() < self.lent_count() => return Ok(released),
-                None => match producer.reserve(interrupt) {
-                    Ok(Some(slot)) => slot,
+        let mut still_read = VecDeque::with_capacity(pending.len());
+        while let Some(slot) = pending.pop_front() {
+            match slots.reads_done(slot, producer) {
+                Ok(true) => released.extend(self.held.lock().unwrap()[slot].take()),
+                Ok(false) => still_read.push_back(slot),
+                Err(e) => {
+                    pending.push_front(slot);
+                    pending.extend(still_read);
+                    return Err(e);
+                }
+            }
+        }
+        *pending = still_read;
+        while self.held_count() == self.lent_count() {
+            let Some(slot) = pending.pop_front() else {
+                match producer.reserve(interrupt) {
+                    Ok(Some(slot)) => self.note_released(slot, &mut pending),
                     Ok(None) => return Ok(released),
                     Err(ChannelError::Interrupted) if !released.is_empty() => return Ok(released),
                     Err(e) => return Err(e.into()),
-                },
-            };
-            if self.keys[slot].is_none() {
-                // A placeholder that a consumer of the previous pool gave
-                // back: parked.
+                }
                 continue;
-            }
-            if let Err(e) = slots.before_write(slot, producer) {
-                producer.cancel(slot);
+            };
+            let buffer = self.held.lock().unwrap()[slot].take();
+            // Upstream's next write into the buffer, queued on its stream,
+            // waits on the GPU for the consumers' reads; else we wait here.
+            let ordered = match buffer.as_ref().and_then(writer_stream) {
+                Some(writer) => slots.order_writer_after_reads(slot, producer, writer),
+                None => Ok(false),
+            };
+            if let Err(e) = ordered.and_then(|ordered| match ordered {
+                true => Ok(()),
+                false => slots.before_write(slot, producer),
+            }) {
+                self.held.lock().unwrap()[slot] = buffer;
+                pending.push_front(slot);
                 return Err(e);
             }
-            if let Some(buffer) = self.held.lock().unwrap()[slot].take() {
-                released.push(buffer);
-            }
+            released.extend(buffer);
+        }
+        Ok(released)
+    }
+
+    /// A slot consumers released (now reserved by us): a lent one waits in
+    /// `pending` for its buffer to go back; a placeholder that a consumer of
+    /// the previous pool gave back stays parked.
+    fn note_released(&self, slot: usize, pending: &mut VecDeque<usize>) {
+        if self.keys[slot].is_some() {
+            pending.push_back(slot);
         }
     }
 
-    /// Gives up the reservations of the slots upstream has, before the set
-    /// is replaced (a new pool is published only once none is reserved).
+    /// Gives up the reservations of the slots upstream has, and of those
+    /// whose buffers wait to go back, before the set is replaced (a new pool
+    /// is published only once none is reserved; the waiting buffers go back
+    /// with the set).
     pub fn cancel_reservations(&self, producer: &Producer) {
+        let mut pending = self.pending.lock().unwrap();
         let held = self.held.lock().unwrap();
         for (slot, buffer) in held.iter().enumerate() {
-            if buffer.is_none() && producer.is_reserved(slot) {
+            if (buffer.is_none() || pending.contains(&slot)) && producer.is_reserved(slot) {
                 producer.cancel(slot);
             }
         }
+        pending.clear();
     }
 
     fn lent_count(&self) -> usize {
@@ -164,6 +216,9 @@ mod tests {
     struct RecordedSlots {
         before_write: Mutex<Vec<usize>>,
         after_write: Mutex<Vec<usize>>,
+        writer_ordered: Mutex<Vec<usize>>,
+        /// What `reads_done` answers.
+        reads_done: std::sync::atomic::AtomicBool,
     }
 
     impl ProducerSlots for RecordedSlots {
@@ -193,6 +248,23 @@ mod tests {
             self.after_write.lock().unwrap().push(slot);
             Ok(())
         }
+        fn order_writer_after_reads(
+            &self,
+            slot: usize,
+            _producer: &Producer,
+            _writer: WriterStream,
+        ) -> Result<bool, TransportError> {
+            self.writer_ordered.lock().unwrap().push(slot);
+            Ok(true)
+        }
+        fn reads_done(&self, _slot: usize, _producer: &Producer) -> Result<bool, TransportError> {
+            Ok(self.reads_done.load(std::sync::atomic::Ordering::Relaxed))
+        }
+    }
+
+    /// No buffer names the stream its next write goes to.
+    fn no_stream<T>(_: &T) -> Option<WriterStream> {
+        None
     }
 
     fn meta(pts: u64) -> FrameMeta {
@@ -244,7 +316,7 @@ mod tests {
         // The consumer has not taken the frame: nothing comes back, and
         // upstream still has two buffers, so this does not wait.
         assert!(
-            lent.take_released(&*slots, &producer, &no)
+            lent.take_released(&*slots, &producer, &no, &no_stream)
                 .unwrap()
                 .is_empty()
         );
@@ -264,7 +336,8 @@ mod tests {
         // back waits for the consumer.
         let (l, s, p) = (lent.clone(), slots.clone(), producer.clone());
         let waiting =
-            std::thread::spawn(move || l.take_released(&*s, &p, &AtomicBool::new(false)).unwrap());
+            std::thread::spawn(move || l.take_released(&*s, &p, &AtomicBool::new(false), &no_stream)
+                .unwrap());
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             !waiting.is_finished(),
@@ -294,10 +367,36 @@ mod tests {
             assert_eq!(f.pts, Some(pts));
             consumer.release(f.slot);
         }
-        // Everything read: every held buffer but none comes back at once.
-        let released = lent.take_released(&*slots, &producer, &no).unwrap();
-        assert_eq!(released.len(), 3, "{released:?}");
-        assert!(released.contains(&"a2") && released.contains(&"b") && released.contains(&"c"));
+        // All three released, their GPU reads still running: upstream has no
+        // buffer, so the oldest goes back at once, its next writes ordered
+        // after the reads: on the GPU where its buffer names the stream they
+        // go to ("b", the oldest), else by a wait here. The others wait.
+        let slot_b = lent.slot_of(&101).unwrap();
+        // SAFETY: these slots only record the call.
+        let stream = unsafe { WriterStream::new(std::ptr::null_mut()) };
+        let b_writer = |name: &&str| (*name == "b").then_some(stream);
+        assert_eq!(
+            lent.take_released(&*slots, &producer, &no, &b_writer)
+                .unwrap(),
+            vec!["b"]
+        );
+        assert_eq!(*slots.writer_ordered.lock().unwrap(), vec![slot_b]);
+        assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
+        // Upstream has a buffer: nothing more comes back while the reads run.
+        assert!(
+            lent.take_released(&*slots, &producer, &no, &b_writer)
+                .unwrap()
+                .is_empty()
+        );
+        // Reads done: the rest comes back with no wait or ordering at all.
+        slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut rest = lent
+            .take_released(&*slots, &producer, &no, &b_writer)
+            .unwrap();
+        rest.sort();
+        assert_eq!(rest, vec!["a2", "c"]);
+        assert_eq!(*slots.writer_ordered.lock().unwrap(), vec![slot_b]);
+        assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
         assert_eq!(consumer.frames_missed(), 0);
     }
 
@@ -349,17 +448,19 @@ mod tests {
         assert_eq!((new.slot, new.pts, new.pool_generation), (2, Some(1), 2));
         consumer.release(old.slot);
         consumer.release(new.slot);
-        // The freed placeholder is parked, never given out; the lent one
-        // comes back.
+        // The freed placeholder is parked, never given out; the lent one,
+        // read, comes back.
+        slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
-            lent.take_released(&slots, &producer, &no).unwrap(),
+            lent.take_released(&slots, &producer, &no, &no_stream)
+                .unwrap(),
             vec!["x"]
         );
         assert!(
             producer.is_reserved(old.slot),
             "a free placeholder is parked"
         );
-        assert_eq!(*slots.before_write.lock().unwrap(), vec![2]);
+        assert!(slots.before_write.lock().unwrap().is_empty(), "no wait");
         assert_eq!(producer.reserve_now(), None);
     }
 

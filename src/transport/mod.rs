@@ -143,6 +143,24 @@ pub enum SlotMemory {
 }
 
 /// The producer's slots.
+/// A stream of the slots' device's primary context on which a lent slot's
+/// owner writes into it.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterStream(cudarc::driver::sys::CUstream);
+
+impl WriterStream {
+    /// # Safety
+    /// `raw` is a stream of the primary context of the device of the slots
+    /// it is given to, and stays alive while this value is in use.
+    pub unsafe fn new(raw: cudarc::driver::sys::CUstream) -> Self {
+        Self(raw)
+    }
+
+    pub(crate) fn raw(self) -> cudarc::driver::sys::CUstream {
+        self.0
+    }
+}
+
 pub trait ProducerSlots: Send + Sync {
     #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
@@ -158,6 +176,23 @@ pub trait ProducerSlots: Send + Sync {
     /// Signals that the writes into `slot` issued so far make the frame.
     /// Called right before the frame is published.
     fn after_write(&self, slot: usize) -> Result<(), TransportError>;
+    /// Lent slots: whether the consumers' GPU reads of `slot`'s last frame
+    /// are done (without waiting).
+    fn reads_done(&self, _slot: usize, _producer: &Producer) -> Result<bool, TransportError> {
+        Ok(true)
+    }
+    /// Lent slots, instead of [`before_write`](Self::before_write): orders
+    /// the writes the slot's owner queues from now on `writer` after the
+    /// consumers' reads of the slot, on the GPU. `Ok(false)`: these slots
+    /// cannot; the caller waits with `before_write`.
+    fn order_writer_after_reads(
+        &self,
+        _slot: usize,
+        _producer: &Producer,
+        _writer: WriterStream,
+    ) -> Result<bool, TransportError> {
+        Ok(false)
+    }
     /// A descriptor of the slots' memory for a descriptor channel's
     /// consumers (host slots of `IpcMode::Fd`); `None` where consumers find
     /// the memory otherwise.

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::{
     CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    TransportKind,
+    TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::ipc::layout::MAX_SLOTS;
@@ -521,8 +521,11 @@ impl<T: Send + 'static> Publisher<T> {
         };
         let holds = key.is_some_and(|key| self.slots_holding(key) & (1 << slot) != 0);
         let written = if holds {
-            // Nothing to write: the slot's ready signal follows its copy.
-            set.slots.after_write(slot).map_err(|e| e.to_string())
+            // Nothing to write, nor to signal: the slot's ready event was
+            // last recorded after its copy (consumers' waits on it pass at
+            // once), and no GPU work of ours means no turn on the GPU for
+            // this process without MPS.
+            Ok(())
         } else {
             self.forget_content(slot);
             set.slots
@@ -752,12 +755,16 @@ impl<T: Send + 'static> Publisher<T> {
     /// Publishes a frame upstream wrote into the lent buffer `key`, keeping
     /// `buffer` while it is published, then takes back the buffers
     /// consumers are done with (for the caller to give back upstream).
-    /// `Ok(None)`: `key` is no lent slot waiting for a frame.
+    /// `writer_stream` names, per buffer, the stream of the device's primary
+    /// context upstream writes it on next, if any: that stream waits for the
+    /// consumers' reads on the GPU; other buffers come back once the reads
+    /// are done. `Ok(None)`: `key` is no lent slot waiting for a frame.
     pub fn publish_lent(
         &self,
         key: &AllocationKey,
         buffer: T,
         meta: &FrameMeta,
+        writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
     ) -> Result<Option<Vec<T>>, TransportError> {
         let Some(set) = self.current_set() else {
             return Ok(None);
@@ -773,7 +780,7 @@ impl<T: Send + 'static> Publisher<T> {
         };
         lent.publish(slot, buffer, meta, &*set.slots, &self.producer)?;
         self.zero_copy.fetch_add(1, Ordering::Relaxed);
-        lent.take_released(&*set.slots, &self.producer, &self.interrupt)
+        lent.take_released(&*set.slots, &self.producer, &self.interrupt, writer_stream)
             .map(Some)
     }
 }

@@ -34,8 +34,9 @@
 //! (`--gst-cuda-seconds`, from the producer's first frame) rather than a
 //! number of frames: upstream's sink drops frames its consumer has not taken,
 //! so its consumer's rate only means something over a fixed time.
-//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows (e.g.
-//! `gpu-sync=host slots=16`), to compare settings.
+//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows and
+//! the two-process rows 3-12 (e.g. `gpu-sync=event slots=16`), to compare
+//! settings.
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -883,8 +884,9 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         two_process(
             config,
             &format!(
-                "{} ! rscudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
-                generate_with(frames + warmup, source_props)
+                "{} ! rscudaipcsink name=ipcsink channel={ch} sync=false {sink_props} {}",
+                generate_with(frames + warmup, source_props),
+                std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
             ),
             &format!("rscudaipcsrc name=src channel={ch} connect-timeout=60000 {consumer}"),
             warmup,

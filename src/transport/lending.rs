@@ -32,7 +32,7 @@ pub struct LentSlots<K, T> {
     held: Mutex<Vec<Option<T>>>,
     /// Slots whose frame every consumer released (reserved by us again)
     /// while their GPU reads may still run, oldest first. Lock order:
-    /// `pending`, then `held`.
+    /// `pending`, then `held` or the slots' own (see docs/architecture.md).
     pending: Mutex<VecDeque<usize>>,
 }
 
@@ -116,28 +116,32 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         interrupt: &AtomicBool,
         writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
     ) -> Result<Vec<T>, TransportError> {
-        let mut pending = self.pending.lock().unwrap();
-        while let Some(slot) = producer.reserve_now() {
-            self.note_released(slot, &mut pending);
-        }
         let mut released = Vec::new();
-        let mut still_read = VecDeque::with_capacity(pending.len());
-        while let Some(slot) = pending.pop_front() {
-            match slots.reads_done(slot, producer) {
-                Ok(true) => released.extend(self.held.lock().unwrap()[slot].take()),
-                Ok(false) => still_read.push_back(slot),
-                Err(e) => {
-                    pending.push_front(slot);
-                    pending.extend(still_read);
-                    return Err(e);
+        {
+            let mut pending = self.pending.lock().unwrap();
+            while let Some(slot) = producer.reserve_now() {
+                self.note_released(slot, &mut pending);
+            }
+            let mut still_read = VecDeque::with_capacity(pending.len());
+            while let Some(slot) = pending.pop_front() {
+                match slots.reads_done(slot, producer) {
+                    Ok(true) => released.extend(self.held.lock().unwrap()[slot].take()),
+                    Ok(false) => still_read.push_back(slot),
+                    Err(e) => {
+                        pending.push_front(slot);
+                        pending.extend(still_read);
+                        return Err(e);
+                    }
                 }
             }
+            *pending = still_read;
         }
-        *pending = still_read;
+        // No lock held across the waits below.
         while self.held_count() == self.lent_count() {
-            let Some(slot) = pending.pop_front() else {
+            let oldest = self.pending.lock().unwrap().pop_front();
+            let Some(slot) = oldest else {
                 match producer.reserve(interrupt) {
-                    Ok(Some(slot)) => self.note_released(slot, &mut pending),
+                    Ok(Some(slot)) => self.note_released(slot, &mut self.pending.lock().unwrap()),
                     Ok(None) => return Ok(released),
                     Err(ChannelError::Interrupted) if !released.is_empty() => return Ok(released),
                     Err(e) => return Err(e.into()),
@@ -156,7 +160,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
                 false => slots.before_write(slot, producer),
             }) {
                 self.held.lock().unwrap()[slot] = buffer;
-                pending.push_front(slot);
+                self.pending.lock().unwrap().push_front(slot);
                 return Err(e);
             }
             released.extend(buffer);

@@ -76,10 +76,13 @@ fn waits_on_host(device: &Device) -> bool {
     }
 }
 
-/// Waits on the host until `event` (another process's) completes, or
-/// reports it stuck after [`LENT_READS_TIMEOUT`].
-fn wait_on_host(event: &Event, what: &str) -> Result<(), TransportError> {
+/// Waits on the host until `event` (another process's) completes; gives
+/// up when `gone` says its process is gone (checked every 10 ms: a dead
+/// process's event may never complete), or reports it stuck after
+/// [`LENT_READS_TIMEOUT`].
+fn wait_on_host(event: &Event, what: &str, gone: &dyn Fn() -> bool) -> Result<(), TransportError> {
     let start = Instant::now();
+    let mut next_check = Duration::from_millis(10);
     while !event.is_complete()? {
         let waited = start.elapsed();
         if waited >= LENT_READS_TIMEOUT {
@@ -87,6 +90,14 @@ fn wait_on_host(event: &Event, what: &str) -> Result<(), TransportError> {
                 "{what} did not finish within {} s",
                 LENT_READS_TIMEOUT.as_secs()
             )));
+        }
+        if waited >= next_check {
+            if gone() {
+                return Err(TransportError::Invalid(format!(
+                    "{what} never finished: the producer is gone"
+                )));
+            }
+            next_check = waited + Duration::from_millis(10);
         }
         // Work of the other process usually ends within microseconds of
         // being reached: yield first, then sleep.
@@ -462,11 +473,16 @@ impl ConsumerSlots for CudaConsumerSlots {
         SlotMemory::Device(self.memory[slot].clone())
     }
 
-    fn before_read(&self, slot: usize) -> Result<(), TransportError> {
+    fn before_read(
+        &self,
+        slot: usize,
+        producer_gone: &dyn Fn() -> bool,
+    ) -> Result<(), TransportError> {
         match (self.sync, self.host_waits) {
             (GpuSync::Event, true) => wait_on_host(
                 &self.ready[slot],
                 &format!("the producer's writes into slot {slot}"),
+                producer_gone,
             ),
             (GpuSync::Event, false) => Ok(self.device.stream().wait_event(&self.ready[slot])?),
             (GpuSync::Host, _) => Ok(()),

@@ -213,8 +213,13 @@ pub trait ConsumerSlots: Send + Sync {
     fn host_region(&self, _slot: usize) -> Option<&HostRegion> {
         None
     }
-    /// Orders every later read of `slot` after the producer's writes.
-    fn before_read(&self, slot: usize) -> Result<(), TransportError>;
+    /// Orders every later read of `slot` after the producer's writes. A wait
+    /// on the host for them gives up once `producer_gone` says so.
+    fn before_read(
+        &self,
+        slot: usize,
+        producer_gone: &dyn Fn() -> bool,
+    ) -> Result<(), TransportError>;
     /// Marks the point after which this process no longer reads `slot`:
     /// everything issued so far. The channel release follows it.
     fn finish_read(&self, slot: usize) -> Result<(), TransportError>;

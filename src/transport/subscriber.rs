@@ -324,7 +324,14 @@ impl Subscriber {
                     frame.seq, frame.slot, frame.size
                 )));
             }
-            slots.before_read(frame.slot)?;
+            let consumer = &self.consumer;
+            if let Err(e) = slots.before_read(frame.slot, &|| consumer.producer_gone().is_some()) {
+                // A producer that died before its writes finished.
+                if let Some(gone) = self.consumer.producer_gone() {
+                    return Ok(Event::ProducerGone(gone));
+                }
+                return Err(e.into());
+            }
             frame.slots = Some(slots);
             self.held.fetch_add(1, Ordering::SeqCst);
             return Ok(match new_caps {

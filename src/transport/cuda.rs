@@ -77,10 +77,14 @@ fn waits_on_host(device: &Device) -> bool {
 }
 
 /// Waits on the host until `event` (another process's) completes; gives
-/// up when `gone` says its process is gone (checked every 10 ms: a dead
-/// process's event may never complete), or reports it stuck after
-/// [`LENT_READS_TIMEOUT`].
-fn wait_on_host(event: &Event, what: &str, gone: &dyn Fn() -> bool) -> Result<(), TransportError> {
+/// up when `give_up` says so (checked every 10 ms: its process is gone, and
+/// a dead process's event may never complete, or the waiter stops), or
+/// reports it stuck after [`LENT_READS_TIMEOUT`].
+fn wait_on_host(
+    event: &Event,
+    what: &str,
+    give_up: &dyn Fn() -> bool,
+) -> Result<(), TransportError> {
     let start = Instant::now();
     let mut next_check = Duration::from_millis(10);
     while !event.is_complete()? {
@@ -92,9 +96,9 @@ fn wait_on_host(event: &Event, what: &str, gone: &dyn Fn() -> bool) -> Result<()
             )));
         }
         if waited >= next_check {
-            if gone() {
+            if give_up() {
                 return Err(TransportError::Invalid(format!(
-                    "{what} never finished: the producer is gone"
+                    "stopped waiting for {what}"
                 )));
             }
             next_check = waited + Duration::from_millis(10);
@@ -473,16 +477,12 @@ impl ConsumerSlots for CudaConsumerSlots {
         SlotMemory::Device(self.memory[slot].clone())
     }
 
-    fn before_read(
-        &self,
-        slot: usize,
-        producer_gone: &dyn Fn() -> bool,
-    ) -> Result<(), TransportError> {
+    fn before_read(&self, slot: usize, give_up: &dyn Fn() -> bool) -> Result<(), TransportError> {
         match (self.sync, self.host_waits) {
             (GpuSync::Event, true) => wait_on_host(
                 &self.ready[slot],
                 &format!("the producer's writes into slot {slot}"),
-                producer_gone,
+                give_up,
             ),
             (GpuSync::Event, false) => Ok(self.device.stream().wait_event(&self.ready[slot])?),
             (GpuSync::Host, _) => Ok(()),

@@ -368,11 +368,7 @@ impl ConsumerSlots for HostConsumerSlots {
         self.regions.get(slot)
     }
 
-    fn before_read(
-        &self,
-        _slot: usize,
-        _producer_gone: &dyn Fn() -> bool,
-    ) -> Result<(), TransportError> {
+    fn before_read(&self, _slot: usize, _give_up: &dyn Fn() -> bool) -> Result<(), TransportError> {
         if self.map.is_broken() {
             return Err(truncated(self.path.clone()));
         }

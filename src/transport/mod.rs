@@ -214,12 +214,9 @@ pub trait ConsumerSlots: Send + Sync {
         None
     }
     /// Orders every later read of `slot` after the producer's writes. A wait
-    /// on the host for them gives up once `producer_gone` says so.
-    fn before_read(
-        &self,
-        slot: usize,
-        producer_gone: &dyn Fn() -> bool,
-    ) -> Result<(), TransportError>;
+    /// on the host for them gives up with an error once `give_up` says so
+    /// (the producer is gone, or the reader stops).
+    fn before_read(&self, slot: usize, give_up: &dyn Fn() -> bool) -> Result<(), TransportError>;
     /// Marks the point after which this process no longer reads `slot`:
     /// everything issued so far. The channel release follows it.
     fn finish_read(&self, slot: usize) -> Result<(), TransportError>;

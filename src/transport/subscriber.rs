@@ -325,10 +325,17 @@ impl Subscriber {
                 )));
             }
             let consumer = &self.consumer;
-            if let Err(e) = slots.before_read(frame.slot, &|| consumer.producer_gone().is_some()) {
-                // A producer that died before its writes finished.
+            let give_up = || {
+                interrupt.load(Ordering::Relaxed) || consumer.producer_gone().is_some()
+            };
+            if let Err(e) = slots.before_read(frame.slot, &give_up) {
+                // A producer that died before its writes finished, or a
+                // stop while waiting for them.
                 if let Some(gone) = self.consumer.producer_gone() {
                     return Ok(Event::ProducerGone(gone));
+                }
+                if interrupt.load(Ordering::Relaxed) {
+                    return Err(SubscriberError::Interrupted);
                 }
                 return Err(e.into());
             }

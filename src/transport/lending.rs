@@ -128,8 +128,10 @@ impl<K: PartialEq, T> LentSlots<K, T> {
                     Ok(true) => released.extend(self.held.lock().unwrap()[slot].take()),
                     Ok(false) => still_read.push_back(slot),
                     Err(e) => {
-                        pending.push_front(slot);
-                        pending.extend(still_read);
+                        // All stay, oldest first.
+                        still_read.push_back(slot);
+                        still_read.extend(pending.drain(..));
+                        *pending = still_read;
                         return Err(e);
                     }
                 }

@@ -15,7 +15,7 @@ use crate::enums::{self, Transport};
 use crate::gstcuda;
 use crate::ipc::layout::MAX_SLOTS;
 use crate::memory;
-use crate::transport::{PublisherConfig, TransportKind};
+use crate::transport::{self, PublisherConfig, TransportKind};
 use crate::video;
 
 const DEFAULT_CHANNEL: &str = "default";
@@ -355,9 +355,16 @@ impl BaseSinkImpl for CudaIpcSink {
         gst::info!(
             CAT,
             imp = self,
-            "channel '{}' open ({:?} transport)",
+            "channel '{}' open ({:?} transport{})",
             settings.channel,
-            kind
+            kind,
+            match publisher.device() {
+                Some(device) if transport::waits_on_host(device) => {
+                    "; waits for consumers' GPU work on the host (no MPS)"
+                }
+                Some(_) => "; waits for consumers' GPU work on the GPU (MPS)",
+                None => "",
+            }
         );
         *self.state.lock().unwrap() = Some(State {
             publisher: Arc::new(publisher),

@@ -68,7 +68,7 @@ const LENT_READS_TIMEOUT: Duration = Duration::from_secs(10);
 /// synchronisation. Under MPS the contexts run side by side and a GPU-side
 /// wait costs nothing. `CUDAIPC_CROSS_PROCESS_WAIT=gpu` or `host` overrides,
 /// to compare.
-fn waits_on_host(device: &Device) -> bool {
+pub fn waits_on_host(device: &Device) -> bool {
     match std::env::var("CUDAIPC_CROSS_PROCESS_WAIT").as_deref() {
         Ok("gpu") => false,
         Ok("host") => true,

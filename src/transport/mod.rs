@@ -24,7 +24,7 @@ use crate::ipc::layout::{
 };
 use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
-pub use cuda::{CudaConsumerSlots, CudaProducerSlots};
+pub use cuda::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use lending::LentSlots;
 pub use publisher::{

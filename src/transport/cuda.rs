@@ -54,7 +54,7 @@ struct ConsumerEventCache {
 /// How long a producer waits on the host for consumers' GPU reads of a
 /// slot, or a consumer for the producer's writes, before it reports them
 /// stuck.
-const LENT_READS_TIMEOUT: Duration = Duration::from_secs(10);
+const CROSS_PROCESS_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether waits for the other process's GPU work (its event) are made on
 /// the host, before queueing what depends on it, rather than by the GPU.
@@ -62,10 +62,11 @@ const LENT_READS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Without MPS the two processes' contexts take turns on the GPU, and a
 /// context whose stream waits for an event the other context has not
 /// reached yet keeps the GPU, idle, until its time slice ends: measured on
-/// an H100 (bench rows 5t and 13b), 17,400 and 3,250 FPS with GPU-side
-/// waits, 47,100 and 14,850 with every wait on the host. Waiting on the host
-/// only for events not yet reached keeps the streams free of host
-/// synchronisation. Under MPS the contexts run side by side and a GPU-side
+/// an H100 in one run (bench rows 13b and 5), 3,256 and 12,290 FPS with
+/// GPU-side waits, 10,701 and 13,343 waiting on the host. Only the waits
+/// move: nobody synchronises its own stream (a stream synchronisation per
+/// frame, `gpu-sync=host`, starves a consumer with GPU work of its own:
+/// row 5 at 3,196). Under MPS the contexts run side by side and a GPU-side
 /// wait costs nothing. `CUDAIPC_CROSS_PROCESS_WAIT=gpu` or `host` overrides,
 /// to compare.
 pub fn waits_on_host(device: &Device) -> bool {
@@ -79,7 +80,7 @@ pub fn waits_on_host(device: &Device) -> bool {
 /// Waits on the host until `event` (another process's) completes; gives
 /// up when `give_up` says so (checked every 10 ms: its process is gone, and
 /// a dead process's event may never complete, or the waiter stops), or
-/// reports it stuck after [`LENT_READS_TIMEOUT`].
+/// reports it stuck after [`CROSS_PROCESS_WAIT_TIMEOUT`].
 fn wait_on_host(
     event: &Event,
     what: &str,
@@ -89,10 +90,10 @@ fn wait_on_host(
     let mut next_check = Duration::from_millis(10);
     while !event.is_complete()? {
         let waited = start.elapsed();
-        if waited >= LENT_READS_TIMEOUT {
+        if waited >= CROSS_PROCESS_WAIT_TIMEOUT {
             return Err(TransportError::Invalid(format!(
                 "{what} did not finish within {} s",
-                LENT_READS_TIMEOUT.as_secs()
+                CROSS_PROCESS_WAIT_TIMEOUT.as_secs()
             )));
         }
         if waited >= next_check {
@@ -220,12 +221,13 @@ impl CudaProducerSlots {
         Ok(())
     }
 
-    /// For a lent slot: waits on the host until the consumers' GPU reads of
-    /// its last frame are done, since its next writer does not wait on our
-    /// stream. Consumers that die meanwhile stop counting.
+    /// Waits on the host until the consumers' GPU reads of `slot`'s last
+    /// frame are done: for a lent slot, whose next writer does not wait on
+    /// our stream, and without MPS (see [`waits_on_host`]). Consumers that
+    /// die meanwhile stop counting.
     fn wait_reads_on_host(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
         let start = Instant::now();
-        let deadline = start + LENT_READS_TIMEOUT;
+        let deadline = start + CROSS_PROCESS_WAIT_TIMEOUT;
         let mut next_reclaim = start + Duration::from_millis(10);
         loop {
             if self.reads_done(slot, producer)? {
@@ -235,7 +237,7 @@ impl CudaProducerSlots {
             if now >= deadline {
                 return Err(TransportError::Invalid(format!(
                     "consumers' GPU reads of slot {slot} did not finish within {} s",
-                    LENT_READS_TIMEOUT.as_secs()
+                    CROSS_PROCESS_WAIT_TIMEOUT.as_secs()
                 )));
             }
             if now >= next_reclaim {

@@ -86,9 +86,28 @@ fn wait_on_host(
     what: &str,
     give_up: &dyn Fn() -> bool,
 ) -> Result<(), TransportError> {
+    poll_on_host(
+        what,
+        Duration::from_micros(20),
+        || Ok(event.is_complete()?),
+        give_up,
+    )
+}
+
+/// Polls `done` on the host until it holds. The other process's work
+/// usually ends within microseconds of being reached: yields for the first
+/// 200 us, then sleeps `nap` between polls. Every 10 ms runs `every_10ms`,
+/// whose `true` ends the wait with an error; after
+/// [`CROSS_PROCESS_WAIT_TIMEOUT`] reports `what` stuck.
+fn poll_on_host(
+    what: &str,
+    nap: Duration,
+    mut done: impl FnMut() -> Result<bool, TransportError>,
+    mut every_10ms: impl FnMut() -> bool,
+) -> Result<(), TransportError> {
     let start = Instant::now();
     let mut next_check = Duration::from_millis(10);
-    while !event.is_complete()? {
+    while !done()? {
         let waited = start.elapsed();
         if waited >= CROSS_PROCESS_WAIT_TIMEOUT {
             return Err(TransportError::Invalid(format!(
@@ -97,19 +116,17 @@ fn wait_on_host(
             )));
         }
         if waited >= next_check {
-            if give_up() {
+            if every_10ms() {
                 return Err(TransportError::Invalid(format!(
                     "stopped waiting for {what}"
                 )));
             }
             next_check = waited + Duration::from_millis(10);
         }
-        // Work of the other process usually ends within microseconds of
-        // being reached: yield first, then sleep.
         if waited < Duration::from_micros(200) {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(20));
+            std::thread::sleep(nap);
         }
     }
     Ok(())
@@ -226,32 +243,15 @@ impl CudaProducerSlots {
     /// our stream, and without MPS (see [`waits_on_host`]). Consumers that
     /// die meanwhile stop counting.
     fn wait_reads_on_host(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
-        let start = Instant::now();
-        let deadline = start + CROSS_PROCESS_WAIT_TIMEOUT;
-        let mut next_reclaim = start + Duration::from_millis(10);
-        loop {
-            if self.reads_done(slot, producer)? {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(TransportError::Invalid(format!(
-                    "consumers' GPU reads of slot {slot} did not finish within {} s",
-                    CROSS_PROCESS_WAIT_TIMEOUT.as_secs()
-                )));
-            }
-            if now >= next_reclaim {
+        poll_on_host(
+            &format!("consumers' GPU reads of slot {slot}"),
+            Duration::from_micros(50),
+            || self.reads_done(slot, producer),
+            || {
                 producer.reclaim_dead_consumers();
-                next_reclaim = now + Duration::from_millis(10);
-            }
-            // Reads usually end within microseconds: yield first, then
-            // sleep.
-            if now - start < Duration::from_micros(200) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
+                false
+            },
+        )
     }
 
     /// Opens the release events of consumers that attached since last time.

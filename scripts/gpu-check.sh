@@ -7,6 +7,7 @@
 # steps (default: all, in this order):
 #   tests126      gstcuda_interop and sink tests on GStreamer 1.26 (with the
 #                 sink's lending debug lines)
+#   all126        every test binary on GStreamer 1.26 (faults, soak included)
 #   tests122      gstcuda_interop, ipc_elements, gpu_cross_process on 1.22
 #   bench126=R    bench rows R (default 13a,13b) on 1.26, MPS off and on
 #   bench122=R    bench rows R (default 5,5d) on 1.22, MPS off and on
@@ -23,6 +24,9 @@ for step in "$@"; do
       echo "== GStreamer 1.26: gstcuda_interop, sink"
       CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="gstcuda_interop sink" \
         timeout 330 scripts/gpu-tests.sh --gst126 "$out/logs/t126" 2>&1 | tail -40 ;;
+    all126)
+      echo "== GStreamer 1.26: every test binary"
+      CUDAIPC_TEST_TIMEOUT=300 timeout 520 scripts/gpu-tests.sh --gst126 "$out/logs/a126" 2>&1 | tail -60 ;;
     tests122)
       echo "== GStreamer 1.22: gstcuda_interop, ipc_elements, gpu_cross_process"
       CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="gstcuda_interop ipc_elements gpu_cross_process" \

@@ -122,19 +122,28 @@ pub(super) fn render(
                 planes: frame.planes.clone(),
                 ..meta.clone()
             };
-            // Consumers read the frame after the ready event recorded on our
-            // stream: that must follow upstream's writes.
-            if let (Some(ordering), Some(device)) = (ordering, publisher.device()) {
-                ordering
-                    .wait_for_upstream(buffer.peek_memory(0), &device.stream())
-                    .map_err(|e| flow_error(sink, PublishError::Transport(e.into())))?;
-            }
             // Dropping the released buffers gives them back upstream; on
             // 1.24+ upstream's stream waits for the consumers' reads.
             let writer_stream = |buffer: &gst::Buffer| {
                 ordering.and_then(|ordering| ordering.writer_stream(buffer.peek_memory(0)))
             };
-            match publisher.publish_lent(&frame.key, buffer.clone(), &meta, &writer_stream) {
+            // Consumers read the frame after its ready mark: recorded on the
+            // stream upstream wrote it on (1.24+), else on ours, which must
+            // then follow upstream's writes.
+            let written_on = writer_stream(buffer);
+            if let (None, Some(ordering), Some(device)) = (written_on, ordering, publisher.device())
+            {
+                ordering
+                    .wait_for_upstream(buffer.peek_memory(0), &device.stream())
+                    .map_err(|e| flow_error(sink, PublishError::Transport(e.into())))?;
+            }
+            match publisher.publish_lent(
+                &frame.key,
+                buffer.clone(),
+                &meta,
+                written_on,
+                &writer_stream,
+            ) {
                 Ok(Some(_released)) => return Ok(gst::FlowSuccess::Ok),
                 Ok(None) => {}
                 Err(e) => return Err(flow_error(sink, PublishError::Transport(e))),

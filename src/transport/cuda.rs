@@ -376,6 +376,17 @@ impl ProducerSlots for CudaProducerSlots {
         Ok(true)
     }
 
+    fn after_write_on(&self, slot: usize, writer: WriterStream) -> Result<bool, TransportError> {
+        // SAFETY: `WriterStream::new`'s contract: a live stream of this
+        // device's primary context.
+        let stream = unsafe { self.device.foreign_stream(writer.raw()) };
+        match self.sync {
+            GpuSync::Event => stream.record(&self.ready[slot])?,
+            GpuSync::Host => stream.synchronize()?,
+        }
+        Ok(true)
+    }
+
     fn after_write(&self, slot: usize) -> Result<(), TransportError> {
         let stream = self.device.stream();
         match self.sync {

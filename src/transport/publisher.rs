@@ -755,6 +755,8 @@ impl<T: Send + 'static> Publisher<T> {
     /// Publishes a frame upstream wrote into the lent buffer `key`, keeping
     /// `buffer` while it is published, then takes back the buffers
     /// consumers are done with (for the caller to give back upstream).
+    /// `written_on`: the stream upstream wrote the frame on, if the frame is
+    /// ready once its queued work is (see `LentSlots::publish`).
     /// `writer_stream` names, per buffer, the stream of the device's primary
     /// context upstream writes it on next, if any: that stream waits for the
     /// consumers' reads on the GPU; other buffers come back once the reads
@@ -764,6 +766,7 @@ impl<T: Send + 'static> Publisher<T> {
         key: &AllocationKey,
         buffer: T,
         meta: &FrameMeta,
+        written_on: Option<WriterStream>,
         writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
     ) -> Result<Option<Vec<T>>, TransportError> {
         let Some(set) = self.current_set() else {
@@ -778,7 +781,7 @@ impl<T: Send + 'static> Publisher<T> {
         else {
             return Ok(None);
         };
-        lent.publish(slot, buffer, meta, &*set.slots, &self.producer)?;
+        lent.publish(slot, buffer, meta, &*set.slots, &self.producer, written_on)?;
         self.zero_copy.fetch_add(1, Ordering::Relaxed);
         lent.take_released(&*set.slots, &self.producer, &self.interrupt, writer_stream)
             .map(Some)

@@ -488,8 +488,20 @@ struct Child {
 }
 
 fn spawn(child: &Child, env: &[(String, String)]) -> std::process::Child {
+    spawn_as(child, env, &[])
+}
+
+/// `spawn` under `wrapper` (e.g. `setpriv` to run as another user).
+fn spawn_as(child: &Child, env: &[(String, String)], wrapper: &[&str]) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
-    let mut command = Command::new(exe);
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(exe);
+            command
+        }
+        None => Command::new(exe),
+    };
     command
         .args([
             "--role",
@@ -546,6 +558,56 @@ fn two_process(
     env: &[(String, String)],
     consumer_device: Option<i32>,
 ) -> Row {
+    two_process_as(
+        config,
+        producer,
+        consumer,
+        warmup,
+        env,
+        consumer_device,
+        (&[], &[]),
+    )
+}
+
+/// The consumer process runs as another user (nobody, through `setpriv`),
+/// with its own registry; `None` where that is impossible (not root).
+/// Environment variables of a child process.
+type Env = Vec<(String, String)>;
+
+fn other_user() -> Option<(Vec<&'static str>, Env)> {
+    if gstcudaipc::ipc::shm::effective_uid() != 0 {
+        return None;
+    }
+    let wrapper = vec![
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+    ];
+    let env = vec![
+        ("HOME".to_string(), "/tmp".to_string()),
+        (
+            "GST_REGISTRY".to_string(),
+            "/tmp/cudaipc-bench-other-user-registry.bin".to_string(),
+        ),
+    ];
+    Some((wrapper, env))
+}
+
+fn nobody_uid() -> Option<u32> {
+    let out = Command::new("id").args(["-u", "nobody"]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn two_process_as(
+    config: &str,
+    producer: &str,
+    consumer: &str,
+    warmup: u64,
+    env: &[(String, String)],
+    consumer_device: Option<i32>,
+    (consumer_wrapper, consumer_env): (&[&str], &[(String, String)]),
+) -> Row {
     if left_out(config) {
         return Row::left_out(config);
     }
@@ -561,13 +623,14 @@ fn two_process(
         None => (config.to_string(), consumer.to_string()),
     };
     let config = config.as_str();
-    let consumer_child = spawn(
+    let consumer_child = spawn_as(
         &Child {
             role: "pipeline",
             warmup,
             pipeline: consumer,
         },
-        env,
+        &[env, consumer_env].concat(),
+        consumer_wrapper,
     );
     // The consumer registers as waiting first; the producer then lets it
     // attach before its first frame.
@@ -956,6 +1019,88 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         "ipc-mode=fd",
         &verifying(""),
     ));
+    // The same ordered by interprocess events instead of the timeline, and
+    // the descriptor channel's transport alone (to compare with 5t).
+    rows.push(two(
+        "5de descriptor channel with events (ipc-mode=fd gpu-sync=event)",
+        o.frames,
+        o.warmup,
+        "ipc-mode=fd gpu-sync=event",
+        &verifying(""),
+    ));
+    rows.push(two(
+        "5dt descriptor channel, transport only (consumer drops frames)",
+        o.frames,
+        o.warmup,
+        "ipc-mode=fd",
+        "! fakesink name=sink sync=false",
+    ));
+    // A consumer of another user (nobody): on a named channel only host
+    // synchronisation crosses users (events live in files of their
+    // creator's user); a descriptor channel orders by the timeline.
+    // The producer waits for it to attach: it starts slower than the
+    // producer runs, and another user's waiting consumer is not counted.
+    let me = gstcudaipc::ipc::shm::effective_uid();
+    for (config, sink_props, src_props) in [
+        (
+            "5u consumer of another user, named channel (permissions=0666 gpu-sync=host)",
+            "permissions=438 gpu-sync=host wait-for-connection=1".to_string(),
+            String::new(),
+        ),
+        (
+            "5du consumer of another user, descriptor channel (timeline)",
+            format!(
+                "ipc-mode=fd permissions=438 allowed-uids={} wait-for-connection=1",
+                nobody_uid().unwrap_or(65534)
+            ),
+            format!("allowed-producers={me}"),
+        ),
+    ] {
+        let under_mps = env.iter().any(|(k, _)| k == "CUDA_MPS_PIPE_DIRECTORY");
+        let other = other_user();
+        let (wrapper, user_env) = match other {
+            _ if left_out(config) => {
+                rows.push(Row::left_out(config));
+                continue;
+            }
+            // An MPS server serves one user: another user's client waits
+            // until it ends.
+            _ if under_mps => {
+                rows.push(Row {
+                    config: config.into(),
+                    error: "not run under MPS: an MPS server serves one user at a time".into(),
+                    ..Default::default()
+                });
+                continue;
+            }
+            Some(other) => other,
+            None => {
+                rows.push(Row {
+                    config: config.into(),
+                    error: "needs root (setpriv) to run the consumer as another user".into(),
+                    ..Default::default()
+                });
+                continue;
+            }
+        };
+        rows_made.set(rows_made.get() + 1);
+        let ch = channel(&rows_made.get().to_string());
+        rows.push(two_process_as(
+            config,
+            &format!(
+                "{} ! rscudaipcsink name=ipcsink channel={ch} sync=false {sink_props}",
+                generate_with(o.frames + o.warmup, "")
+            ),
+            &format!(
+                "rscudaipcsrc name=src channel={ch} connect-timeout=60000 {}",
+                verifying(&src_props)
+            ),
+            o.warmup,
+            env,
+            o.consumer_device,
+            (&wrapper, &user_env),
+        ));
+    }
     // The transport alone: the consumer takes frames and drops them (no GPU
     // work of its own), which bounds what the channel itself costs.
     rows.push(two(

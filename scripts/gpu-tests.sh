@@ -4,7 +4,8 @@
 # the same tests run on the staged GStreamer 1.26 runtime (nvcodec 1.26).
 # usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126] [LOGDIR] [test-name-filter]
 # CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
-# CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink"; default all).
+# CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink", "gstcudaipc" for
+# the library's unit tests; default all).
 set -u
 if [ "${1:-}" = --gst126 ]; then
   shift
@@ -30,7 +31,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 failed=0
 for t in $build/test-* $build/gstcudaipc-*; do
   name=$(basename "$t")
-  if [ -n "${CUDAIPC_TEST_ONLY:-}" ] && ! [[ " $CUDAIPC_TEST_ONLY " == *" ${name#test-} "* ]]; then
+  short=${name#test-}
+  short=${short%-[0-9a-f]*[0-9a-f]}
+  if [ -n "${CUDAIPC_TEST_ONLY:-}" ] && ! [[ " $CUDAIPC_TEST_ONLY " == *" $short "* ]]; then
     continue
   fi
   # Its own process group, so that children a failed test left behind

@@ -139,7 +139,12 @@ impl From<WaitMode> for ipc::WaitMode {
 pub enum GpuSync {
     #[default]
     #[enum_value(
-        name = "Event: GPU-side ordering with interprocess events",
+        name = "Auto: the timeline on a descriptor channel (ipc-mode=fd) of the cuda transport where the device supports it, else events",
+        nick = "auto"
+    )]
+    Auto,
+    #[enum_value(
+        name = "Event: GPU-side ordering with interprocess events (one user, one PID namespace)",
         nick = "event"
     )]
     Event,
@@ -148,13 +153,21 @@ pub enum GpuSync {
         nick = "host"
     )]
     Host,
+    #[enum_value(
+        name = "Timeline: values the GPU writes into memory handed over the socket (ipc-mode=fd; across users and containers)",
+        nick = "timeline"
+    )]
+    Timeline,
 }
 
-impl From<GpuSync> for transport::GpuSync {
+/// `None` for `auto`: see `transport::GpuSync::resolve`.
+impl From<GpuSync> for Option<transport::GpuSync> {
     fn from(s: GpuSync) -> Self {
         match s {
-            GpuSync::Event => Self::Event,
-            GpuSync::Host => Self::Host,
+            GpuSync::Auto => None,
+            GpuSync::Event => Some(transport::GpuSync::Event),
+            GpuSync::Host => Some(transport::GpuSync::Host),
+            GpuSync::Timeline => Some(transport::GpuSync::Timeline),
         }
     }
 }

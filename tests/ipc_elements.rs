@@ -91,7 +91,7 @@ fn properties_have_documented_defaults() {
         ("transport", "auto"),
         ("when-full", "block"),
         ("wait-mode", "hybrid"),
-        ("gpu-sync", "event"),
+        ("gpu-sync", "auto"),
     ] {
         let value = sink.property_value(property);
         let (_, enum_value) = glib::EnumValue::from_value(&value).unwrap();

@@ -9,6 +9,7 @@
 mod module;
 pub mod nvrtc;
 mod region;
+mod vmm;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use cudarc::driver::sys;
 
 pub use module::{KernelArgs, Module, load_module};
 pub use region::DeviceRegion;
+pub use vmm::{HostRegistration, SharedDeviceMemory};
 
 /// Size of a CUDA IPC handle (memory or event).
 pub const IPC_HANDLE_BYTES: usize = 64;
@@ -305,6 +307,21 @@ impl Device {
         self.mps
     }
 
+    /// Whether streams on this device can write and wait for 64-bit values
+    /// in memory (`cuStreamWriteValue64`, `cuStreamWaitValue64`).
+    pub fn has_stream_value_ops(&self) -> bool {
+        let mut supported = 0;
+        // SAFETY: valid out pointer and device; an error means "no".
+        let known = unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut supported,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                self.device,
+            )
+        } == sys::CUresult::CUDA_SUCCESS;
+        known && supported != 0
+    }
+
     /// Makes the primary context current on this thread (cheap if it is).
     pub fn bind(&self) -> Result<()> {
         if CURRENT.with(|c| c.get()) == self.context {
@@ -400,6 +417,46 @@ impl Stream<'_> {
         // SAFETY: valid stream and event handles.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(self.raw, event.raw, 0)
+        })
+    }
+
+    /// Writes `value` to the 8 bytes at device address `address` once the
+    /// work queued before is done, and makes that work's memory writes
+    /// visible before it.
+    ///
+    /// # Safety
+    /// `address` is 8 aligned, writable device (or registered host) memory
+    /// that stays mapped until the write has run.
+    pub unsafe fn write_value(&self, address: u64, value: u64) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller's contract; a valid stream.
+        check("cuStreamWriteValue64", unsafe {
+            sys::cuStreamWriteValue64_v2(
+                self.raw,
+                address,
+                value,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+            )
+        })
+    }
+
+    /// Makes later work on this stream wait until the 8 bytes at `address`
+    /// hold at least `value`.
+    ///
+    /// # Safety
+    /// As for [`write_value`](Self::write_value), readable instead of
+    /// writable; and someone will write a large enough value there (the
+    /// stream waits for it forever).
+    pub unsafe fn wait_value(&self, address: u64, value: u64) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller's contract; a valid stream.
+        check("cuStreamWaitValue64", unsafe {
+            sys::cuStreamWaitValue64_v2(
+                self.raw,
+                address,
+                value,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+            )
         })
     }
 

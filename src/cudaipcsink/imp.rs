@@ -339,25 +339,34 @@ impl BaseSinkImpl for CudaIpcSink {
         let kind = TransportKind::resolve(settings.transport.into());
         let device = publishing::device_for(kind, settings.device_id)?;
         let ordering = publishing::stream_ordering(device.as_ref());
+        let ipc_mode = settings.ipc_mode.into();
+        let gpu_sync = transport::GpuSync::resolve(
+            settings.gpu_sync.into(),
+            kind,
+            ipc_mode,
+            device.as_deref(),
+        )
+        .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         let publisher = publishing::open(PublisherConfig {
             channel: settings.channel.clone(),
             kind,
             device,
             slots: settings.slots as usize,
             permissions: settings.permissions,
-            gpu_sync: settings.gpu_sync.into(),
+            gpu_sync,
             when_full: settings.when_full.into(),
             wait_mode: settings.wait_mode.into(),
             wait_for_consumers: settings.wait_for_connection,
-            ipc_mode: settings.ipc_mode.into(),
+            ipc_mode,
             peers: publishing::peers(&settings.allowed_uids, &settings.allowed_gids)?,
         })?;
         gst::info!(
             CAT,
             imp = self,
-            "channel '{}' open ({:?} transport{})",
+            "channel '{}' open ({:?} transport, gpu-sync {:?}{})",
             settings.channel,
             kind,
+            gpu_sync,
             match publisher.device() {
                 Some(device) if transport::waits_on_host(device) => {
                     "; waits for consumers' GPU work on the host (no MPS)"

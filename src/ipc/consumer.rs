@@ -316,14 +316,20 @@ impl Consumer {
         if h.state.load(Ordering::SeqCst) != STATE_OPEN || !producer_alive(&shared) {
             return Ok(None);
         }
-        // Names in the shm folder, and CUDA's IPC handles, serve one PID
-        // namespace; the descriptors of a host channel cross them (and
-        // containers) over its socket.
-        let crosses = descriptors && info.transport == TRANSPORT_HOST;
+        // Names in the shm folder, and CUDA's IPC handles (of memory and
+        // events), serve one PID namespace; the descriptors of a descriptor
+        // channel cross them (and containers) over its socket, unless the
+        // GPU work is ordered by interprocess events.
+        let crosses = descriptors
+            && (info.transport == TRANSPORT_HOST || info.gpu_sync != GPU_SYNC_EVENT);
         let ns = h.producer_pid_namespace.load(Ordering::Relaxed);
         if ns != shm::pid_namespace() && !crosses {
+            let how = match descriptors {
+                true => "a descriptor channel of the cuda transport crosses PID namespaces with gpu-sync=timeline (its default) or host on the sink, not with events",
+                false => "a channel named in the shm folder works only between processes of one PID namespace: run both in the same container, share the host PID namespace, or use ipc-mode=fd",
+            };
             return Err(ChannelError::Incompatible(format!(
-                "the producer (pid {} in its namespace) runs in another PID namespace; a channel works only between processes of one PID namespace (run both in the same container or share the host PID namespace)",
+                "the producer (pid {} in its namespace) runs in another PID namespace; {how}",
                 info.producer_pid
             )));
         }
@@ -390,7 +396,7 @@ impl Consumer {
         &self.info
     }
 
-    #[cfg(any(test, feature = "test-support"))]
+    /// This consumer's record in the control block.
     pub fn index(&self) -> usize {
         self.index
     }
@@ -885,7 +891,7 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         )));
     }
     let gpu_sync = h.gpu_sync.load(r);
-    if gpu_sync != GPU_SYNC_EVENT && gpu_sync != GPU_SYNC_HOST {
+    if ![GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE].contains(&gpu_sync) {
         return Err(ChannelError::Corrupt(format!(
             "unknown gpu-sync mode {gpu_sync}"
         )));

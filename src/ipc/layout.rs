@@ -46,6 +46,7 @@ pub const TRANSPORT_CUDA: u32 = 2;
 /// `ControlHeader::gpu_sync`
 pub const GPU_SYNC_EVENT: u32 = 0;
 pub const GPU_SYNC_HOST: u32 = 1;
+pub const GPU_SYNC_TIMELINE: u32 = 2;
 
 /// `ConsumerRecord::state`
 pub const CONSUMER_FREE: u32 = 0;

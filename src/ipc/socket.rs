@@ -42,8 +42,8 @@ const MAGIC: &str = "CUDAIPC1";
 /// Longest request or reply line.
 const MAX_LINE: usize = 128;
 /// Most descriptors one reply carries (the control block, or a pool's
-/// memory).
-const MAX_FDS: usize = 4;
+/// memory: one per slot of device memory, and its timeline block).
+const MAX_FDS: usize = crate::ipc::layout::MAX_SLOTS + 1;
 /// How long either side waits for the other's line.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections served at once; more are closed at once.
@@ -522,11 +522,20 @@ pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec
             )));
         }
     }
-    // Every reply hands over one descriptor.
-    if fds.len() != 1 {
+    // The control block is one descriptor; a pool's memory at least one
+    // (its receiver checks how many its transport needs).
+    let fits = match request {
+        Request::Control => fds.len() == 1,
+        Request::Pool(_) => !fds.is_empty(),
+    };
+    if !fits {
         return Err(corrupt(format!(
-            "the producer's socket sent {} descriptors for one",
-            fds.len()
+            "the producer's socket sent {} descriptors for {}",
+            fds.len(),
+            match request {
+                Request::Control => "the control block",
+                Request::Pool(_) => "a pool",
+            }
         )));
     }
     Ok(fds)

@@ -505,3 +505,37 @@ fn a_slot_is_published_again_only_once_every_consumer_is_done_with_it() {
     c.release(again.slot);
     assert_eq!(c.frames_missed(), 0);
 }
+
+/// Every ordering a producer can announce (events, host synchronisation,
+/// the timeline) is one a consumer attaches to; an unknown one is refused.
+#[test]
+fn consumers_accept_every_gpu_sync_a_producer_announces() {
+    for (gpu_sync, accepted) in [
+        (GPU_SYNC_EVENT, true),
+        (GPU_SYNC_HOST, true),
+        (GPU_SYNC_TIMELINE, true),
+        (7, false),
+    ] {
+        let channel = unique_channel("gpusync");
+        let _p = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            gpu_sync,
+            ..Default::default()
+        })
+        .unwrap();
+        let attached = Consumer::attach(
+            ConsumerConfig {
+                channel: channel.clone(),
+                connect_timeout: Some(Duration::from_secs(2)),
+                ..Default::default()
+            },
+            &AtomicBool::new(false),
+        );
+        match (attached, accepted) {
+            (Ok(c), true) => assert_eq!(c.info().gpu_sync, gpu_sync),
+            (Err(e), false) => assert!(e.to_string().contains("unknown gpu-sync"), "{e}"),
+            (Ok(_), false) => panic!("gpu-sync {gpu_sync} accepted"),
+            (Err(e), true) => panic!("gpu-sync {gpu_sync} refused: {e}"),
+        }
+    }
+}

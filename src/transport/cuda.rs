@@ -12,17 +12,36 @@
 // gives such a slot back to be written.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::os::fd::OwnedFd;
+
+use super::timeline::Timeline;
 use super::{
     ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, WriterStream,
 };
 use crate::cuda::{
-    Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory, Stream,
+    Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory,
+    SharedDeviceMemory, Stream,
 };
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, PoolInfo, Producer};
+use crate::ipc::socket::{self, Peers};
+use crate::ipc::{ChannelError, ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
+
+/// The pool descriptor of slots handed over a descriptor channel's socket.
+const RECEIVED_POOL: &[u8] = b"@socket";
+/// Starts the memory half of a slot descriptor whose allocation is handed
+/// over the socket; its bytes (the allocation's size) follow, little endian.
+const SHARED_MEMORY_MARK: &[u8; 8] = b"@fdslot\0";
+/// A consumer's release descriptor under `GpuSync::Timeline`: its row of the
+/// timeline block is its record's.
+const TIMELINE_RELEASE_MARK: &[u8; 8] = b"@timelin";
+/// How long the producer waits for a consumer's released reads of a slot on
+/// the timeline before it stops counting that consumer's reads (its frames
+/// may then be overwritten while it reads them; the producer goes on).
+const TIMELINE_READS_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn split_descriptor(
     d: &[u8; SLOT_DESCRIPTOR_BYTES],
@@ -37,6 +56,9 @@ fn split_descriptor(
 /// A consumer's release events, opened once per descriptor it publishes.
 struct ConsumerEvents {
     session: u64,
+    /// Timeline: its reads did not finish within [`TIMELINE_READS_TIMEOUT`];
+    /// no longer waited for.
+    ignored: bool,
     /// Per slot: the published descriptor and its event, opened.
     events: Vec<([u8; RELEASE_DESCRIPTOR_BYTES], Option<Event>)>,
 }
@@ -140,7 +162,13 @@ pub struct CudaProducerSlots {
     device: Arc<Device>,
     /// Each slot's memory: allocated here, or lent (see `lend`).
     regions: Vec<DeviceRegion>,
+    /// `IpcMode::Fd`: the slots' allocations, exported to consumers as
+    /// descriptors.
+    shared: Vec<Arc<SharedDeviceMemory>>,
+    /// `GpuSync::Timeline`: the values that order writes and reads.
+    timeline: Option<Timeline>,
     lent: bool,
+    /// `GpuSync::Event`: each slot's "written" event.
     ready: Vec<Event>,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
@@ -152,10 +180,42 @@ pub struct CudaProducerSlots {
 
 impl CudaProducerSlots {
     pub fn create(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
+        if request.ipc_mode == IpcMode::Fd {
+            return Self::create_shared(device, request);
+        }
+        if request.gpu_sync == GpuSync::Timeline {
+            return Err(TransportError::Invalid(
+                "gpu-sync=timeline needs ipc-mode=fd".into(),
+            ));
+        }
         let regions = (0..request.count)
             .map(|_| DeviceBuffer::new(device, request.size).map(DeviceBuffer::into_region))
             .collect::<Result<Vec<_>, _>>()?;
-        Self::with_memory(device, regions, request.size, request.gpu_sync, false)
+        Self::with_memory(device, regions, request.size, request.gpu_sync, false, false)
+    }
+
+    /// Slots of a descriptor channel: allocations exported as file
+    /// descriptors, and with `GpuSync::Timeline` the timeline block.
+    fn create_shared(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
+        let shared = (0..request.count)
+            .map(|_| SharedDeviceMemory::new(device, request.size).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let regions = shared.iter().map(|m| m.region(request.size)).collect();
+        let mut slots =
+            Self::with_memory(device, regions, request.size, request.gpu_sync, false, true)?;
+        for (descriptor, memory) in slots.descriptors.iter_mut().zip(&shared) {
+            descriptor[..IPC_HANDLE_BYTES].fill(0);
+            descriptor[..8].copy_from_slice(SHARED_MEMORY_MARK);
+            descriptor[8..16].copy_from_slice(&(memory.size() as u64).to_le_bytes());
+        }
+        slots.shared = shared;
+        if request.gpu_sync == GpuSync::Timeline {
+            slots.timeline = Some(Timeline::create(
+                device,
+                &socket::socket_path(&request.channel),
+            )?);
+        }
+        Ok(slots)
     }
 
     /// Slots made of device memory another allocator of this process owns
@@ -186,7 +246,7 @@ impl CudaProducerSlots {
             // contract).
             unsafe { DeviceRegion::from_raw_parts(device, ptr, size, owner.clone()) }
         }));
-        Self::with_memory(device, regions, size, sync, true)
+        Self::with_memory(device, regions, size, sync, true, false)
     }
 
     fn with_memory(
@@ -195,20 +255,29 @@ impl CudaProducerSlots {
         size: usize,
         sync: GpuSync,
         lent: bool,
+        shared: bool,
     ) -> Result<Self, TransportError> {
         let mut ready = Vec::with_capacity(regions.len());
         let mut descriptors = Vec::with_capacity(regions.len());
         for region in &regions {
-            let event = Event::new(device, true)?;
             let mut descriptor = [0u8; SLOT_DESCRIPTOR_BYTES];
-            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&region.ipc_handle()?);
-            descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]
-                .copy_from_slice(&event.ipc_handle()?);
-            ready.push(event);
+            // Allocations of `create_shared` have no IPC handle: it writes
+            // their descriptors itself.
+            if !shared {
+                descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&region.ipc_handle()?);
+            }
+            if sync == GpuSync::Event {
+                let event = Event::new(device, true)?;
+                descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]
+                    .copy_from_slice(&event.ipc_handle()?);
+                ready.push(event);
+            }
             descriptors.push(descriptor);
         }
         Ok(Self {
             device: device.clone(),
+            shared: Vec::new(),
+            timeline: None,
             lent,
             regions,
             ready,
@@ -254,6 +323,52 @@ impl CudaProducerSlots {
         )
     }
 
+    /// Waits on the host until the consumers' GPU reads of `slot` that
+    /// they released are done, by the timeline. A consumer whose reads do
+    /// not finish within [`TIMELINE_READS_TIMEOUT`] is not waited for again
+    /// (it can delay the producer once, never stop it).
+    fn wait_reads_on_timeline(
+        &self,
+        timeline: &Timeline,
+        slot: usize,
+        producer: &Producer,
+    ) -> Result<(), TransportError> {
+        let start = Instant::now();
+        let mut next_check = Duration::from_millis(10);
+        loop {
+            let mut cache = self.consumers.lock().unwrap();
+            self.refresh_consumers(producer, &mut cache);
+            let late: Vec<usize> = cache
+                .consumers
+                .iter()
+                .filter(|(row, c)| !c.ignored && !timeline.reads_done(**row, slot))
+                .map(|(row, _)| *row)
+                .collect();
+            if late.is_empty() {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= TIMELINE_READS_TIMEOUT {
+                for row in late {
+                    if let Some(consumer) = cache.consumers.get_mut(&row) {
+                        consumer.ignored = true;
+                    }
+                }
+                return Ok(());
+            }
+            drop(cache);
+            if waited >= next_check {
+                producer.reclaim_dead_consumers();
+                next_check = waited + Duration::from_millis(10);
+            }
+            if waited < Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
     /// Opens the release events of consumers that attached since last time.
     fn refresh_consumers(&self, producer: &Producer, cache: &mut ConsumerEventCache) {
         let fingerprint = producer.consumer_fingerprint();
@@ -275,6 +390,7 @@ impl CudaProducerSlots {
                 .entry(info.index)
                 .or_insert_with(|| ConsumerEvents {
                     session: info.session,
+                    ignored: false,
                     events: Vec::new(),
                 });
             // Consumers publish new events with each pool they open.
@@ -287,7 +403,11 @@ impl CudaProducerSlots {
                 handle.copy_from_slice(&descriptor[..IPC_HANDLE_BYTES]);
                 // A consumer that publishes garbage only loses its own
                 // ordering guarantee; it cannot stop the producer.
-                let opened = (*descriptor, Event::open_ipc(&self.device, &handle).ok());
+                let event = match self.sync {
+                    GpuSync::Event => Event::open_ipc(&self.device, &handle).ok(),
+                    _ => None,
+                };
+                let opened = (*descriptor, event);
                 if slot < entry.events.len() {
                     entry.events[slot] = opened;
                 } else {
@@ -322,7 +442,23 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn pool_descriptor(&self) -> Vec<u8> {
-        Vec::new()
+        match self.shared.is_empty() {
+            true => Vec::new(),
+            false => RECEIVED_POOL.to_vec(),
+        }
+    }
+
+    fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
+        let mut fds = Vec::with_capacity(self.shared.len() + 1);
+        if let Some(timeline) = &self.timeline {
+            fds.push(timeline.export().ok_or_else(|| {
+                TransportError::Io("cannot share the timeline block".into())
+            })?);
+        }
+        for memory in &self.shared {
+            fds.push(memory.export()?);
+        }
+        Ok(fds)
     }
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
@@ -333,6 +469,9 @@ impl ProducerSlots for CudaProducerSlots {
         if self.sync == GpuSync::Host {
             // Consumers synchronised before releasing: nothing is in flight.
             return Ok(());
+        }
+        if let Some(timeline) = &self.timeline {
+            return self.wait_reads_on_timeline(timeline, slot, producer);
         }
         if self.lent || self.host_waits {
             return self.wait_reads_on_host(slot, producer);
@@ -347,6 +486,12 @@ impl ProducerSlots for CudaProducerSlots {
         }
         let mut cache = self.consumers.lock().unwrap();
         self.refresh_consumers(producer, &mut cache);
+        if let Some(timeline) = &self.timeline {
+            return Ok(cache
+                .consumers
+                .iter()
+                .all(|(&row, c)| c.ignored || timeline.reads_done(row, slot)));
+        }
         for consumer in cache.consumers.values() {
             if let Some((_, Some(event))) = consumer.events.get(slot)
                 && !event.is_complete()?
@@ -366,7 +511,7 @@ impl ProducerSlots for CudaProducerSlots {
         if self.sync == GpuSync::Host {
             return Ok(true);
         }
-        if self.host_waits {
+        if self.host_waits || self.timeline.is_some() {
             return Ok(false);
         }
         // SAFETY: `WriterStream::new`'s contract: a live stream of this
@@ -380,20 +525,35 @@ impl ProducerSlots for CudaProducerSlots {
         // SAFETY: `WriterStream::new`'s contract: a live stream of this
         // device's primary context.
         let stream = unsafe { self.device.foreign_stream(writer.raw()) };
-        match self.sync {
-            GpuSync::Event => stream.record(&self.ready[slot])?,
-            GpuSync::Host => stream.synchronize()?,
-        }
+        self.mark_written(slot, &stream)?;
         Ok(true)
     }
 
     fn after_write(&self, slot: usize) -> Result<(), TransportError> {
-        let stream = self.device.stream();
-        match self.sync {
-            GpuSync::Event => stream.record(&self.ready[slot])?,
-            GpuSync::Host => stream.synchronize()?,
+        self.mark_written(slot, &self.device.stream())
+    }
+}
+
+impl CudaProducerSlots {
+    /// Marks the frame in `slot` written once the work queued so far on
+    /// `stream` is done.
+    fn mark_written(&self, slot: usize, stream: &Stream) -> Result<(), TransportError> {
+        match (self.sync, &self.timeline) {
+            (GpuSync::Timeline, Some(timeline)) => timeline.mark_written(slot, stream)?,
+            (GpuSync::Host, _) => stream.synchronize()?,
+            (_, _) => stream.record(&self.ready[slot])?,
         }
         Ok(())
+    }
+}
+
+impl Drop for CudaProducerSlots {
+    fn drop(&mut self) {
+        // The stream's pending writes into the timeline block must run
+        // before the block is unregistered.
+        if self.timeline.is_some() {
+            let _ = self.device.stream().synchronize();
+        }
     }
 }
 
@@ -401,13 +561,26 @@ pub struct CudaConsumerSlots {
     device: Arc<Device>,
     /// Each slot's mapping, bounded by what the driver mapped.
     memory: Vec<DeviceRegion>,
+    /// `GpuSync::Event`: the producer's "written" and our "read" events.
     ready: Vec<Event>,
     released: Vec<Event>,
+    /// `GpuSync::Timeline`: the block, our row in it, and per slot the value
+    /// its frame's reads waited for.
+    timeline: Option<ConsumerTimeline>,
     release_descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]>,
     size: usize,
     sync: GpuSync,
     /// See [`waits_on_host`].
     host_waits: bool,
+    /// Whether every slot is mapped for reading only.
+    #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
+    read_only: bool,
+}
+
+struct ConsumerTimeline {
+    block: Timeline,
+    row: usize,
+    targets: Vec<AtomicU64>,
 }
 
 impl CudaConsumerSlots {
@@ -417,15 +590,17 @@ impl CudaConsumerSlots {
         pool: &PoolInfo,
         sync: GpuSync,
     ) -> Result<Self, TransportError> {
-        let size = usize::try_from(pool.slot_size)
-            .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+        if sync == GpuSync::Timeline {
+            return Err(TransportError::Invalid(
+                "a named channel announced gpu-sync=timeline (only descriptor channels have it)"
+                    .into(),
+            ));
+        }
+        let size = pool_slot_size(pool)?;
         let peer = device.uuid() != info.device_uuid;
         let mut memory = Vec::new();
-        let mut ready = Vec::new();
-        let mut released = Vec::new();
-        let mut release_descriptors = Vec::new();
         for (i, d) in pool.slot_descriptors.iter().enumerate() {
-            let (mem_handle, event_handle) = split_descriptor(d);
+            let (mem_handle, _) = split_descriptor(d);
             let imported = ImportedMemory::open(device, &mem_handle).map_err(|e| {
                 let hint = if peer {
                     " (the producer runs on another GPU: peer access between the two is needed)"
@@ -439,30 +614,140 @@ impl CudaConsumerSlots {
             // A producer announcing more than it exported gets regions only
             // as long as the mapping: frames beyond it are refused, not read.
             memory.push(imported.into_region(size));
-            if sync == GpuSync::Host {
-                // Stream synchronisation on both sides: no events at all.
-                continue;
+        }
+        Self::with_memory(device, memory, pool, size, sync, None)
+    }
+
+    /// Receives the slots of a descriptor channel from its producer, which
+    /// must be one of `producers`: one allocation per slot (mapped read-only
+    /// where the driver allows), and with `GpuSync::Timeline` first the
+    /// timeline block, whose row `row` (our consumer record's) is ours.
+    pub fn receive(
+        device: &Arc<Device>,
+        channel: &str,
+        info: &ChannelInfo,
+        pool: &PoolInfo,
+        producers: &Peers,
+        row: usize,
+        sync: GpuSync,
+    ) -> Result<Self, TransportError> {
+        let descriptor = pool.pool_descriptor.split(|&b| b == 0).next().unwrap_or(&[]);
+        if descriptor != RECEIVED_POOL {
+            return Err(TransportError::Invalid(
+                "a descriptor channel announced slots it does not hand over".into(),
+            ));
+        }
+        let size = pool_slot_size(pool)?;
+        let mut fds = socket::request(channel, socket::Request::Pool(pool.generation), producers)
+            .map_err(|e| match e {
+                socket::RequestError::Channel(e) => TransportError::Channel(e),
+                socket::RequestError::NoProducer => TransportError::Channel(ChannelError::Io {
+                    context: format!("channel '{channel}'"),
+                    source: std::io::Error::other("the producer's socket is gone"),
+                }),
+                socket::RequestError::Gone => TransportError::Invalid(format!(
+                    "the producer no longer hands out pool {}",
+                    pool.generation
+                )),
+            })?
+            .into_iter();
+        let expected = pool.slot_descriptors.len() + usize::from(sync == GpuSync::Timeline);
+        if fds.len() != expected {
+            return Err(TransportError::Invalid(format!(
+                "the producer handed over {} descriptors for a pool of {} slots ({expected} expected)",
+                fds.len(),
+                pool.slot_descriptors.len()
+            )));
+        }
+        let timeline = match sync {
+            GpuSync::Timeline => {
+                let block = Timeline::receive(device, fds.next().expect("counted above"))?;
+                block.reset_row(row);
+                Some(ConsumerTimeline {
+                    block,
+                    row,
+                    targets: (0..pool.slot_descriptors.len()).map(|_| AtomicU64::new(0)).collect(),
+                })
             }
-            ready.push(Event::open_ipc(device, &event_handle).map_err(|e| {
+            _ => None,
+        };
+        let peer = device.uuid() != info.device_uuid;
+        let mut read_only = true;
+        let mut memory = Vec::with_capacity(pool.slot_descriptors.len());
+        for ((i, d), fd) in pool.slot_descriptors.iter().enumerate().zip(fds) {
+            let (mark, bytes) = d.split_at(8);
+            let shared_size = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+            if mark != SHARED_MEMORY_MARK || shared_size < size as u64 {
+                return Err(TransportError::Invalid(format!(
+                    "slot {i} of a descriptor channel describes no allocation of {size} bytes"
+                )));
+            }
+            let shared_size = usize::try_from(shared_size)
+                .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+            let imported = SharedDeviceMemory::import(device, &fd, shared_size).map_err(|e| {
+                let hint = if peer {
+                    " (the producer runs on another GPU)"
+                } else {
+                    ""
+                };
                 TransportError::Invalid(format!(
-                    "cannot open the producer's event of slot {i}: {e}. CUDA keeps interprocess events in files only their creator's user can map: a producer and a consumer of different users need gpu-sync=host on the sink"
+                    "cannot map slot {i} of the producer's device memory: {e}{hint}"
                 ))
-            })?);
-            let release = Event::new(device, true)?;
-            let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
-            descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&release.ipc_handle()?);
-            released.push(release);
-            release_descriptors.push(descriptor);
+            })?;
+            read_only &= imported.is_read_only();
+            memory.push(Arc::new(imported).region(size));
+        }
+        let mut slots = Self::with_memory(device, memory, pool, size, sync, timeline)?;
+        slots.read_only = read_only;
+        Ok(slots)
+    }
+
+    fn with_memory(
+        device: &Arc<Device>,
+        memory: Vec<DeviceRegion>,
+        pool: &PoolInfo,
+        size: usize,
+        sync: GpuSync,
+        timeline: Option<ConsumerTimeline>,
+    ) -> Result<Self, TransportError> {
+        let mut ready = Vec::new();
+        let mut released = Vec::new();
+        let mut release_descriptors = Vec::new();
+        for (i, d) in pool.slot_descriptors.iter().enumerate() {
+            match sync {
+                // Stream synchronisation on both sides: nothing to share.
+                GpuSync::Host => {}
+                GpuSync::Timeline => {
+                    let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
+                    descriptor[..8].copy_from_slice(TIMELINE_RELEASE_MARK);
+                    release_descriptors.push(descriptor);
+                }
+                GpuSync::Event => {
+                    let (_, event_handle) = split_descriptor(d);
+                    ready.push(Event::open_ipc(device, &event_handle).map_err(|e| {
+                        TransportError::Invalid(format!(
+                            "cannot open the producer's event of slot {i}: {e}. CUDA keeps interprocess events in files only their creator's user can map, in its PID namespace: a producer and a consumer of different users or containers need ipc-mode=fd (gpu-sync=timeline) or gpu-sync=host on the sink"
+                        ))
+                    })?);
+                    let release = Event::new(device, true)?;
+                    let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
+                    descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&release.ipc_handle()?);
+                    released.push(release);
+                    release_descriptors.push(descriptor);
+                }
+            }
         }
         Ok(Self {
             device: device.clone(),
             memory,
             ready,
             released,
+            timeline,
             release_descriptors,
             size,
             sync,
             host_waits: waits_on_host(device),
+            read_only: false,
         })
     }
 
@@ -470,6 +755,11 @@ impl CudaConsumerSlots {
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
+}
+
+fn pool_slot_size(pool: &PoolInfo) -> Result<usize, TransportError> {
+    usize::try_from(pool.slot_size)
+        .map_err(|_| TransportError::Invalid("slot size overflows".into()))
 }
 
 impl ConsumerSlots for CudaConsumerSlots {
@@ -490,28 +780,76 @@ impl ConsumerSlots for CudaConsumerSlots {
         SlotMemory::Device(self.memory[slot].clone())
     }
 
+    #[cfg(any(test, feature = "test-support"))]
+    fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     fn before_read(&self, slot: usize, give_up: &dyn Fn() -> bool) -> Result<(), TransportError> {
-        match (self.sync, self.host_waits) {
-            (GpuSync::Event, true) => wait_on_host(
-                &self.ready[slot],
-                &format!("the producer's writes into slot {slot}"),
-                give_up,
-            ),
-            (GpuSync::Event, false) => Ok(self.device.stream().wait_event(&self.ready[slot])?),
+        let what = || format!("the producer's writes into slot {slot}");
+        match (self.sync, &self.timeline) {
             (GpuSync::Host, _) => Ok(()),
+            (GpuSync::Timeline, Some(timeline)) => {
+                let target = timeline.block.ready_target(slot);
+                timeline.targets[slot].store(target, Ordering::Relaxed);
+                match self.host_waits {
+                    true => poll_on_host(
+                        &what(),
+                        Duration::from_micros(20),
+                        || Ok(timeline.block.is_ready(slot, target)),
+                        give_up,
+                    ),
+                    false => timeline.block.wait_ready_on(slot, target, &self.device.stream()),
+                }
+            }
+            (_, _) if self.host_waits => wait_on_host(&self.ready[slot], &what(), give_up),
+            (_, _) => Ok(self.device.stream().wait_event(&self.ready[slot])?),
         }
     }
 
     fn finish_read(&self, slot: usize) -> Result<(), TransportError> {
         let stream = self.device.stream();
-        match self.sync {
-            GpuSync::Event => stream.record(&self.released[slot])?,
-            GpuSync::Host => stream.synchronize()?,
+        match (self.sync, &self.timeline) {
+            (GpuSync::Host, _) => stream.synchronize()?,
+            (GpuSync::Timeline, Some(timeline)) => {
+                let target = timeline.targets[slot].load(Ordering::Relaxed);
+                timeline.block.mark_read(timeline.row, slot, target, &stream)?;
+            }
+            (_, _) => stream.record(&self.released[slot])?,
         }
         Ok(())
     }
 
     fn release_descriptors(&self) -> Vec<[u8; RELEASE_DESCRIPTOR_BYTES]> {
         self.release_descriptors.clone()
+    }
+}
+
+impl Drop for CudaConsumerSlots {
+    fn drop(&mut self) {
+        let Some(timeline) = &self.timeline else {
+            return;
+        };
+        // Our stream may still wait for the producer's marks (a producer
+        // that died before its GPU wrote them): give them a moment, then
+        // write them ourselves, so that it never waits on memory that is
+        // gone; its own writes into the block run before it is unregistered.
+        let targets: Vec<u64> = timeline
+            .targets
+            .iter()
+            .map(|t| t.load(Ordering::Relaxed))
+            .collect();
+        let all_ready = || {
+            targets
+                .iter()
+                .enumerate()
+                .all(|(slot, &target)| timeline.block.is_ready(slot, target))
+        };
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !all_ready() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        timeline.block.release_waits(&targets);
+        let _ = self.device.stream().synchronize();
     }
 }

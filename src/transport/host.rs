@@ -227,11 +227,14 @@ impl ProducerSlots for HostProducerSlots {
         Ok(())
     }
 
-    fn shareable(&self) -> Option<OwnedFd> {
-        self.path
-            .is_none()
-            .then(|| self.file.try_clone().ok().map(OwnedFd::from))
-            .flatten()
+    fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
+        if self.path.is_some() {
+            return Ok(Vec::new());
+        }
+        let file = self.file.try_clone().map_err(|e| {
+            TransportError::Io(format!("cannot share the slots' memory: {e}"))
+        })?;
+        Ok(vec![OwnedFd::from(file)])
     }
 }
 
@@ -269,8 +272,13 @@ impl HostConsumerSlots {
                     pool.generation
                 )),
             })?
-            .pop()
-            .ok_or_else(|| TransportError::Invalid("no memory received".into()))?;
+            ;
+        let [fd] = <[OwnedFd; 1]>::try_from(fd).map_err(|fds| {
+            TransportError::Invalid(format!(
+                "the producer handed over {} descriptors for host slots (one expected)",
+                fds.len()
+            ))
+        })?;
         socket::check_sealed(&fd, needed as u64).map_err(TransportError::Channel)?;
         let path = socket::socket_path(channel);
         Self::map_slots(File::from(fd), path, count, size, needed)
@@ -362,6 +370,11 @@ impl ConsumerSlots for HostConsumerSlots {
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
         SlotMemory::Host(self.regions[slot].clone())
+    }
+
+    #[cfg(any(test, feature = "test-support"))]
+    fn is_read_only(&self) -> bool {
+        self.map.as_mut_ptr().is_none()
     }
 
     fn host_region(&self, slot: usize) -> Option<&HostRegion> {

@@ -13,13 +13,14 @@ mod publisher;
 mod subscriber;
 #[cfg(test)]
 mod tests;
+mod timeline;
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::cuda::{CudaError, Device, DeviceRegion};
 use crate::ipc::layout::{
-    GPU_SYNC_EVENT, GPU_SYNC_HOST, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA,
+    GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA,
     TRANSPORT_HOST,
 };
 use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
@@ -79,6 +80,10 @@ pub enum GpuSync {
     /// Synchronise the stream on the host before publishing and before
     /// releasing (the seed project's way).
     Host,
+    /// Values the GPU writes into memory both processes map, handed over a
+    /// descriptor channel's socket (see `timeline`): no event files, so it
+    /// works across users and PID namespaces.
+    Timeline,
 }
 
 impl GpuSync {
@@ -86,6 +91,7 @@ impl GpuSync {
         match self {
             Self::Event => GPU_SYNC_EVENT,
             Self::Host => GPU_SYNC_HOST,
+            Self::Timeline => GPU_SYNC_TIMELINE,
         }
     }
 
@@ -93,7 +99,33 @@ impl GpuSync {
         match value {
             GPU_SYNC_EVENT => Some(Self::Event),
             GPU_SYNC_HOST => Some(Self::Host),
+            GPU_SYNC_TIMELINE => Some(Self::Timeline),
             _ => None,
+        }
+    }
+
+    /// `choice`, or for `auto` (`None`): the timeline on a descriptor
+    /// channel of the cuda transport whose device can write and wait for
+    /// values (it crosses users and PID namespaces, which events do not),
+    /// else events. `Err`: the timeline asked for where it cannot work.
+    pub fn resolve(
+        choice: Option<GpuSync>,
+        kind: TransportKind,
+        ipc_mode: crate::ipc::IpcMode,
+        device: Option<&Device>,
+    ) -> Result<GpuSync, String> {
+        let descriptor_channel = ipc_mode == crate::ipc::IpcMode::Fd && kind == TransportKind::Cuda;
+        let value_ops = device.is_some_and(Device::has_stream_value_ops);
+        match choice {
+            Some(GpuSync::Timeline) if !descriptor_channel => Err(
+                "gpu-sync=timeline needs transport=cuda and ipc-mode=fd (its values are handed over the channel's socket)".into(),
+            ),
+            Some(GpuSync::Timeline) if !value_ops => Err(
+                "gpu-sync=timeline: this device cannot write and wait for values in memory (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); use gpu-sync=event".into(),
+            ),
+            Some(choice) => Ok(choice),
+            None if descriptor_channel && value_ops => Ok(GpuSync::Timeline),
+            None => Ok(GpuSync::Event),
         }
     }
 }
@@ -201,11 +233,12 @@ pub trait ProducerSlots: Send + Sync {
     ) -> Result<bool, TransportError> {
         Ok(false)
     }
-    /// A descriptor of the slots' memory for a descriptor channel's
-    /// consumers (host slots of `IpcMode::Fd`); `None` where consumers find
-    /// the memory otherwise.
-    fn shareable(&self) -> Option<std::os::fd::OwnedFd> {
-        None
+    /// Descriptors of the slots' memory for a descriptor channel's
+    /// consumers (`IpcMode::Fd`: the host slots' memfd; the cuda slots'
+    /// timeline block, if any, then one allocation per slot); empty where
+    /// consumers find the memory otherwise.
+    fn shareables(&self) -> Result<Vec<std::os::fd::OwnedFd>, TransportError> {
+        Ok(Vec::new())
     }
 }
 
@@ -216,6 +249,9 @@ pub trait ConsumerSlots: Send + Sync {
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_memory(&self, slot: usize) -> SlotMemory;
+    /// Whether this process can only read the slots.
+    #[cfg(any(test, feature = "test-support"))]
+    fn is_read_only(&self) -> bool;
     /// The memory of `slot` when it is host memory, borrowed from the
     /// slots (a held frame's bytes live as long as the frame).
     fn host_region(&self, _slot: usize) -> Option<&HostRegion> {
@@ -270,6 +306,7 @@ pub fn open_consumer_slots(
     info: &ChannelInfo,
     pool: &PoolInfo,
     device: Option<&Arc<Device>>,
+    consumer_index: usize,
 ) -> Result<Arc<dyn ConsumerSlots>, TransportError> {
     match TransportKind::from_wire(info.transport) {
         Some(TransportKind::Host) => Ok(Arc::new(match &info.descriptor_channel {
@@ -283,7 +320,18 @@ pub fn open_consumer_slots(
             let sync = GpuSync::from_wire(info.gpu_sync).ok_or_else(|| {
                 TransportError::Invalid(format!("unknown gpu-sync {}", info.gpu_sync))
             })?;
-            Ok(Arc::new(CudaConsumerSlots::open(device, info, pool, sync)?))
+            Ok(Arc::new(match &info.descriptor_channel {
+                Some(producers) => CudaConsumerSlots::receive(
+                    device,
+                    channel,
+                    info,
+                    pool,
+                    producers,
+                    consumer_index,
+                    sync,
+                )?,
+                None => CudaConsumerSlots::open(device, info, pool, sync)?,
+            }))
         }
         None => Err(TransportError::Invalid(format!(
             "unknown transport {}",

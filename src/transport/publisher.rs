@@ -407,9 +407,10 @@ impl<T: Send + 'static> Publisher<T> {
             lent.cancel_reservations(&self.producer);
         }
         // Before the pool is published: consumers ask for its memory then.
-        if let Some(memory) = slots.shareable() {
+        let memory = slots.shareables().map_err(|e| e.to_string())?;
+        if !memory.is_empty() {
             self.producer
-                .offer_pool(self.producer.pool_generation() + 1, vec![memory]);
+                .offer_pool(self.producer.pool_generation() + 1, memory);
         }
         // Waits until consumers are done with the old slots.
         self.producer
@@ -734,6 +735,11 @@ impl<T: Send + 'static> Publisher<T> {
         let Some(device) = self.device() else {
             return Ok(false);
         };
+        // Lent memory (another allocator's) has only legacy IPC handles,
+        // which a descriptor channel does not hand out.
+        if self.config.ipc_mode == IpcMode::Fd {
+            return Ok(false);
+        }
         // The records of the current pool, which consumers may still hold,
         // become placeholders.
         let placeholders = self.producer.slot_count();

@@ -380,6 +380,7 @@ impl Subscriber {
             self.consumer.info(),
             &pool,
             self.device.as_ref(),
+            self.consumer.index(),
         ) {
             Ok(slots) => slots,
             // A producer that died meanwhile takes its device memory with it:

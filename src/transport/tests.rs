@@ -81,8 +81,9 @@ fn contract_in(
         (slots.slot_count(), slots.slot_size(), slots.kind()),
         (3, SIZE, kind)
     );
-    if let Some(memory) = slots.shareable() {
-        producer.offer_pool(1, vec![memory]);
+    let memory = slots.shareables().unwrap();
+    if !memory.is_empty() {
+        producer.offer_pool(1, memory);
     }
     producer
         .configure_pool(
@@ -134,6 +135,13 @@ fn contract_in(
     for child in children {
         let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
+        // What the consumer found out about its mapping (see the child).
+        for line in String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.contains("mapped read-only"))
+        {
+            eprintln!("consumer process: {line}");
+        }
         assert!(
             out.status.success() && stdout.contains("1 passed"),
             "consumer process failed:\n{stdout}\n{}",
@@ -162,8 +170,13 @@ fn contract_consumer_process() {
         TransportKind::Cuda => Some(crate::cuda::Device::get(0).unwrap()),
         TransportKind::Host => None,
     };
-    let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref()).unwrap();
+    let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref(), consumer.index()).unwrap();
     assert_eq!((view.slot_count(), view.slot_size()), (3, SIZE));
+    match (view.kind(), consumer.info().descriptor_channel.is_some()) {
+        (TransportKind::Host, _) => assert!(view.is_read_only(), "a consumer's host slots are read-only"),
+        (TransportKind::Cuda, true) => eprintln!("device slots mapped read-only: {}", view.is_read_only()),
+        (TransportKind::Cuda, false) => {}
+    }
     consumer.set_release_descriptors(&view.release_descriptors());
     let mut seen = 0u64;
     while let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(10))).unwrap() {
@@ -206,6 +219,63 @@ fn cuda_transport_meets_the_contract_with_host_sync() {
     if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_host_sync") {
         contract(TransportKind::Cuda, Some(device), GpuSync::Host);
     }
+}
+
+/// Over a descriptor channel: the slots are allocations handed over the
+/// socket as descriptors, ordered by the timeline or by events.
+#[test]
+fn cuda_transport_meets_the_contract_over_descriptors_with_the_timeline() {
+    if let Some(device) =
+        gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_the_timeline")
+    {
+        contract_in(TransportKind::Cuda, Some(device), GpuSync::Timeline, crate::ipc::IpcMode::Fd);
+    }
+}
+
+#[test]
+fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
+    if let Some(device) =
+        gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_events")
+    {
+        contract_in(TransportKind::Cuda, Some(device), GpuSync::Event, crate::ipc::IpcMode::Fd);
+    }
+}
+
+#[test]
+fn auto_orders_a_cuda_descriptor_channel_by_the_timeline() {
+    if let Some(device) = gpu_or_skip("auto_orders_a_cuda_descriptor_channel_by_the_timeline") {
+        use crate::ipc::IpcMode;
+        assert!(device.has_stream_value_ops(), "the GPU hosts we test on have value operations");
+        assert_eq!(
+            GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Fd, Some(&device)),
+            Ok(GpuSync::Timeline)
+        );
+        assert_eq!(
+            GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Legacy, Some(&device)),
+            Ok(GpuSync::Event)
+        );
+    }
+}
+
+#[test]
+fn the_timeline_needs_a_descriptor_channel_of_the_cuda_transport() {
+    use crate::ipc::IpcMode;
+    let refused = |kind, mode| GpuSync::resolve(Some(GpuSync::Timeline), kind, mode, None).unwrap_err();
+    assert!(refused(TransportKind::Cuda, IpcMode::Legacy).contains("ipc-mode=fd"));
+    assert!(refused(TransportKind::Host, IpcMode::Fd).contains("transport=cuda"));
+    // Without a device (or one without value operations) auto means events.
+    assert_eq!(
+        GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Fd, None),
+        Ok(GpuSync::Event)
+    );
+    assert_eq!(
+        GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Legacy, None),
+        Ok(GpuSync::Event)
+    );
+    assert_eq!(
+        GpuSync::resolve(Some(GpuSync::Host), TransportKind::Cuda, IpcMode::Fd, None),
+        Ok(GpuSync::Host)
+    );
 }
 
 #[test]

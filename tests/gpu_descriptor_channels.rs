@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MPL-2.0
+
+// Descriptor channels (`ipc-mode=fd`) on the cuda transport, with real
+// processes: the slots are device allocations handed over the channel's
+// socket as file descriptors, ordered by the timeline (or events), so that
+// 4K frames cross users and PID namespaces zero copy. Run where a GPU is
+// (they print SKIPPED elsewhere, and fail with CUDAIPC_REQUIRE_GPU=1).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    Launch, OTHER_USER, ShmDir, gpu, launch_with, other_user_or_skip, reference_checksums,
+    unique_channel, wait_until,
+};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const SOURCE_4K: &str = "videotestsrc num-buffers=24 pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1";
+
+fn nobody_uid() -> u32 {
+    let out = std::process::Command::new("id")
+        .args(["-u", "nobody"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// A 4K producer on the cuda transport over a descriptor channel, waiting
+/// for one consumer; its debug log says which ordering it chose.
+fn producer(dir: &ShmDir, channel: &str, extra: &str) -> Launch {
+    let env = [dir.env()[0], ("GST_DEBUG", "cudaipcsink:4")];
+    launch_with(
+        &[],
+        &env,
+        &format!(
+            "{SOURCE_4K} ! rscudaipcsink channel={channel} transport=cuda ipc-mode=fd sync=false wait-for-connection=1 {extra}"
+        ),
+    )
+}
+
+/// A consumer that keeps CUDA memory (checksumsink downloads what it
+/// reads).
+fn consumer_pipeline(channel: &str, extra: &str) -> String {
+    format!(
+        "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=60000 {extra} ! checksumsink"
+    )
+}
+
+fn frames_cross_intact(gpu_sync: &str, expected_log: &str) {
+    let dir = ShmDir::new("gpufd");
+    let channel = unique_channel("gpufd");
+    let expected = reference_checksums(SOURCE_4K);
+    let consumer = launch_with(&[], &dir.env(), &consumer_pipeline(&channel, ""));
+    let producer = producer(&dir, &channel, gpu_sync);
+    let socket = format!("cudaipc-{channel}@socket");
+    wait_until(LIMIT, "the channel's socket", || {
+        dir.names().contains(&socket)
+    });
+    let named: Vec<String> = dir
+        .names()
+        .into_iter()
+        .filter(|n| !n.contains("@waiter."))
+        .collect();
+    assert_eq!(named, vec![socket], "nothing but the socket has a name");
+    // The consumer first: a producer waits for it for good.
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected, "{gpu_sync}");
+    let produced = producer.finish(LIMIT);
+    produced.assert_success("producer");
+    assert!(
+        produced.stderr.contains(expected_log),
+        "the sink says '{expected_log}':\n{}",
+        produced.stderr
+    );
+}
+
+#[test]
+fn cuda_frames_cross_a_descriptor_channel_on_the_timeline_by_default() {
+    if gpu("cuda_frames_cross_a_descriptor_channel_on_the_timeline_by_default") {
+        frames_cross_intact("", "gpu-sync Timeline");
+    }
+}
+
+#[test]
+fn cuda_frames_cross_a_descriptor_channel_with_events() {
+    if gpu("cuda_frames_cross_a_descriptor_channel_with_events") {
+        frames_cross_intact("gpu-sync=event", "gpu-sync Event");
+    }
+}
+
+/// Another user's consumer reads every 4K frame on the timeline: no event
+/// file is involved, the allocations come as descriptors.
+#[test]
+fn another_users_consumer_reads_cuda_frames_on_the_timeline() {
+    const TEST: &str = "another_users_consumer_reads_cuda_frames_on_the_timeline";
+    if !gpu(TEST) || !other_user_or_skip(TEST) {
+        return;
+    }
+    let dir = ShmDir::new("gpufdcred");
+    let channel = unique_channel("gpufdcred");
+    let me = gstcudaipc::ipc::shm::effective_uid();
+    let expected = reference_checksums(SOURCE_4K);
+    let consumer = launch_with(
+        &OTHER_USER,
+        &dir.env(),
+        &consumer_pipeline(&channel, &format!("allowed-producers={me}")),
+    );
+    let producer = producer(
+        &dir,
+        &channel,
+        &format!("permissions=0666 allowed-uids={}", nobody_uid()),
+    );
+    let done = consumer.finish(LIMIT);
+    done.assert_success("consumer of another user");
+    assert_eq!(done.checksums(), expected);
+    producer.finish(LIMIT).assert_success("producer");
+}
+
+/// A consumer in other PID and mount namespaces (a container, as far as
+/// `unshare` makes one), sharing only the socket's folder and the GPU's
+/// device nodes, reads every 4K frame zero copy.
+#[test]
+fn a_consumer_in_other_namespaces_reads_cuda_frames() {
+    const TEST: &str = "a_consumer_in_other_namespaces_reads_cuda_frames";
+    if !gpu(TEST) {
+        return;
+    }
+    let unshare = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"];
+    let permitted = std::process::Command::new(unshare[0])
+        .args(&unshare[1..])
+        .args(["sh", "-c", "mount -t tmpfs tmpfs /dev/shm"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !permitted {
+        eprintln!("SKIPPED: {TEST}: unshare and mount are not permitted here");
+        return;
+    }
+    let dir = ShmDir::new("gpufdns");
+    let channel = unique_channel("gpufdns");
+    let expected = reference_checksums(SOURCE_4K);
+    let inside = std::env::temp_dir().join(format!(
+        "cudaipc-chan-{:x}",
+        gstcudaipc::ipc::shm::random_u64()
+    ));
+    std::fs::create_dir(&inside).unwrap();
+    let script = r#"set -e
+mount --bind "$CHANNEL_FOLDER" "$INSIDE"
+mount -t tmpfs tmpfs /dev/shm
+test -z "$(ls /dev/shm)"
+test "$(cat /proc/self/stat | cut -d' ' -f4)" != "$OUTER_PID"
+CUDAIPC_SHM_DIR="$INSIDE" exec "$@""#;
+    let mut wrapper: Vec<&str> = unshare.to_vec();
+    wrapper.extend(["sh", "-c", script, "sh"]);
+    let outer_pid = std::process::id().to_string();
+    let consumer = launch_with(
+        &wrapper,
+        &[
+            ("CHANNEL_FOLDER", dir.0.to_str().unwrap()),
+            ("INSIDE", inside.to_str().unwrap()),
+            ("OUTER_PID", outer_pid.as_str()),
+        ],
+        &consumer_pipeline(&channel, ""),
+    );
+    let producer = producer(&dir, &channel, "");
+    let done = consumer.finish(LIMIT);
+    let _ = std::fs::remove_dir(&inside);
+    done.assert_success("consumer in other namespaces");
+    assert_eq!(done.checksums(), expected);
+    producer.finish(LIMIT).assert_success("producer");
+}
+
+/// Bytes of GPU memory in use on device 0, as the driver reports them.
+fn gpu_memory_used_mib() -> u64 {
+    let out = std::process::Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=memory.used",
+            "--format=csv,noheader,nounits",
+            "--id=0",
+        ])
+        .output()
+        .expect("nvidia-smi");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a number of MiB")
+}
+
+/// Consumers killed at any moment (connecting, receiving the slots,
+/// mapping them, reading) leave nothing behind: the GPU's memory in use
+/// and the producer's descriptors come back to where they were, and a last
+/// consumer still reads. `CUDAIPC_KILL_CYCLES` sets the number of cycles.
+#[test]
+fn consumers_killed_at_any_moment_leave_no_gpu_memory_behind() {
+    if !gpu("consumers_killed_at_any_moment_leave_no_gpu_memory_behind") {
+        return;
+    }
+    let cycles: u64 = std::env::var("CUDAIPC_KILL_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let dir = ShmDir::new("gpufdkill");
+    let channel = unique_channel("gpufdkill");
+    let producer = launch_with(
+        &[],
+        &dir.env(),
+        &format!(
+            "videotestsrc is-live=true pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=60/1 ! rscudaipcsink channel={channel} transport=cuda ipc-mode=fd when-full=drop"
+        ),
+    );
+    let socket = dir.0.join(format!("cudaipc-{channel}@socket"));
+    wait_until(LIMIT, "the channel's socket", || socket.exists());
+    let consumer = || {
+        launch_with(
+            &[],
+            &dir.env(),
+            &format!(
+                "rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 ! fakesink"
+            ),
+        )
+    };
+    let warm = consumer();
+    std::thread::sleep(Duration::from_millis(1500));
+    warm.signal(libc::SIGKILL);
+    drop(warm);
+    std::thread::sleep(Duration::from_millis(1000));
+    let (fds, used) = (common::proc_fds(producer.pid()), gpu_memory_used_mib());
+    for cycle in 0..cycles {
+        let c = consumer();
+        // From before the connection to well after the slots are mapped.
+        std::thread::sleep(Duration::from_millis(20 + (cycle * 53) % 700));
+        c.signal(libc::SIGKILL);
+        drop(c);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let (fds_after, used_after) = (common::proc_fds(producer.pid()), gpu_memory_used_mib());
+    eprintln!(
+        "{cycles} kill cycles: GPU memory {used} -> {used_after} MiB, producer descriptors {fds} -> {fds_after}"
+    );
+    assert!(fds_after <= fds + 2, "descriptors {fds} -> {fds_after}");
+    assert!(
+        used_after <= used + 64,
+        "GPU memory in use {used} -> {used_after} MiB"
+    );
+    let last = launch_with(
+        &[],
+        &dir.env(),
+        &format!("rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 num-buffers=20 ! fakesink"),
+    )
+    .finish(LIMIT);
+    producer.signal(libc::SIGINT);
+    let _ = producer.finish(LIMIT);
+    assert!(last.success, "{}", last.stderr);
+}

@@ -140,7 +140,8 @@ fn contract_in(
             .lines()
             .filter(|l| l.contains("mapped read-only"))
         {
-            eprintln!("consumer process: {line}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "consumer process: {line}");
         }
         assert!(
             out.status.success() && stdout.contains("1 passed"),
@@ -174,7 +175,12 @@ fn contract_consumer_process() {
     assert_eq!((view.slot_count(), view.slot_size()), (3, SIZE));
     match (view.kind(), consumer.info().descriptor_channel.is_some()) {
         (TransportKind::Host, _) => assert!(view.is_read_only(), "a consumer's host slots are read-only"),
-        (TransportKind::Cuda, true) => eprintln!("device slots mapped read-only: {}", view.is_read_only()),
+        (TransportKind::Cuda, true) => {
+            // Straight to stderr, past this child's output capture: the
+            // parent reports it.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "device slots mapped read-only: {}", view.is_read_only());
+        }
         (TransportKind::Cuda, false) => {}
     }
     consumer.set_release_descriptors(&view.release_descriptors());

@@ -479,6 +479,51 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
     }
 }
 
+/// Where lending cannot keep its promises the sink copies every frame of
+/// the pool it proposed, intact: with `when-full=drop` (a lent buffer comes
+/// back only once consumers release it, so the sink could have to wait) and
+/// on a descriptor channel (lent memory has only legacy IPC handles).
+#[test]
+fn the_sink_copies_instead_of_lending_in_drop_mode_and_on_descriptor_channels() {
+    const TEST: &str = "the_sink_copies_instead_of_lending_in_drop_mode_and_on_descriptor_channels";
+    const FRAMES: u64 = 300;
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    // Paced in drop mode (2 ms a frame), so that the consumer, which may
+    // start its kernels later than the producer runs, still gets frames.
+    for (pace, sink_props) in [
+        ("! identity sleep-time=2000 ", "when-full=drop"),
+        ("", "ipc-mode=fd"),
+    ] {
+        let channel = unique_channel("nolend");
+        let consumer = PipelineChild::spawn(
+            &format!(
+                "rscudaipcsrc channel={channel} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
+            ),
+            &["check"],
+        );
+        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        let Produced {
+            zero_copy,
+            copied,
+            lending_log,
+        } = run_producer(&format!(
+            "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 {pace}! rscudaipcsink name=sink channel={channel} sync=false wait-for-connection=1 {sink_props}"
+        ));
+        assert_eq!(
+            (zero_copy, copied),
+            (0, FRAMES),
+            "{sink_props}; the sink said:\n{lending_log}"
+        );
+        let end = consumer.finish(LIMIT);
+        end.assert_success("verifying consumer");
+        let report = end.report.expect("the consumer's final report");
+        assert!(report.num("check.verified") > 0, "{sink_props}: {report:?}");
+        assert_eq!(report.num("check.corrupt"), 0, "{sink_props}: {report:?}");
+    }
+}
+
 /// What a consumer that checks every frame in its `appsink name=sink` saw,
 /// and the final stats of its `rscudaipcsrc name=src`.
 struct Checked {

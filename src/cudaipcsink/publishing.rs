@@ -113,6 +113,7 @@ pub(super) fn render(
     publisher.reap_retired();
     let pool_frame = lendable
         .as_ref()
+        .filter(|_| publisher.can_lend())
         .and_then(|pool| pool_frame(publisher, pool, buffer, info));
     let meta = frame_meta(buffer, info);
     if publisher.is_lent() {

@@ -723,8 +723,20 @@ impl<T: Send + 'static> Publisher<T> {
         Learned::All(seen)
     }
 
+    /// Whether buffers of another allocator can become the slots (see
+    /// `lend`): on the cuda transport of a legacy channel in block mode.
+    /// Lent memory has only legacy IPC handles, which a descriptor channel
+    /// does not hand out; and upstream gets a lent buffer back only once
+    /// consumers release it, so with consumers holding every one the sink
+    /// would wait, which `when-full=drop` promises never to do (it copies).
+    pub fn can_lend(&self) -> bool {
+        self.device().is_some()
+            && self.config.ipc_mode == IpcMode::Legacy
+            && self.config.when_full == WhenFull::Block
+    }
+
     /// Makes the lendable buffers `frames` the slots (zero copy from then
-    /// on). `Ok(false)`: they cannot be (no device, too many records).
+    /// on). `Ok(false)`: they cannot be (see `can_lend`; too many records).
     ///
     /// # Safety
     /// Each frame's `ptr` must start a device allocation of at least its
@@ -735,9 +747,7 @@ impl<T: Send + 'static> Publisher<T> {
         let Some(device) = self.device() else {
             return Ok(false);
         };
-        // Lent memory (another allocator's) has only legacy IPC handles,
-        // which a descriptor channel does not hand out.
-        if self.config.ipc_mode == IpcMode::Fd {
+        if !self.can_lend() {
             return Ok(false);
         }
         // The records of the current pool, which consumers may still hold,

@@ -139,7 +139,7 @@ impl From<WaitMode> for ipc::WaitMode {
 pub enum GpuSync {
     #[default]
     #[enum_value(
-        name = "Auto: the timeline on a descriptor channel (ipc-mode=fd) of the cuda transport where the device supports it, else events",
+        name = "Auto: the timeline on the cuda transport where the device supports it, else events",
         nick = "auto"
     )]
     Auto,
@@ -154,7 +154,7 @@ pub enum GpuSync {
     )]
     Host,
     #[enum_value(
-        name = "Timeline: values the GPU writes into memory handed over the socket (ipc-mode=fd; across users and containers)",
+        name = "Timeline: values the GPU writes into memory both processes map (cuda transport; crosses users, and containers with ipc-mode=fd)",
         nick = "timeline"
     )]
     Timeline,

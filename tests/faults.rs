@@ -676,7 +676,8 @@ fn other_user(t: Transport) {
     let (_dir, env) = nobody_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     // CUDA's interprocess events live in files only their creator's user can
-    // map, so between users the cuda transport needs gpu-sync=host; with
+    // map, so between users the cuda transport needs the timeline (the
+    // default: a data file of the channel's mode) or gpu-sync=host; with
     // events the consumer must say so.
     let mut cases = vec![(None, 0o600, ""), (Some(438), 0o666, "")];
     if t.sink.contains("cuda") {
@@ -684,6 +685,7 @@ fn other_user(t: Transport) {
             (None, 0o600, ""),
             (Some(438), 0o666, "gpu-sync=event"),
             (Some(438), 0o666, "gpu-sync=host"),
+            (Some(438), 0o666, ""),
         ];
     }
     for (permissions, mode, sync) in cases {
@@ -719,7 +721,7 @@ fn other_user(t: Transport) {
             assert!(!done.success, "CUDA events cannot cross users");
             let text = format!("{}{}", done.stdout, done.stderr);
             assert!(
-                text.contains("need ipc-mode=fd (gpu-sync=timeline) or gpu-sync=host on the sink"),
+                text.contains("need gpu-sync=timeline (the default where the device supports it) or host on the sink"),
                 "{text}"
             );
         } else {

@@ -340,13 +340,9 @@ impl BaseSinkImpl for CudaIpcSink {
         let device = publishing::device_for(kind, settings.device_id)?;
         let ordering = publishing::stream_ordering(device.as_ref());
         let ipc_mode = settings.ipc_mode.into();
-        let gpu_sync = transport::GpuSync::resolve(
-            settings.gpu_sync.into(),
-            kind,
-            ipc_mode,
-            device.as_deref(),
-        )
-        .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        let gpu_sync =
+            transport::GpuSync::resolve(settings.gpu_sync.into(), kind, device.as_deref())
+                .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         let publisher = publishing::open(PublisherConfig {
             channel: settings.channel.clone(),
             kind,

@@ -167,6 +167,8 @@ pub struct CudaProducerSlots {
     shared: Vec<Arc<SharedDeviceMemory>>,
     /// `GpuSync::Timeline`: the values that order writes and reads.
     timeline: Option<Timeline>,
+    /// A legacy channel's timeline block's name (its pool descriptor).
+    timeline_name: Option<String>,
     lent: bool,
     /// `GpuSync::Event`: each slot's "written" event.
     ready: Vec<Event>,
@@ -183,15 +185,24 @@ impl CudaProducerSlots {
         if request.ipc_mode == IpcMode::Fd {
             return Self::create_shared(device, request);
         }
-        if request.gpu_sync == GpuSync::Timeline {
-            return Err(TransportError::Invalid(
-                "gpu-sync=timeline needs ipc-mode=fd".into(),
-            ));
-        }
         let regions = (0..request.count)
             .map(|_| DeviceBuffer::new(device, request.size).map(DeviceBuffer::into_region))
             .collect::<Result<Vec<_>, _>>()?;
-        Self::with_memory(device, regions, request.size, request.gpu_sync, false, false)
+        let mut slots =
+            Self::with_memory(device, regions, request.size, request.gpu_sync, false, false)?;
+        slots.add_named_timeline(request)?;
+        Ok(slots)
+    }
+
+    /// A legacy channel's timeline block (`GpuSync::Timeline`), named in
+    /// the pool descriptor.
+    fn add_named_timeline(&mut self, request: &SlotRequest) -> Result<(), TransportError> {
+        if request.gpu_sync == GpuSync::Timeline {
+            let (timeline, name) = Timeline::create_named(&self.device, request)?;
+            self.timeline = Some(timeline);
+            self.timeline_name = Some(name);
+        }
+        Ok(())
     }
 
     /// Slots of a descriptor channel: allocations exported as file
@@ -232,8 +243,9 @@ impl CudaProducerSlots {
         placeholders: usize,
         lent: Vec<u64>,
         size: usize,
-        sync: GpuSync,
+        request: &SlotRequest,
     ) -> Result<Self, TransportError> {
+        let sync = request.gpu_sync;
         // Consumers open every slot: a placeholder is a real, tiny
         // allocation.
         let mut regions = (0..placeholders)
@@ -246,7 +258,9 @@ impl CudaProducerSlots {
             // contract).
             unsafe { DeviceRegion::from_raw_parts(device, ptr, size, owner.clone()) }
         }));
-        Self::with_memory(device, regions, size, sync, true, false)
+        let mut slots = Self::with_memory(device, regions, size, sync, true, false)?;
+        slots.add_named_timeline(request)?;
+        Ok(slots)
     }
 
     fn with_memory(
@@ -278,6 +292,7 @@ impl CudaProducerSlots {
             device: device.clone(),
             shared: Vec::new(),
             timeline: None,
+            timeline_name: None,
             lent,
             regions,
             ready,
@@ -442,9 +457,10 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn pool_descriptor(&self) -> Vec<u8> {
-        match self.shared.is_empty() {
-            true => Vec::new(),
-            false => RECEIVED_POOL.to_vec(),
+        match (&self.timeline_name, self.shared.is_empty()) {
+            (_, false) => RECEIVED_POOL.to_vec(),
+            (Some(name), true) => name.as_bytes().to_vec(),
+            (None, true) => Vec::new(),
         }
     }
 
@@ -586,17 +602,35 @@ struct ConsumerTimeline {
 impl CudaConsumerSlots {
     pub fn open(
         device: &Arc<Device>,
+        channel: &str,
         info: &ChannelInfo,
         pool: &PoolInfo,
+        row: usize,
         sync: GpuSync,
     ) -> Result<Self, TransportError> {
-        if sync == GpuSync::Timeline {
-            return Err(TransportError::Invalid(
-                "a named channel announced gpu-sync=timeline (only descriptor channels have it)"
-                    .into(),
-            ));
-        }
         let size = pool_slot_size(pool)?;
+        let timeline = match sync {
+            GpuSync::Timeline => {
+                let name_len = pool
+                    .pool_descriptor
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(pool.pool_descriptor.len());
+                let name = std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
+                    TransportError::Invalid("the timeline block's name is not UTF-8".into())
+                })?;
+                let block = Timeline::open_named(device, channel, name, info.producer_uid)?;
+                block.reset_row(row);
+                Some(ConsumerTimeline {
+                    block,
+                    row,
+                    targets: (0..pool.slot_descriptors.len())
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
+                })
+            }
+            _ => None,
+        };
         let peer = device.uuid() != info.device_uuid;
         let mut memory = Vec::new();
         for (i, d) in pool.slot_descriptors.iter().enumerate() {
@@ -615,7 +649,7 @@ impl CudaConsumerSlots {
             // as long as the mapping: frames beyond it are refused, not read.
             memory.push(imported.into_region(size));
         }
-        Self::with_memory(device, memory, pool, size, sync, None)
+        Self::with_memory(device, memory, pool, size, sync, timeline)
     }
 
     /// Receives the slots of a descriptor channel from its producer, which
@@ -726,7 +760,7 @@ impl CudaConsumerSlots {
                     let (_, event_handle) = split_descriptor(d);
                     ready.push(Event::open_ipc(device, &event_handle).map_err(|e| {
                         TransportError::Invalid(format!(
-                            "cannot open the producer's event of slot {i}: {e}. CUDA keeps interprocess events in files only their creator's user can map, in its PID namespace: a producer and a consumer of different users or containers need ipc-mode=fd (gpu-sync=timeline) or gpu-sync=host on the sink"
+                            "cannot open the producer's event of slot {i}: {e}. CUDA keeps interprocess events in files only their creator's user can map, in its PID namespace: a producer and a consumer of different users need gpu-sync=timeline (the default where the device supports it) or host on the sink, and of different containers ipc-mode=fd as well"
                         ))
                     })?);
                     let release = Event::new(device, true)?;

@@ -80,9 +80,9 @@ pub enum GpuSync {
     /// Synchronise the stream on the host before publishing and before
     /// releasing (the seed project's way).
     Host,
-    /// Values the GPU writes into memory both processes map, handed over a
-    /// descriptor channel's socket (see `timeline`): no event files, so it
-    /// works across users and PID namespaces.
+    /// Values the GPU writes into memory both processes map (see
+    /// `timeline`): no event files, so it works across users (and, on a
+    /// descriptor channel, PID namespaces).
     Timeline,
 }
 
@@ -104,27 +104,29 @@ impl GpuSync {
         }
     }
 
-    /// `choice`, or for `auto` (`None`): the timeline on a descriptor
-    /// channel of the cuda transport whose device can write and wait for
-    /// values (it crosses users and PID namespaces, which events do not),
-    /// else events. `Err`: the timeline asked for where it cannot work.
+    /// `choice`, or for `auto` (`None`): the timeline on the cuda transport
+    /// where the device can write and wait for values, else events. The
+    /// timeline crosses users (and, on a descriptor channel, PID
+    /// namespaces), which events do not, and without MPS both sides wait by
+    /// reading a word in memory rather than querying the other process's
+    /// event (docs/performance.md: up to 4x on a consumer that drops frames,
+    /// 1.6x on nvcodec's output, equal with MPS). `Err`: the timeline asked
+    /// for where it cannot work.
     pub fn resolve(
         choice: Option<GpuSync>,
         kind: TransportKind,
-        ipc_mode: crate::ipc::IpcMode,
         device: Option<&Device>,
     ) -> Result<GpuSync, String> {
-        let descriptor_channel = ipc_mode == crate::ipc::IpcMode::Fd && kind == TransportKind::Cuda;
         let value_ops = device.is_some_and(Device::has_stream_value_ops);
         match choice {
-            Some(GpuSync::Timeline) if !descriptor_channel => Err(
-                "gpu-sync=timeline needs transport=cuda and ipc-mode=fd (its values are handed over the channel's socket)".into(),
+            Some(GpuSync::Timeline) if kind != TransportKind::Cuda => Err(
+                "gpu-sync=timeline needs transport=cuda (it orders GPU work)".into(),
             ),
             Some(GpuSync::Timeline) if !value_ops => Err(
                 "gpu-sync=timeline: this device cannot write and wait for values in memory (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); use gpu-sync=event".into(),
             ),
             Some(choice) => Ok(choice),
-            None if descriptor_channel && value_ops => Ok(GpuSync::Timeline),
+            None if kind == TransportKind::Cuda && value_ops => Ok(GpuSync::Timeline),
             None => Ok(GpuSync::Event),
         }
     }
@@ -330,7 +332,9 @@ pub fn open_consumer_slots(
                     consumer_index,
                     sync,
                 )?,
-                None => CudaConsumerSlots::open(device, info, pool, sync)?,
+                None => {
+                    CudaConsumerSlots::open(device, channel, info, pool, consumer_index, sync)?
+                }
             }))
         }
         None => Err(TransportError::Invalid(format!(

@@ -759,11 +759,19 @@ impl<T: Send + 'static> Publisher<T> {
         let size = frames.iter().map(|f| f.size).min().unwrap_or(0);
         let ptrs = frames.iter().map(|f| f.ptr).collect();
         let keys = frames.iter().map(|f| f.key).collect();
+        let request = SlotRequest {
+            channel: self.config.channel.clone(),
+            session: self.producer.session(),
+            generation: self.producer.pool_generation() + 1,
+            count: placeholders + frames.len(),
+            size,
+            permissions: self.config.permissions,
+            gpu_sync: self.config.gpu_sync,
+            ipc_mode: self.config.ipc_mode,
+        };
         // SAFETY: the caller's contract.
-        let slots = unsafe {
-            CudaProducerSlots::lend(device, placeholders, ptrs, size, self.config.gpu_sync)
-        }
-        .map_err(|e| e.to_string())?;
+        let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }
+            .map_err(|e| e.to_string())?;
         self.install(Box::new(slots), Some((placeholders, keys)))?;
         Ok(true)
     }

@@ -238,6 +238,14 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_the_timeline() {
     }
 }
 
+/// On a legacy channel the timeline is a data file of the channel.
+#[test]
+fn cuda_transport_meets_the_contract_with_the_timeline() {
+    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_the_timeline") {
+        contract(TransportKind::Cuda, Some(device), GpuSync::Timeline);
+    }
+}
+
 #[test]
 fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
     if let Some(device) =
@@ -248,38 +256,31 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
 }
 
 #[test]
-fn auto_orders_a_cuda_descriptor_channel_by_the_timeline() {
-    if let Some(device) = gpu_or_skip("auto_orders_a_cuda_descriptor_channel_by_the_timeline") {
-        use crate::ipc::IpcMode;
+fn auto_orders_the_cuda_transport_by_the_timeline() {
+    if let Some(device) = gpu_or_skip("auto_orders_the_cuda_transport_by_the_timeline") {
         assert!(device.has_stream_value_ops(), "the GPU hosts we test on have value operations");
         assert_eq!(
-            GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Fd, Some(&device)),
+            GpuSync::resolve(None, TransportKind::Cuda, Some(&device)),
             Ok(GpuSync::Timeline)
         );
         assert_eq!(
-            GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Legacy, Some(&device)),
+            GpuSync::resolve(Some(GpuSync::Event), TransportKind::Cuda, Some(&device)),
             Ok(GpuSync::Event)
         );
     }
 }
 
 #[test]
-fn the_timeline_needs_a_descriptor_channel_of_the_cuda_transport() {
-    use crate::ipc::IpcMode;
-    let refused = |kind, mode| GpuSync::resolve(Some(GpuSync::Timeline), kind, mode, None).unwrap_err();
-    assert!(refused(TransportKind::Cuda, IpcMode::Legacy).contains("ipc-mode=fd"));
-    assert!(refused(TransportKind::Host, IpcMode::Fd).contains("transport=cuda"));
+fn the_timeline_needs_the_cuda_transport_and_value_operations() {
+    let refused = |kind| GpuSync::resolve(Some(GpuSync::Timeline), kind, None).unwrap_err();
+    assert!(refused(TransportKind::Host).contains("transport=cuda"));
+    // A device without value operations (here: none) cannot have it.
+    assert!(refused(TransportKind::Cuda).contains("CAN_USE_64_BIT_STREAM_MEM_OPS"));
     // Without a device (or one without value operations) auto means events.
+    assert_eq!(GpuSync::resolve(None, TransportKind::Cuda, None), Ok(GpuSync::Event));
+    assert_eq!(GpuSync::resolve(None, TransportKind::Host, None), Ok(GpuSync::Event));
     assert_eq!(
-        GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Fd, None),
-        Ok(GpuSync::Event)
-    );
-    assert_eq!(
-        GpuSync::resolve(None, TransportKind::Cuda, IpcMode::Legacy, None),
-        Ok(GpuSync::Event)
-    );
-    assert_eq!(
-        GpuSync::resolve(Some(GpuSync::Host), TransportKind::Cuda, IpcMode::Fd, None),
+        GpuSync::resolve(Some(GpuSync::Host), TransportKind::Cuda, None),
         Ok(GpuSync::Host)
     );
 }

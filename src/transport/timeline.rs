@@ -1,7 +1,8 @@
-//! GPU ordering as a timeline (`gpu-sync=timeline`, descriptor channels of
-//! the cuda transport): 64-bit values in a small sealed memfd that the
-//! producer hands over the channel's socket and both sides register with
-//! the driver. The GPU writes them (`cuStreamWriteValue64`, after a frame's
+//! GPU ordering as a timeline (`gpu-sync=timeline`, the cuda transport):
+//! 64-bit values in a small block both sides map and register with the
+//! driver: on a descriptor channel a sealed memfd the producer hands over
+//! the socket, on a legacy channel a data file of the channel named in the
+//! pool descriptor. The GPU writes them (`cuStreamWriteValue64`, after a frame's
 //! writes or a consumer's reads), so no event file is involved: it works
 //! across users and PID namespaces.
 //!
@@ -21,19 +22,21 @@
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::TransportError;
+use super::{SlotRequest, TransportError};
 use crate::cuda::{Device, HostRegistration, Stream};
 use crate::ipc::layout::{MAX_CONSUMERS, MAX_SLOTS};
 use crate::ipc::mapping::SharedMapping;
-use crate::ipc::shm::SharedFile;
+use crate::ipc::shm::{self, SharedFile};
 use crate::ipc::socket;
 
 /// First word of the block: "CUIPCTL1".
 const MAGIC: u64 = u64::from_le_bytes(*b"CUIPCTL1");
+/// Ends the name of a legacy channel's timeline block (a data file).
+const TIMELINE_SUFFIX: &str = ".timeline";
 
 #[repr(C)]
 pub struct TimelineBlock {
@@ -60,6 +63,17 @@ pub struct Timeline {
     registration: HostRegistration,
     map: SharedMapping,
     file: File,
+    /// A legacy channel's block has a name in the shm folder, removed with
+    /// the producer's block.
+    path: Option<PathBuf>,
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl Timeline {
@@ -90,6 +104,86 @@ impl Timeline {
         Ok(timeline)
     }
 
+    /// The producer's block of a legacy channel: a data file of the
+    /// channel (a fresh random name, mode `request.permissions`), named in
+    /// the pool descriptor. Returns the block and its name.
+    pub fn create_named(
+        device: &Arc<Device>,
+        request: &SlotRequest,
+    ) -> Result<(Self, String), TransportError> {
+        let mut attempt = 0;
+        loop {
+            let name = format!(
+                "{}{TIMELINE_SUFFIX}",
+                shm::data_file_name(&request.channel, request.session, request.generation)
+            );
+            let path = shm::shm_dir().join(&name);
+            match SharedFile::create_exclusive(&path, timeline_size(), request.permissions) {
+                Ok(SharedFile { file, map, path }) => {
+                    let mut timeline = Self::register(device, map, file)?;
+                    timeline.path = Some(path);
+                    timeline.block().magic.store(MAGIC, Ordering::Release);
+                    return Ok((timeline, name));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(TransportError::Io(format!(
+                        "cannot create the timeline block {}: {e}",
+                        path.display()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// A consumer's view of a legacy channel's block, named `name` (from the
+    /// pool descriptor): a data file of `channel` owned by `producer_uid`,
+    /// large enough, and marked as a timeline block.
+    pub fn open_named(
+        device: &Arc<Device>,
+        channel: &str,
+        name: &str,
+        producer_uid: u32,
+    ) -> Result<Self, TransportError> {
+        // The name comes from shared memory: only this channel's own files.
+        let prefix = shm::channel_data_file_prefix(channel);
+        if !name.starts_with(&prefix) || !name.ends_with(TIMELINE_SUFFIX) || name.contains('/') {
+            return Err(TransportError::Invalid(format!(
+                "timeline block {name:?} does not belong to channel '{channel}'"
+            )));
+        }
+        let path = shm::shm_dir().join(name);
+        let file = shm::open_regular(&path, true).map_err(|e| {
+            TransportError::Io(format!("cannot open the timeline block {}: {e}", path.display()))
+        })?;
+        let owner = shm::owner_uid(&file).map_err(|e| TransportError::Io(e.to_string()))?;
+        if owner != producer_uid {
+            return Err(TransportError::Channel(crate::ipc::ChannelError::Io {
+                context: path.display().to_string(),
+                source: shm::foreign_owner_error(&path, owner),
+            }));
+        }
+        let len = file.metadata().map_err(|e| TransportError::Io(e.to_string()))?.len();
+        if len < timeline_size() as u64 {
+            return Err(TransportError::Invalid(format!(
+                "the timeline block {} holds {len} bytes, {} needed",
+                path.display(),
+                timeline_size()
+            )));
+        }
+        let map = SharedMapping::map(&file, Some(timeline_size()), true)
+            .map_err(|e| TransportError::Io(format!("cannot map the timeline block: {e}")))?;
+        let timeline = Self::register(device, map, file)?;
+        if timeline.block().magic.load(Ordering::Acquire) != MAGIC {
+            return Err(TransportError::Invalid(
+                "the producer's timeline block is not one".into(),
+            ));
+        }
+        Ok(timeline)
+    }
+
     fn register(device: &Arc<Device>, map: SharedMapping, file: File) -> Result<Self, TransportError> {
         let host = map
             .as_mut_ptr()
@@ -102,6 +196,7 @@ impl Timeline {
             registration,
             map,
             file,
+            path: None,
         })
     }
 

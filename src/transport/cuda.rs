@@ -28,7 +28,7 @@ use crate::cuda::{
 };
 use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use crate::ipc::socket::{self, Peers};
-use crate::ipc::{ChannelError, ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
+use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
 
 /// The pool descriptor of slots handed over a descriptor channel's socket.
 const RECEIVED_POOL: &[u8] = b"@socket";
@@ -672,19 +672,7 @@ impl CudaConsumerSlots {
             ));
         }
         let size = pool_slot_size(pool)?;
-        let mut fds = socket::request(channel, socket::Request::Pool(pool.generation), producers)
-            .map_err(|e| match e {
-                socket::RequestError::Channel(e) => TransportError::Channel(e),
-                socket::RequestError::NoProducer => TransportError::Channel(ChannelError::Io {
-                    context: format!("channel '{channel}'"),
-                    source: std::io::Error::other("the producer's socket is gone"),
-                }),
-                socket::RequestError::Gone => TransportError::Invalid(format!(
-                    "the producer no longer hands out pool {}",
-                    pool.generation
-                )),
-            })?
-            .into_iter();
+        let mut fds = super::request_pool(channel, pool.generation, producers)?.into_iter();
         let expected = pool.slot_descriptors.len() + usize::from(sync == GpuSync::Timeline);
         if fds.len() != expected {
             return Err(TransportError::Invalid(format!(

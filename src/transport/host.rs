@@ -258,21 +258,7 @@ impl HostConsumerSlots {
             ));
         }
         let (count, size, needed) = pool_extent(pool)?;
-        let fd = socket::request(channel, socket::Request::Pool(pool.generation), producers)
-            .map_err(|e| match e {
-                socket::RequestError::Channel(e) => TransportError::Channel(e),
-                socket::RequestError::NoProducer => {
-                    TransportError::Channel(ChannelError::Io {
-                        context: format!("channel '{channel}'"),
-                        source: std::io::Error::other("the producer's socket is gone"),
-                    })
-                }
-                socket::RequestError::Gone => TransportError::Invalid(format!(
-                    "the producer no longer hands out pool {}",
-                    pool.generation
-                )),
-            })?
-            ;
+        let fd = super::request_pool(channel, pool.generation, producers)?;
         let [fd] = <[OwnedFd; 1]>::try_from(fd).map_err(|fds| {
             TransportError::Invalid(format!(
                 "the producer handed over {} descriptors for host slots (one expected)",

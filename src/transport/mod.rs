@@ -301,6 +301,26 @@ pub fn create_producer_slots(
     }
 }
 
+/// Asks a descriptor channel's producer (one of `producers`) for the
+/// memory of pool `generation`.
+fn request_pool(
+    channel: &str,
+    generation: u64,
+    producers: &crate::ipc::socket::Peers,
+) -> Result<Vec<std::os::fd::OwnedFd>, TransportError> {
+    use crate::ipc::socket::{self, RequestError};
+    socket::request(channel, socket::Request::Pool(generation), producers).map_err(|e| match e {
+        RequestError::Channel(e) => TransportError::Channel(e),
+        RequestError::NoProducer => TransportError::Channel(ChannelError::Io {
+            context: format!("channel '{channel}'"),
+            source: std::io::Error::other("the producer's socket is gone"),
+        }),
+        RequestError::Gone => TransportError::Invalid(format!(
+            "the producer no longer hands out pool {generation}"
+        )),
+    })
+}
+
 /// Opens the slots of a channel's current pool. `device` is the consumer's
 /// own device for the cuda transport (it may differ from the producer's).
 pub fn open_consumer_slots(

@@ -92,8 +92,12 @@ impl Timeline {
     pub fn receive(device: &Arc<Device>, fd: OwnedFd) -> Result<Self, TransportError> {
         let size = timeline_size();
         socket::check_sealed(&fd, size as u64).map_err(TransportError::Channel)?;
-        let file = File::from(fd);
-        let map = SharedMapping::map(&file, Some(size), true)
+        Self::map_received(device, File::from(fd))
+    }
+
+    /// Maps and registers a consumer's block and checks its mark.
+    fn map_received(device: &Arc<Device>, file: File) -> Result<Self, TransportError> {
+        let map = SharedMapping::map(&file, Some(timeline_size()), true)
             .map_err(|e| TransportError::Io(format!("cannot map the timeline block: {e}")))?;
         let timeline = Self::register(device, map, file)?;
         if timeline.block().magic.load(Ordering::Acquire) != MAGIC {
@@ -173,15 +177,7 @@ impl Timeline {
                 timeline_size()
             )));
         }
-        let map = SharedMapping::map(&file, Some(timeline_size()), true)
-            .map_err(|e| TransportError::Io(format!("cannot map the timeline block: {e}")))?;
-        let timeline = Self::register(device, map, file)?;
-        if timeline.block().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(TransportError::Invalid(
-                "the producer's timeline block is not one".into(),
-            ));
-        }
-        Ok(timeline)
+        Self::map_received(device, file)
     }
 
     fn register(device: &Arc<Device>, map: SharedMapping, file: File) -> Result<Self, TransportError> {

@@ -983,7 +983,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         ));
     }
     rows.push(two(
-        "5 default: slots=auto event hybrid",
+        "5 default: slots=auto gpu-sync=auto hybrid",
         o.frames,
         o.warmup,
         "",
@@ -994,7 +994,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     }
     for &slots in &o.slots {
         rows.push(two(
-            &format!("5 slots={slots} event hybrid"),
+            &format!("5 slots={slots} gpu-sync=auto hybrid"),
             o.frames,
             o.warmup,
             &format!("slots={slots}"),

@@ -124,24 +124,46 @@ fn wait_on_host(
 fn poll_on_host(
     what: &str,
     nap: Duration,
+    done: impl FnMut() -> Result<bool, TransportError>,
+    every_10ms: impl FnMut() -> bool,
+) -> Result<(), TransportError> {
+    match poll_for(nap, CROSS_PROCESS_WAIT_TIMEOUT, done, every_10ms)? {
+        Polled::Done => Ok(()),
+        Polled::TimedOut => Err(TransportError::Invalid(format!(
+            "{what} did not finish within {} s",
+            CROSS_PROCESS_WAIT_TIMEOUT.as_secs()
+        ))),
+        Polled::GaveUp => Err(TransportError::Invalid(format!(
+            "stopped waiting for {what}"
+        ))),
+    }
+}
+
+/// How a [`poll_for`] ended.
+enum Polled {
+    Done,
+    TimedOut,
+    GaveUp,
+}
+
+/// The polling loop of [`poll_on_host`], ending after `timeout` or when
+/// `every_10ms` says so, for the caller to judge.
+fn poll_for(
+    nap: Duration,
+    timeout: Duration,
     mut done: impl FnMut() -> Result<bool, TransportError>,
     mut every_10ms: impl FnMut() -> bool,
-) -> Result<(), TransportError> {
+) -> Result<Polled, TransportError> {
     let start = Instant::now();
     let mut next_check = Duration::from_millis(10);
     while !done()? {
         let waited = start.elapsed();
-        if waited >= CROSS_PROCESS_WAIT_TIMEOUT {
-            return Err(TransportError::Invalid(format!(
-                "{what} did not finish within {} s",
-                CROSS_PROCESS_WAIT_TIMEOUT.as_secs()
-            )));
+        if waited >= timeout {
+            return Ok(Polled::TimedOut);
         }
         if waited >= next_check {
             if every_10ms() {
-                return Err(TransportError::Invalid(format!(
-                    "stopped waiting for {what}"
-                )));
+                return Ok(Polled::GaveUp);
             }
             next_check = waited + Duration::from_millis(10);
         }
@@ -151,7 +173,7 @@ fn poll_on_host(
             std::thread::sleep(nap);
         }
     }
-    Ok(())
+    Ok(Polled::Done)
 }
 
 /// Stands for lent memory in the regions of lent slots: the owner that
@@ -348,40 +370,36 @@ impl CudaProducerSlots {
         slot: usize,
         producer: &Producer,
     ) -> Result<(), TransportError> {
-        let start = Instant::now();
-        let mut next_check = Duration::from_millis(10);
-        loop {
+        // The consumers (rows) whose released reads of the slot are not done.
+        let late = || {
             let mut cache = self.consumers.lock().unwrap();
             self.refresh_consumers(producer, &mut cache);
-            let late: Vec<usize> = cache
+            let rows: Vec<usize> = cache
                 .consumers
                 .iter()
                 .filter(|(row, c)| !c.ignored && !timeline.reads_done(**row, slot))
                 .map(|(row, _)| *row)
                 .collect();
-            if late.is_empty() {
-                return Ok(());
-            }
-            let waited = start.elapsed();
-            if waited >= TIMELINE_READS_TIMEOUT {
-                for row in late {
-                    if let Some(consumer) = cache.consumers.get_mut(&row) {
-                        consumer.ignored = true;
-                    }
-                }
-                return Ok(());
-            }
-            drop(cache);
-            if waited >= next_check {
+            (cache, rows)
+        };
+        let polled = poll_for(
+            Duration::from_micros(50),
+            TIMELINE_READS_TIMEOUT,
+            || Ok(late().1.is_empty()),
+            || {
                 producer.reclaim_dead_consumers();
-                next_check = waited + Duration::from_millis(10);
-            }
-            if waited < Duration::from_micros(200) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
+                false
+            },
+        )?;
+        if let Polled::TimedOut = polled {
+            let (mut cache, rows) = late();
+            for row in rows {
+                if let Some(consumer) = cache.consumers.get_mut(&row) {
+                    consumer.ignored = true;
+                }
             }
         }
+        Ok(())
     }
 
     /// Opens the release events of consumers that attached since last time.

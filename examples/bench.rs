@@ -36,7 +36,8 @@
 //! so its consumer's rate only means something over a fixed time.
 //! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows and
 //! the two-process rows 3-12 (e.g. `gpu-sync=event slots=16`), to compare
-//! settings.
+//! settings; `CUDAIPC_BENCH_SRC_PROPS` adds properties to our source in
+//! rows 13 (e.g. `frames=latest`).
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -96,6 +97,8 @@ struct Options {
     two_gpu: bool,
     /// Rows 13 (`--gst-cuda`): how long each producer runs.
     gst_cuda_seconds: f64,
+    /// Rows 13 (`--pairs`): which of alone, ours, upstream to run.
+    pairs: Vec<String>,
 }
 
 /// `--rows`: the row ids (the first word of a configuration: 5, 5t, ...)
@@ -131,6 +134,7 @@ impl Options {
             consumer_device: None,
             two_gpu: false,
             gst_cuda_seconds: 2.5,
+            pairs: ["alone", "ours", "upstream"].map(String::from).to_vec(),
         };
         let mut rows: Option<Vec<String>> = None;
         let mut gst_cuda = false;
@@ -145,6 +149,7 @@ impl Options {
                 "--gst-cuda-seconds" => {
                     o.gst_cuda_seconds = value.parse().expect("--gst-cuda-seconds S")
                 }
+                "--pairs" => o.pairs = value.split(',').map(str::to_string).collect(),
                 "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
                 "--consumer-device" => {
                     o.consumer_device = Some(value.parse().expect("--consumer-device N"))
@@ -172,8 +177,9 @@ impl Options {
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--out DIR] [--smoke]\n\
-                         --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too"
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,ours,upstream] [--out DIR] [--smoke]\n\
+                         --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
+                         --pairs: in rows 13, only the producer alone, our pair or upstream's"
                     );
                     std::process::exit(0);
                 }
@@ -707,6 +713,17 @@ fn paths_taken(c: &BTreeMap<String, String>, p: Option<&BTreeMap<String, String>
             "sink: {} in place or lent, {copied} copied, {} again",
             count(p, "ipcsink.zero-copy").unwrap_or(0),
             count(p, "ipcsink.repeated").unwrap_or(0)
+        ));
+        // Where the producer's time per frame goes: a render near the
+        // frame period bounds the pair at the sink; its waits, at the
+        // consumers.
+        let frames = number(p, "ipcsink.frames").unwrap_or(0.0).max(1.0);
+        let per_frame_us = |key: &str| number(p, key).unwrap_or(0.0) / frames / 1e3;
+        parts.push(format!(
+            "sink per frame: {:.1} us in render, {:.1} waiting for a free slot, {:.1} for consumers' GPU reads",
+            per_frame_us("ipcsink.render-time"),
+            per_frame_us("ipcsink.slot-wait-time"),
+            per_frame_us("ipcsink.read-wait-time")
         ));
     }
     if let Some(wrapped) = count(c, "src.gstcuda-wrapped") {
@@ -1475,7 +1492,15 @@ fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                 format!("! cudaconvert ! video/x-raw(memory:CUDAMemory),format={to} "),
             ),
         ];
-        for pair in [PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM] {
+        let pairs = [
+            (PAIR_ALONE, "alone"),
+            (PAIR_OURS, "ours"),
+            (PAIR_UPSTREAM, "upstream"),
+        ];
+        for (pair, _) in pairs
+            .into_iter()
+            .filter(|(_, short)| o.pairs.iter().any(|p| p == short))
+        {
             for (consumer, convert) in &consumers {
                 let config = format!("{} {} > {pair} > {consumer}", p.id, p.what);
                 let sink = "fakesink name=sink sync=false enable-last-sample=false";
@@ -1502,7 +1527,8 @@ fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                                 std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
                             ),
                             Some(format!(
-                                "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {convert}! {sink}"
+                                "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {} {convert}! {sink}",
+                                std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default()
                             )),
                         ),
                         _ => (

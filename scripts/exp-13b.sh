@@ -1,29 +1,44 @@
 #!/bin/bash
-# Temporary experiment (not committed): where 13b's MPS-on gap goes.
-source .gpu-host126/env126.sh >/dev/null
-printf '#!/bin/sh\nexec %s --library-path %s /tmp/gst126/root/bin/gst-plugin-scanner "$@"\n' \
-  "$GST126_LOADER" "$GST126_LIBS:/usr/lib/x86_64-linux-gnu" > /tmp/gst126/wrap/gst-plugin-scanner
-chmod +x /tmp/gst126/wrap/gst-plugin-scanner
-export GST_PLUGIN_SCANNER=/tmp/gst126/wrap/gst-plugin-scanner CUDAIPC_ELEMENT_NAMES=rs
-unset GST_REGISTRY_FORK
-gst-inspect-1.0 rscudaipcsink >/dev/null || echo "no rscudaipcsink"
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-[ "${MPS:-on}" = on ] && nvidia-cuda-mps-control -d
-N=${N:-40000}
-P="videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGBA,width=3840,height=2160,framerate=0/1 ! cudaupload ! video/x-raw(memory:CUDAMemory) ! imagefreeze num-buffers=$N ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx"
-t() { local s=$(date +%s.%N); "$@"; local e=$(date +%s.%N); awk -v n=$N -v s=$s -v e=$e 'BEGIN{printf "%d FPS (incl. start)\n", n/(e-s)}'; }
-echo "alone:"; t gst-launch-1.0 -q $P ! fakesink sync=false
-echo "sink, no consumer (drop):"; t gst-launch-1.0 -q $P ! rscudaipcsink channel=e1 sync=false when-full=drop
-for mode in hybrid spin; do
-  gst-launch-1.0 -q rscudaipcsrc channel=e-$mode wait-mode=$mode connect-timeout=30000 ! fakesink sync=false &
-  c=$!; sleep 1
-  echo "pair, consumer $mode:"; t gst-launch-1.0 -q $P ! rscudaipcsink channel=e-$mode sync=false wait-for-connection=1
-  wait $c
+# Experiment (session tool, not a test): 13b with a dropping consumer, our
+# pair under sink property variants, with the sink's per-frame times.
+# usage (GPU host, staged): scripts/exp-13b.sh [MPS=on|off] "PROPS" ...
+#   a PROPS of "env:NAME=VALUE" sets an environment variable instead,
+#   "src:PROPS" gives our source PROPS;
+#   "solo": the producer into our sink with no consumer (gst-launch, timed).
+set -u
+mps=${MPS:-on}
+run() {
+  echo "== mps=$mps pairs=$1 props='$2'"
+  local props=$2 envs=()
+  case $props in env:*) envs=("${props#env:}"); props= ;; src:*) envs=("CUDAIPC_BENCH_SRC_PROPS=${props#src:}"); props= ;; esac
+  env "${envs[@]}" CUDAIPC_BENCH_SINK_PROPS="$props" timeout 120 scripts/bench-gst126.sh --rows 13b --pairs "$1" \
+    --mps "$mps" --gst-cuda-seconds 2 --out "/tmp/exp-13b" 2>&1 \
+    | grep -E '^13b.*FPS' | cut -c1-300
+}
+solo() {
+  ( source .gpu-host126/env126.sh >/dev/null
+    printf '#!/bin/sh\nexec %s --library-path %s /tmp/gst126/root/bin/gst-plugin-scanner "$@"\n' \
+      "$GST126_LOADER" "$GST126_LIBS:/usr/lib/x86_64-linux-gnu" > /tmp/gst126/wrap/gst-plugin-scanner
+    chmod +x /tmp/gst126/wrap/gst-plugin-scanner
+    export GST_PLUGIN_SCANNER=/tmp/gst126/wrap/gst-plugin-scanner CUDAIPC_ELEMENT_NAMES=rs
+    unset GST_REGISTRY_FORK
+    if [ "$mps" = on ]; then
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+      mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
+    fi
+    P="videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGBA,width=3840,height=2160,framerate=0/1 ! cudaupload ! video/x-raw(memory:CUDAMemory) ! imagefreeze num-buffers=NUM ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx"
+    t() { local s=$(date +%s.%N); gst-launch-1.0 -q ${1//NUM/$2} >/dev/null; local e=$(date +%s.%N); echo "$s $e"; }
+    read s1 e1 < <(t "$P ! fakesink" 10)
+    ( read s2 e2 < <(t "$P ! fakesink sync=false" 60010); awk -v a=$s1 -v b=$e1 -v c=$s2 -v d=$e2 'BEGIN{printf "two at once, first: %d FPS\n", 60000/((d-c)-(b-a))}' ) &
+    ( read s2 e2 < <(t "$P ! fakesink sync=false" 60010); awk -v a=$s1 -v b=$e1 -v c=$s2 -v d=$e2 'BEGIN{printf "two at once, second: %d FPS\n", 60000/((d-c)-(b-a))}' ) &
+    wait
+    for sink in "fakesink sync=false" "queue max-size-buffers=2 ! fakesink sync=false" "rscudaipcsink channel=solo sync=false" "rscudaipcsink channel=solo2 sync=false slots=4" "rscudaipcsink channel=solo3 sync=false gpu-sync=event"; do
+      read s1 e1 < <(t "$P ! $sink" 10)
+      read s2 e2 < <(t "$P ! $sink" 60010)
+      awk -v a=$s1 -v b=$e1 -v c=$s2 -v d=$e2 -v w="$sink" 'BEGIN{printf "solo mps='$mps' %s: %d FPS (60000 frames, start cost subtracted)\n", w, 60000/((d-c)-(b-a))}'
+    done
+    [ "$mps" = on ] && echo quit | nvidia-cuda-mps-control )
+}
+for props in "$@"; do
+  case $props in solo) solo ;; alone) run alone "" ;; *) run ours "$props" ;; esac
 done
-echo "pair, sink wait-mode=spin, consumer spin:"
-gst-launch-1.0 -q rscudaipcsrc channel=e-ss wait-mode=spin connect-timeout=30000 ! fakesink sync=false & c=$!; sleep 1
-t gst-launch-1.0 -q $P ! rscudaipcsink channel=e-ss sync=false wait-for-connection=1 wait-mode=spin; wait $c
-echo "alone, 1 run of N=1 (start cost):"; N=1; P1="videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=RGBA,width=3840,height=2160,framerate=0/1 ! cudaupload ! video/x-raw(memory:CUDAMemory) ! imagefreeze num-buffers=1 ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx"
-s=$(date +%s.%N); gst-launch-1.0 -q $P1 ! fakesink; e=$(date +%s.%N); awk -v s=$s -v e=$e 'BEGIN{printf "start: %.2f s\n", e-s}'
-echo quit | nvidia-cuda-mps-control 2>/dev/null

@@ -288,59 +288,21 @@ fn hostile_peers_on_a_producers_socket_hold_nothing_up() {
 /// its frames.
 #[test]
 fn consumers_killed_at_any_moment_leave_nothing_in_the_producer() {
-    const CYCLES: u64 = 40;
     let dir = ShmDir::new("fdkill");
     let channel = unique_channel("fdkill");
-    let producer = launch_with(
-        &[],
-        &dir.env(),
-        &format!(
+    let ((fds, rss), (fds_after, rss_after)) = common::KillCycles {
+        dir: &dir,
+        channel: &channel,
+        producer: format!(
             "videotestsrc is-live=true pattern=ball ! video/x-raw,format=RGB,width=64,height=48,framerate=200/1 ! rscudaipcsink channel={channel} transport=host ipc-mode=fd when-full=drop"
         ),
-    );
-    let socket = dir.0.join(format!("cudaipc-{channel}@socket"));
-    wait_until(LIMIT, "the channel's socket", || socket.exists());
-    let consumer = || {
-        launch_with(
-            &[],
-            &dir.env(),
-            &format!(
-                "rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 ! fakesink"
-            ),
-        )
-    };
-    // Warm: one consumer attaches and goes, so that lazily made things exist.
-    let warm = consumer();
-    std::thread::sleep(Duration::from_millis(500));
-    warm.signal(libc::SIGKILL);
-    drop(warm);
-    std::thread::sleep(Duration::from_millis(300));
-    let (fds, rss) = (
-        common::proc_fds(producer.pid()),
-        common::proc_rss_kb(producer.pid()),
-    );
-    for cycle in 0..CYCLES {
-        let c = consumer();
-        // Kills from before the connection to well after the attach.
-        std::thread::sleep(Duration::from_millis(5 + (cycle * 37) % 400));
-        c.signal(libc::SIGKILL);
-        drop(c);
+        cycles: 40,
+        warm_ms: 500,
+        first_kill_ms: 5,
+        step_ms: 37,
+        spread_ms: 400,
     }
-    // Connection threads end within their 2 s timeout.
-    std::thread::sleep(Duration::from_secs(3));
-    let (fds_after, rss_after) = (
-        common::proc_fds(producer.pid()),
-        common::proc_rss_kb(producer.pid()),
-    );
+    .run(|pid| (common::proc_fds(pid), common::proc_rss_kb(pid)));
     assert!(fds_after <= fds + 2, "descriptors {fds} -> {fds_after}");
     assert!(rss_after <= rss + 8 * 1024, "RSS {rss} -> {rss_after} KiB");
-    let last = launch_with(
-        &[],
-        &dir.env(),
-        &format!("rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 num-buffers=20 ! fakesink"),
-    )
-    .finish(LIMIT);
-    producer.signal(libc::SIGINT);
-    let _ = producer.finish(LIMIT);
-    assert!(last.success, "{}", last.stderr);
 }

@@ -202,39 +202,19 @@ fn consumers_killed_at_any_moment_leave_no_gpu_memory_behind() {
         .unwrap_or(40);
     let dir = ShmDir::new("gpufdkill");
     let channel = unique_channel("gpufdkill");
-    let producer = launch_with(
-        &[],
-        &dir.env(),
-        &format!(
+    let ((fds, used), (fds_after, used_after)) = common::KillCycles {
+        dir: &dir,
+        channel: &channel,
+        producer: format!(
             "videotestsrc is-live=true pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=60/1 ! rscudaipcsink channel={channel} transport=cuda ipc-mode=fd when-full=drop"
         ),
-    );
-    let socket = dir.0.join(format!("cudaipc-{channel}@socket"));
-    wait_until(LIMIT, "the channel's socket", || socket.exists());
-    let consumer = || {
-        launch_with(
-            &[],
-            &dir.env(),
-            &format!(
-                "rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 ! fakesink"
-            ),
-        )
-    };
-    let warm = consumer();
-    std::thread::sleep(Duration::from_millis(1500));
-    warm.signal(libc::SIGKILL);
-    drop(warm);
-    std::thread::sleep(Duration::from_millis(1000));
-    let (fds, used) = (common::proc_fds(producer.pid()), gpu_memory_used_mib());
-    for cycle in 0..cycles {
-        let c = consumer();
-        // From before the connection to well after the slots are mapped.
-        std::thread::sleep(Duration::from_millis(20 + (cycle * 53) % 700));
-        c.signal(libc::SIGKILL);
-        drop(c);
+        cycles,
+        warm_ms: 1500,
+        first_kill_ms: 20,
+        step_ms: 53,
+        spread_ms: 700,
     }
-    std::thread::sleep(Duration::from_secs(3));
-    let (fds_after, used_after) = (common::proc_fds(producer.pid()), gpu_memory_used_mib());
+    .run(|pid| (common::proc_fds(pid), gpu_memory_used_mib()));
     eprintln!(
         "{cycles} kill cycles: GPU memory {used} -> {used_after} MiB, producer descriptors {fds} -> {fds_after}"
     );
@@ -243,13 +223,4 @@ fn consumers_killed_at_any_moment_leave_no_gpu_memory_behind() {
         used_after <= used + 64,
         "GPU memory in use {used} -> {used_after} MiB"
     );
-    let last = launch_with(
-        &[],
-        &dir.env(),
-        &format!("rscudaipcsrc channel={channel} ipc-mode=fd is-live=true connect-timeout=5000 num-buffers=20 ! fakesink"),
-    )
-    .finish(LIMIT);
-    producer.signal(libc::SIGINT);
-    let _ = producer.finish(LIMIT);
-    assert!(last.success, "{}", last.stderr);
 }

@@ -479,13 +479,59 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
     }
 }
 
+/// A consumer of the newest frame only (`frames=latest`) next to lent slots:
+/// it gets frames, all intact, while the producer runs at its own pace to
+/// the end (it never waits for such a consumer). Before the fix, each frame
+/// went back to upstream as soon as it was published, and the consumer got
+/// none.
+#[test]
+fn lent_slots_reach_a_consumer_of_the_latest_frame() {
+    const TEST: &str = "lent_slots_reach_a_consumer_of_the_latest_frame";
+    const FRAMES: u64 = 3000;
+    if !gpu_with_nvcodec(TEST) {
+        return;
+    }
+    let channel = unique_channel("lentlatest");
+    let consumer = PipelineChild::spawn(
+        &format!(
+            "rscudaipcsrc channel={channel} frames=latest connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
+        ),
+        &["check"],
+    );
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let Produced {
+        zero_copy,
+        copied,
+        lending_log,
+    } = run_producer(&format!(
+        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false wait-for-connection=1"
+    ));
+    assert_eq!(zero_copy + copied, FRAMES);
+    assert!(
+        zero_copy > 0,
+        "{zero_copy} lent / {copied} copied; the sink said:\n{lending_log}"
+    );
+    let end = consumer.finish(LIMIT);
+    end.assert_success("consumer of the latest frame");
+    let report = end.report.expect("the consumer's final report");
+    eprintln!(
+        "lent slots, consumer of the latest frame: {} of {FRAMES} frames verified",
+        report.num("check.verified")
+    );
+    assert!(report.num("check.verified") > 0, "{report:?}");
+    assert_eq!(report.num("check.corrupt"), 0, "{report:?}");
+}
+
 /// Where lending cannot keep its promises the sink copies every frame of
 /// the pool it proposed, intact: with `when-full=drop` (a lent buffer comes
-/// back only once consumers release it, so the sink could have to wait) and
-/// on a descriptor channel (lent memory has only legacy IPC handles).
+/// back only once consumers release it, so the sink could have to wait), on
+/// a descriptor channel (lent memory has only legacy IPC handles) and with
+/// one slot (upstream must keep a buffer to write into while the other is
+/// published: one buffer would have it wait for every consumer).
 #[test]
-fn the_sink_copies_instead_of_lending_in_drop_mode_and_on_descriptor_channels() {
-    const TEST: &str = "the_sink_copies_instead_of_lending_in_drop_mode_and_on_descriptor_channels";
+fn the_sink_copies_instead_of_lending_in_drop_mode_on_descriptor_channels_and_with_one_slot() {
+    const TEST: &str =
+        "the_sink_copies_instead_of_lending_in_drop_mode_on_descriptor_channels_and_with_one_slot";
     const FRAMES: u64 = 300;
     if !gpu_with_nvcodec(TEST) {
         return;
@@ -495,6 +541,7 @@ fn the_sink_copies_instead_of_lending_in_drop_mode_and_on_descriptor_channels() 
     for (pace, sink_props) in [
         ("! identity sleep-time=2000 ", "when-full=drop"),
         ("", "ipc-mode=fd"),
+        ("", "slots=1"),
     ] {
         let channel = unique_channel("nolend");
         let consumer = PipelineChild::spawn(

@@ -98,7 +98,16 @@ fn properties_have_documented_defaults() {
         assert_eq!(enum_value.nick(), nick, "{property}");
     }
     let s = stats(&sink);
-    for field in ["frames", "dropped", "waits", "zero-copy", "copied"] {
+    for field in [
+        "frames",
+        "dropped",
+        "waits",
+        "render-time",
+        "slot-wait-time",
+        "read-wait-time",
+        "zero-copy",
+        "copied",
+    ] {
         assert_eq!(s.get::<u64>(field).unwrap(), 0, "{field}");
     }
 

@@ -216,3 +216,32 @@ fn a_frame_pushed_again_is_published_again_without_a_copy() {
     // At most one copy per slot.
     assert!(copied <= 4, "{stats}");
 }
+
+/// The sink's statistics say where the producer's time went: with a
+/// consumer (another process) that takes 20 ms per frame, the producer
+/// waits for free slots for most of the run. Upstream (videotestsrc) writes
+/// into the sink's slots, so it waits when it asks the sink's pool for a
+/// buffer, not in `render`.
+#[test]
+fn the_stats_say_how_long_the_producer_waited_for_a_slow_consumer() {
+    const FRAMES: u64 = 30;
+    init();
+    let channel = unique_channel("slow");
+    let producer = pipeline(&format!(
+        "videotestsrc num-buffers={FRAMES} ! video/x-raw,format=RGB,width=64,height=48 ! rscudaipcsink name=sink channel={channel} transport=host slots=2 sync=false wait-for-connection=1"
+    ));
+    producer.set_state(gst::State::Playing).unwrap();
+    let consumer = launch(&format!(
+        "rscudaipcsrc channel={channel} connect-timeout=20000 ! identity sleep-time=20000 ! checksumsink"
+    ));
+    let (done, stats) = run_to_eos(&producer, consumer);
+    assert_eq!(done.checksums().len(), FRAMES as usize);
+    let ms = |field: &str| stats.get::<u64>(field).unwrap() as f64 / 1e6;
+    assert_eq!(stats.get::<u64>("zero-copy").unwrap(), FRAMES, "{stats}");
+    assert!(stats.get::<u64>("waits").unwrap() > 0, "{stats}");
+    // 30 frames at 20 ms, of which the two slots absorb two and the last
+    // ones are taken after the producer's end: at least 20 frames' worth.
+    assert!(ms("slot-wait-time") >= 400.0, "{stats}");
+    assert!(ms("render-time") > 0.0, "{stats}");
+    assert!(ms("render-time") < ms("slot-wait-time"), "{stats}");
+}

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MPL-2.0
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -76,6 +77,8 @@ pub struct CudaIpcSink {
     ticker: crate::periodic::StatsTicker,
     /// Shared with GStreamer's CUDA elements (`gst.cuda.context`).
     cuda_context: gstcuda::ContextShare,
+    /// Time spent in `render` since `start`, in nanoseconds (`stats`).
+    render_ns: AtomicU64,
 }
 
 impl CudaIpcSink {
@@ -103,7 +106,10 @@ impl CudaIpcSink {
     }
 
     fn stats(&self) -> gst::Structure {
-        publishing::stats(self.publisher().map(|p| p.stats()))
+        publishing::stats(
+            self.publisher().map(|p| p.stats()),
+            self.render_ns.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -335,6 +341,7 @@ impl BaseSinkImpl for CudaIpcSink {
     }
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
+        self.render_ns.store(0, Ordering::Relaxed);
         let settings = self.settings.lock().unwrap().clone();
         let kind = TransportKind::resolve(settings.transport.into());
         let device = publishing::device_for(kind, settings.device_id)?;
@@ -460,7 +467,9 @@ impl BaseSinkImpl for CudaIpcSink {
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (state, info) = self.snapshot()?;
-        let result = publishing::render(&self.obj(), &state, &info, buffer);
+        let result = crate::transport::timed(&self.render_ns, || {
+            publishing::render(&self.obj(), &state, &info, buffer)
+        });
         if result.is_ok() && self.ticker.due() {
             let message = gst::message::Element::builder(self.stats())
                 .src(&*self.obj())

@@ -526,7 +526,7 @@ fn pool_has_caps(pool: &gst::BufferPool, caps: &gst::Caps) -> bool {
         .is_some_and(|pool_caps| &pool_caps == caps)
 }
 
-/// A `GstCudaBufferPool` of `context` (ours) with as many buffers as slots,
+/// A `GstCudaBufferPool` of `context` (ours) with `lendable_count` buffers,
 /// for GStreamer's CUDA elements upstream to write into.
 fn lendable_pool(
     context: Option<gstcuda::CudaContext>,
@@ -542,7 +542,7 @@ fn lendable_pool(
     let pool = context
         .filter(|c| c.is_primary_of(device))?
         .new_buffer_pool()?;
-    let count = publisher.slot_count() as u32;
+    let count = publisher.lendable_count() as u32;
     if !video::configure_pool(&pool, caps, info.size() as u32, count, count) {
         gst::debug!(CAT, "{} refused {}", pool.name(), caps);
         return None;
@@ -576,8 +576,9 @@ fn propose_slot_pool(
     Ok(())
 }
 
-/// The `stats` property and message; zeros before `start`.
-pub(super) fn stats(stats: Option<PublisherStats>) -> gst::Structure {
+/// The `stats` property and message; zeros before `start`. `render_ns`:
+/// the time spent in `render`.
+pub(super) fn stats(stats: Option<PublisherStats>, render_ns: u64) -> gst::Structure {
     let transport = match stats.as_ref().map(|s| s.kind) {
         Some(TransportKind::Cuda) => "cuda",
         Some(TransportKind::Host) => "host",
@@ -588,6 +589,7 @@ pub(super) fn stats(stats: Option<PublisherStats>) -> gst::Structure {
         zero_copy: 0,
         copied: 0,
         repeated: 0,
+        read_wait_ns: 0,
         slots: 0,
         kind: TransportKind::Host,
     });
@@ -596,6 +598,9 @@ pub(super) fn stats(stats: Option<PublisherStats>) -> gst::Structure {
         .field("dropped", s.producer.dropped)
         .field("overwritten", s.producer.overwritten)
         .field("waits", s.producer.waits)
+        .field("render-time", render_ns)
+        .field("slot-wait-time", s.producer.wait_ns)
+        .field("read-wait-time", s.read_wait_ns)
         .field("zero-copy", s.zero_copy)
         .field("copied", s.copied)
         .field("repeated", s.repeated)

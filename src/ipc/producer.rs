@@ -77,6 +77,8 @@ pub struct ProducerStats {
     pub overwritten: u64,
     /// Frames for which the producer had to wait for a free slot.
     pub waits: u64,
+    /// Time spent in those waits, in nanoseconds.
+    pub wait_ns: u64,
     pub consumers: u32,
     pub reclaimed_consumers: u64,
 }
@@ -105,6 +107,7 @@ pub struct Producer {
     /// Next sequence number; the lock also serialises publication.
     publish: Mutex<u64>,
     waits: AtomicU64,
+    wait_ns: AtomicU64,
     overwritten: AtomicU64,
     reclaimed: AtomicU64,
     /// Until the first frame: the deadline for consumers that were waiting
@@ -199,6 +202,7 @@ impl Producer {
             next_slot_hint: AtomicUsize::new(0),
             publish: Mutex::new(0),
             waits: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
             overwritten: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
             waiters_gate: Mutex::new(None),
@@ -520,8 +524,11 @@ impl Producer {
             return Ok(None);
         }
         self.waits.fetch_add(1, Ordering::Relaxed);
-        self.wait_producer_side(interrupt, || Ok(self.try_reserve()))
-            .map(Some)
+        let started = std::time::Instant::now();
+        let reserved = self.wait_producer_side(interrupt, || Ok(self.try_reserve()));
+        self.wait_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        reserved.map(Some)
     }
 
     /// Reserves a free slot if there is one, without waiting and without
@@ -822,6 +829,7 @@ impl Producer {
             frames: h.frames_published.load(Ordering::Relaxed),
             dropped: h.frames_dropped.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
+            wait_ns: self.wait_ns.load(Ordering::Relaxed),
             overwritten: self.overwritten.load(Ordering::Relaxed),
             consumers: h
                 .consumers

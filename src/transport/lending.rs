@@ -17,9 +17,9 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{ProducerSlots, TransportError, WriterStream};
+use super::{ProducerSlots, TransportError, WriterStream, timed};
 use crate::ipc::{ChannelError, FrameMeta, Producer};
 
 pub struct LentSlots<K, T> {
@@ -34,6 +34,10 @@ pub struct LentSlots<K, T> {
     /// while their GPU reads may still run, oldest first. Lock order:
     /// `pending`, then `held` or the slots' own (see docs/architecture.md).
     pending: Mutex<VecDeque<usize>>,
+    /// Per slot, when its frame was last published (a count), so that
+    /// released slots wait in `pending` in the order consumers read them.
+    published_at: Vec<AtomicU64>,
+    publications: AtomicU64,
 }
 
 impl<K: PartialEq, T> LentSlots<K, T> {
@@ -65,6 +69,8 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         Ok(Self {
             held: Mutex::new((0..keys.len()).map(|_| None).collect()),
             pending: Mutex::new(VecDeque::new()),
+            published_at: (0..keys.len()).map(|_| AtomicU64::new(0)).collect(),
+            publications: AtomicU64::new(0),
             keys,
         })
     }
@@ -102,12 +108,17 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             })
             .inspect_err(|_| producer.cancel(slot))?;
         let seq = producer.publish(slot, meta)?;
+        let order = self.publications.fetch_add(1, Ordering::Relaxed);
+        self.published_at[slot].store(order, Ordering::Relaxed);
         self.held.lock().unwrap()[slot] = Some(buffer);
         Ok(seq)
     }
 
     /// Takes back the buffers of frames every consumer is done with, for the
-    /// caller to give back to upstream.
+    /// caller to give back to upstream. `newest`: the slot just published,
+    /// which stays published while upstream has a buffer left, even when no
+    /// consumer has taken it yet (consumers of the newest frame only,
+    /// `frames=latest`, hold no frame back and would otherwise never get one).
     ///
     /// A buffer goes back once the consumers' GPU reads of it finished.
     /// Consumers release a frame as soon as they queue its last read, and
@@ -125,11 +136,21 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         producer: &Producer,
         interrupt: &AtomicBool,
         writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
+        read_wait_ns: &AtomicU64,
+        newest: Option<usize>,
     ) -> Result<Vec<T>, TransportError> {
         let mut released = Vec::new();
         {
             let mut pending = self.pending.lock().unwrap();
-            while let Some(slot) = producer.reserve_now() {
+            let all_but_newest = newest.map_or(u64::MAX, |slot| !(1u64 << slot));
+            // Block mode (lending needs it): taking a slot never drops a
+            // frame an every-frame consumer has not taken.
+            let mut reserved = Vec::new();
+            while let Some(slot) = producer.reserve_one_of(all_but_newest) {
+                reserved.push(slot);
+            }
+            reserved.sort_by_key(|&slot| self.published_at[slot].load(Ordering::Relaxed));
+            for slot in reserved {
                 self.note_released(slot, &mut pending);
             }
             // Consumers read frames in the order they were published: once
@@ -164,7 +185,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             };
             if let Err(e) = ordered.and_then(|ordered| match ordered {
                 true => Ok(()),
-                false => slots.before_write(slot, producer),
+                false => timed(read_wait_ns, || slots.before_write(slot, producer)),
             }) {
                 self.held.lock().unwrap()[slot] = buffer;
                 self.pending.lock().unwrap().push_front(slot);
@@ -327,7 +348,7 @@ mod tests {
         // The consumer has not taken the frame: nothing comes back, and
         // upstream still has two buffers, so this does not wait.
         assert!(
-            lent.take_released(&*slots, &producer, &no, &no_stream)
+            lent.take_released(&*slots, &producer, &no, &no_stream, &AtomicU64::new(0), None)
                 .unwrap()
                 .is_empty()
         );
@@ -347,7 +368,7 @@ mod tests {
         // back waits for the consumer.
         let (l, s, p) = (lent.clone(), slots.clone(), producer.clone());
         let waiting =
-            std::thread::spawn(move || l.take_released(&*s, &p, &AtomicBool::new(false), &no_stream)
+            std::thread::spawn(move || l.take_released(&*s, &p, &AtomicBool::new(false), &no_stream, &AtomicU64::new(0), None)
                 .unwrap());
         std::thread::sleep(Duration::from_millis(100));
         assert!(
@@ -387,7 +408,7 @@ mod tests {
         let stream = unsafe { WriterStream::new(std::ptr::null_mut()) };
         let b_writer = |name: &&str| (*name == "b").then_some(stream);
         assert_eq!(
-            lent.take_released(&*slots, &producer, &no, &b_writer)
+            lent.take_released(&*slots, &producer, &no, &b_writer, &AtomicU64::new(0), None)
                 .unwrap(),
             vec!["b"]
         );
@@ -395,20 +416,81 @@ mod tests {
         assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
         // Upstream has a buffer: nothing more comes back while the reads run.
         assert!(
-            lent.take_released(&*slots, &producer, &no, &b_writer)
+            lent.take_released(&*slots, &producer, &no, &b_writer, &AtomicU64::new(0), None)
                 .unwrap()
                 .is_empty()
         );
         // Reads done: the rest comes back with no wait or ordering at all.
         slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut rest = lent
-            .take_released(&*slots, &producer, &no, &b_writer)
+            .take_released(&*slots, &producer, &no, &b_writer, &AtomicU64::new(0), None)
             .unwrap();
         rest.sort();
         assert_eq!(rest, vec!["a2", "c"]);
         assert_eq!(*slots.writer_ordered.lock().unwrap(), vec![slot_b]);
         assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
         assert_eq!(consumer.frames_missed(), 0);
+    }
+
+    /// A consumer of the newest frame only (`frames=latest`) holds nothing
+    /// back, so no slot waits for it: still, the frame just published stays
+    /// published until the next one, for it to take. (Taking back every free
+    /// slot at once gave each frame back to upstream as soon as it was
+    /// published: such a consumer never got one.)
+    #[test]
+    fn the_newest_frame_stays_published_for_consumers_of_the_latest() {
+        let channel = unique_channel("lend-latest");
+        let no = AtomicBool::new(false);
+        let producer = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            when_full: WhenFull::Block,
+            ..Default::default()
+        })
+        .unwrap();
+        let slots = RecordedSlots::default();
+        producer
+            .configure_pool(64, &slots.slot_descriptors()[..2], &[], &no)
+            .unwrap();
+        producer.set_caps("video/x-raw", &no).unwrap();
+        let mut consumer = Consumer::attach(
+            ConsumerConfig {
+                channel,
+                mode: ConsumerMode::Latest,
+                wait_mode: WaitMode::Hybrid,
+                connect_timeout: Some(Duration::from_secs(5)),
+                ipc_mode: None,
+                producers: Default::default(),
+            },
+            &no,
+        )
+        .unwrap();
+        consumer.set_release_descriptors(&[[0; RELEASE_DESCRIPTOR_BYTES]; 2]);
+        slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let lent = LentSlots::new(0, vec![100u64, 101], &producer).unwrap();
+        let take_back = |newest| {
+            lent.take_released(&slots, &producer, &no, &no_stream, &AtomicU64::new(0), Some(newest))
+                .unwrap()
+        };
+        // Upstream writes into its two buffers in turn, each published and
+        // the one before given back.
+        let mut upstream_writes_into = 100u64;
+        for pts in 0..6 {
+            let slot = lent.slot_of(&upstream_writes_into).unwrap();
+            lent.publish(slot, upstream_writes_into, &meta(pts), &slots, &producer, None)
+                .unwrap();
+            let back = take_back(slot);
+            if pts > 0 {
+                assert_eq!(back, vec![upstream_writes_into ^ 1], "frame {pts}");
+            }
+            // The newest frame is there for the consumer of the latest.
+            let Item::Frame(frame) = consumer.next(&no, Some(Duration::from_secs(1))).unwrap()
+            else {
+                panic!("expected a frame");
+            };
+            assert_eq!((frame.slot, frame.pts), (slot, Some(pts)));
+            consumer.release(frame.slot);
+            upstream_writes_into ^= 1;
+        }
     }
 
     #[test]
@@ -463,7 +545,7 @@ mod tests {
         // read, comes back.
         slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
-            lent.take_released(&slots, &producer, &no, &no_stream)
+            lent.take_released(&slots, &producer, &no, &no_stream, &AtomicU64::new(0), None)
                 .unwrap(),
             vec!["x"]
         );

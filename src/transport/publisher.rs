@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::{
     CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    TransportKind, WriterStream,
+    TransportKind, WriterStream, timed,
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::ipc::layout::MAX_SLOTS;
@@ -178,6 +178,9 @@ pub struct PublisherStats {
     /// Frames published again from a slot that still held them (the same
     /// source pushed again), without a copy.
     pub repeated: u64,
+    /// Time spent waiting on the host for consumers' GPU reads of a slot
+    /// to finish before it is written again, in nanoseconds.
+    pub read_wait_ns: u64,
     pub slots: usize,
     pub kind: TransportKind,
 }
@@ -210,6 +213,8 @@ pub struct Publisher<T> {
     zero_copy: AtomicU64,
     copied: AtomicU64,
     repeated: AtomicU64,
+    /// See `PublisherStats::read_wait_ns`.
+    read_wait_ns: AtomicU64,
     /// What the slots of the current set still hold of the source copied
     /// last (see `publish_copy_of`). A leaf lock, as the others here.
     repeatable: Mutex<Option<Repeatable<T>>>,
@@ -257,6 +262,7 @@ impl<T: Send + 'static> Publisher<T> {
             zero_copy: AtomicU64::new(0),
             copied: AtomicU64::new(0),
             repeated: AtomicU64::new(0),
+            read_wait_ns: AtomicU64::new(0),
             repeatable: Mutex::new(None),
         })
     }
@@ -342,6 +348,7 @@ impl<T: Send + 'static> Publisher<T> {
             zero_copy: self.zero_copy.load(Ordering::Relaxed),
             copied: self.copied.load(Ordering::Relaxed),
             repeated: self.repeated.load(Ordering::Relaxed),
+            read_wait_ns: self.read_wait_ns.load(Ordering::Relaxed),
             slots: self.producer.slot_count(),
             kind: self.config.kind,
         }
@@ -529,8 +536,7 @@ impl<T: Send + 'static> Publisher<T> {
             Ok(())
         } else {
             self.forget_content(slot);
-            set.slots
-                .before_write(slot, &self.producer)
+            timed(&self.read_wait_ns, || set.slots.before_write(slot, &self.producer))
                 .map_err(|e| e.to_string())
                 .and_then(|()| fill(&set.slots.slot_memory(slot)))
                 .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()))
@@ -620,7 +626,9 @@ impl<T: Send + 'static> Publisher<T> {
             self.producer.cancel(slot);
             return Err(ReserveError::TooSmall);
         }
-        if let Err(e) = set.slots.before_write(slot, &self.producer) {
+        if let Err(e) = timed(&self.read_wait_ns, || {
+            set.slots.before_write(slot, &self.producer)
+        }) {
             self.producer.cancel(slot);
             return Err(ReserveError::Transport(e));
         }
@@ -729,10 +737,24 @@ impl<T: Send + 'static> Publisher<T> {
     /// does not hand out; and upstream gets a lent buffer back only once
     /// consumers release it, so with consumers holding every one the sink
     /// would wait, which `when-full=drop` promises never to do (it copies).
+    /// And at least two slots: upstream keeps one buffer to write into while
+    /// another is published.
     pub fn can_lend(&self) -> bool {
         self.device().is_some()
             && self.config.ipc_mode == IpcMode::Legacy
             && self.config.when_full == WhenFull::Block
+            && self.config.slots != 1
+    }
+
+    /// How many buffers a pool whose buffers may be lent as slots should
+    /// have: the slots set, or with `slots=0` the automatic count but at
+    /// least [`AUTO_LENT_SLOTS_MIN`]; two at least, since the sink keeps the
+    /// buffer it rendered last and upstream must have another to write into.
+    pub fn lendable_count(&self) -> usize {
+        match self.config.slots {
+            0 => auto_slots(self.config.kind, self.device().map(|d| &**d)).max(AUTO_LENT_SLOTS_MIN),
+            slots => slots.max(2),
+        }
     }
 
     /// Makes the lendable buffers `frames` the slots (zero copy from then
@@ -807,8 +829,15 @@ impl<T: Send + 'static> Publisher<T> {
         };
         lent.publish(slot, buffer, meta, &*set.slots, &self.producer, written_on)?;
         self.zero_copy.fetch_add(1, Ordering::Relaxed);
-        lent.take_released(&*set.slots, &self.producer, &self.interrupt, writer_stream)
-            .map(Some)
+        lent.take_released(
+            &*set.slots,
+            &self.producer,
+            &self.interrupt,
+            writer_stream,
+            &self.read_wait_ns,
+            Some(slot),
+        )
+        .map(Some)
     }
 }
 
@@ -844,6 +873,12 @@ impl<T: Send + 'static> Drop for WriterReservation<T> {
         self.publisher.end_reservation(self.slot, self.token);
     }
 }
+
+/// How many buffers an upstream pool whose buffers may be lent as slots
+/// gets with `slots=0`, at least: with MPS, a consumer feeding GStreamer's
+/// `cudaconvert` from lent 4K slots ran 13% faster with four than with two
+/// (and one that drops frames as fast), see docs/performance.md.
+const AUTO_LENT_SLOTS_MIN: usize = 4;
 
 /// The ring depth `slots=0` stands for. Without MPS the two processes'
 /// contexts take turns on the GPU, and a deep ring keeps each turn busy;

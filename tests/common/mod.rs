@@ -9,6 +9,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod children;
+mod kill_cycles;
 mod pipelines;
 mod proc;
 mod protocol;
@@ -18,6 +19,7 @@ use std::sync::Once;
 
 pub use children::*;
 pub use gstcudaipc::test_support::{gpu_or_skip, unique_channel};
+pub use kill_cycles::*;
 pub use pipelines::*;
 pub use proc::*;
 pub use protocol::*;

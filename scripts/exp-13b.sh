@@ -12,7 +12,7 @@ run() {
   local props=$2 envs=()
   case $props in env:*) envs=("${props#env:}"); props= ;; src:*) envs=("CUDAIPC_BENCH_SRC_PROPS=${props#src:}"); props= ;; esac
   env "${envs[@]}" CUDAIPC_BENCH_SINK_PROPS="$props" timeout 120 scripts/bench-gst126.sh --rows 13b --pairs "$1" \
-    --mps "$mps" --gst-cuda-seconds 2 --out "/tmp/exp-13b" 2>&1 \
+    --mps "$mps" --gst-cuda-seconds "${SECONDS_PER_ROW:-2}" --out "/tmp/exp-13b" 2>&1 \
     | grep -E '^13b.*FPS' | cut -c1-300
 }
 solo() {

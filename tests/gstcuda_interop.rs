@@ -481,9 +481,10 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
 
 /// A consumer of the newest frame only (`frames=latest`) next to lent slots:
 /// it gets frames, all intact, while the producer runs at its own pace to
-/// the end (it never waits for such a consumer). Before the fix, each frame
-/// went back to upstream as soon as it was published, and the consumer got
-/// none.
+/// the end (it never waits for such a consumer; paced at 1 ms a frame, so
+/// that the consumer's start, its kernels' compilation, does not outlast
+/// it). Before the fix, each frame went back to upstream as soon as it was
+/// published, and the consumer got none.
 #[test]
 fn lent_slots_reach_a_consumer_of_the_latest_frame() {
     const TEST: &str = "lent_slots_reach_a_consumer_of_the_latest_frame";
@@ -504,7 +505,7 @@ fn lent_slots_reach_a_consumer_of_the_latest_frame() {
         copied,
         lending_log,
     } = run_producer(&format!(
-        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false wait-for-connection=1"
+        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! identity sleep-time=1000 ! rscudaipcsink name=sink channel={channel} sync=false wait-for-connection=1"
     ));
     assert_eq!(zero_copy + copied, FRAMES);
     assert!(

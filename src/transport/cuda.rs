@@ -370,6 +370,7 @@ impl CudaProducerSlots {
         slot: usize,
         producer: &Producer,
     ) -> Result<(), TransportError> {
+        self.wait_written(slot)?;
         // The consumers (rows) whose released reads of the slot are not done.
         let late = || {
             let mut cache = self.consumers.lock().unwrap();
@@ -518,6 +519,9 @@ impl ProducerSlots for CudaProducerSlots {
             // Consumers synchronised before releasing.
             return Ok(true);
         }
+        if !self.written(slot)? {
+            return Ok(false);
+        }
         let mut cache = self.consumers.lock().unwrap();
         self.refresh_consumers(producer, &mut cache);
         if let Some(timeline) = &self.timeline {
@@ -569,6 +573,32 @@ impl ProducerSlots for CudaProducerSlots {
 }
 
 impl CudaProducerSlots {
+    /// Whether the frame last published in `slot` is written (its ready
+    /// mark ran on the GPU).
+    fn written(&self, slot: usize) -> Result<bool, TransportError> {
+        Ok(match (self.sync, &self.timeline) {
+            (GpuSync::Host, _) => true,
+            (GpuSync::Timeline, Some(timeline)) => timeline.is_written(slot),
+            (_, _) => self.ready[slot].is_complete()?,
+        })
+    }
+
+    /// Waits on the host until the frame last published in `slot` is
+    /// written, before the slot is written again (or its lent buffer goes
+    /// back upstream): that bounds how far our queued GPU work runs ahead of
+    /// the GPU to the slots. Every-frame consumers bound it anyway (they
+    /// release a frame after reading it); without them the host would queue
+    /// as much as the driver takes (tens of milliseconds of 4K frames), and
+    /// a consumer of the latest frame would wait that long for each one.
+    fn wait_written(&self, slot: usize) -> Result<(), TransportError> {
+        poll_on_host(
+            &format!("our writes into slot {slot}"),
+            Duration::from_micros(20),
+            || self.written(slot),
+            || false,
+        )
+    }
+
     /// Marks the frame in `slot` written once the work queued so far on
     /// `stream` is done.
     fn mark_written(&self, slot: usize, stream: &Stream) -> Result<(), TransportError> {

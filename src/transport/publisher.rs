@@ -275,10 +275,6 @@ impl<T: Send + 'static> Publisher<T> {
         self.config.device.as_ref()
     }
 
-    pub fn slot_count(&self) -> usize {
-        self.producer.slot_count()
-    }
-
     pub fn is_closed(&self) -> bool {
         self.producer.is_closed()
     }

@@ -232,6 +232,11 @@ impl Timeline {
         Ok(())
     }
 
+    /// Whether the frame last marked in `slot` is written (its mark ran).
+    pub fn is_written(&self, slot: usize) -> bool {
+        self.is_ready(slot, self.ready_target(slot))
+    }
+
     /// Whether consumer `row`'s reads of `slot` that it released are done.
     pub fn reads_done(&self, row: usize, slot: usize) -> bool {
         let row = &self.block().rows[row];

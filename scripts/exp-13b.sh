@@ -1,10 +1,13 @@
 #!/bin/bash
-# Experiment (session tool, not a test): 13b with a dropping consumer, our
-# pair under sink property variants, with the sink's per-frame times.
-# usage (GPU host, staged): scripts/exp-13b.sh [MPS=on|off] "PROPS" ...
-#   a PROPS of "env:NAME=VALUE" sets an environment variable instead,
-#   "src:PROPS" gives our source PROPS;
-#   "solo": the producer into our sink with no consumer (gst-launch, timed).
+# Row 13b (nvcodec's cudaconvert output into this pair, 4K) under variants
+# of the sink's or source's properties or of the environment, with the
+# sink's time per frame (docs/performance.md, "Where the producer's time
+# goes"). Needs the 1.26 runtime staged by scripts/stage-gpu-host.sh --gst126.
+# usage (GPU host): [MPS=on|off] [SECONDS_PER_ROW=2] scripts/exp-13b.sh VARIANT...
+#   VARIANT: "PROPS" (our sink's properties, "" for none), "src:PROPS" (our
+#   source's), "env:NAME=VALUE", "alone" (the producer into fakesink), or
+#   "solo" (the producer into fakesink, a queue, or our sink with no
+#   consumer: gst-launch, 60,000 frames, start-up subtracted).
 set -u
 mps=${MPS:-on}
 run() {

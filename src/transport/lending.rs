@@ -308,27 +308,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn buffers_go_back_to_upstream_only_after_consumers_are_done() {
-        let channel = unique_channel("lend");
+    /// A block-mode channel whose pool has `slot_count` slots, with one
+    /// consumer of `mode` attached.
+    fn channel_with_consumer(
+        tag: &str,
+        slot_count: usize,
+        mode: ConsumerMode,
+    ) -> (Producer, Consumer) {
+        let channel = unique_channel(tag);
         let no = AtomicBool::new(false);
-        let producer = Arc::new(
-            Producer::create(ProducerConfig {
-                channel: channel.clone(),
-                when_full: WhenFull::Block,
-                ..Default::default()
-            })
-            .unwrap(),
-        );
-        let slots = Arc::new(RecordedSlots::default());
+        let producer = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            when_full: WhenFull::Block,
+            ..Default::default()
+        })
+        .unwrap();
         producer
-            .configure_pool(64, &slots.slot_descriptors(), &[], &no)
+            .configure_pool(64, &vec![[0; SLOT_DESCRIPTOR_BYTES]; slot_count], &[], &no)
             .unwrap();
         producer.set_caps("video/x-raw", &no).unwrap();
-        let mut consumer = Consumer::attach(
+        let consumer = Consumer::attach(
             ConsumerConfig {
-                channel: channel.clone(),
-                mode: ConsumerMode::EveryFrame,
+                channel,
+                mode,
                 wait_mode: WaitMode::Hybrid,
                 connect_timeout: Some(Duration::from_secs(5)),
                 ipc_mode: None,
@@ -337,6 +339,15 @@ mod tests {
             &no,
         )
         .unwrap();
+        (producer, consumer)
+    }
+
+    #[test]
+    fn buffers_go_back_to_upstream_only_after_consumers_are_done() {
+        let no = AtomicBool::new(false);
+        let (producer, mut consumer) = channel_with_consumer("lend", 3, ConsumerMode::EveryFrame);
+        let producer = Arc::new(producer);
+        let slots = Arc::new(RecordedSlots::default());
         consumer.set_release_descriptors(&[[0; RELEASE_DESCRIPTOR_BYTES]; 3]);
 
         // Buffers are keyed by their memory; upstream has all three.
@@ -439,31 +450,9 @@ mod tests {
     /// published: such a consumer never got one.)
     #[test]
     fn the_newest_frame_stays_published_for_consumers_of_the_latest() {
-        let channel = unique_channel("lend-latest");
         let no = AtomicBool::new(false);
-        let producer = Producer::create(ProducerConfig {
-            channel: channel.clone(),
-            when_full: WhenFull::Block,
-            ..Default::default()
-        })
-        .unwrap();
+        let (producer, mut consumer) = channel_with_consumer("lend-latest", 2, ConsumerMode::Latest);
         let slots = RecordedSlots::default();
-        producer
-            .configure_pool(64, &slots.slot_descriptors()[..2], &[], &no)
-            .unwrap();
-        producer.set_caps("video/x-raw", &no).unwrap();
-        let mut consumer = Consumer::attach(
-            ConsumerConfig {
-                channel,
-                mode: ConsumerMode::Latest,
-                wait_mode: WaitMode::Hybrid,
-                connect_timeout: Some(Duration::from_secs(5)),
-                ipc_mode: None,
-                producers: Default::default(),
-            },
-            &no,
-        )
-        .unwrap();
         consumer.set_release_descriptors(&[[0; RELEASE_DESCRIPTOR_BYTES]; 2]);
         slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
         let lent = LentSlots::new(0, vec![100u64, 101], &producer).unwrap();
@@ -495,31 +484,10 @@ mod tests {
 
     #[test]
     fn frames_of_the_previous_pool_stay_apart_in_placeholders() {
-        let channel = unique_channel("lend-placeholder");
         let no = AtomicBool::new(false);
-        let producer = Producer::create(ProducerConfig {
-            channel: channel.clone(),
-            when_full: WhenFull::Block,
-            ..Default::default()
-        })
-        .unwrap();
+        let (producer, mut consumer) =
+            channel_with_consumer("lend-placeholder", 2, ConsumerMode::EveryFrame);
         let slots = RecordedSlots::default();
-        producer
-            .configure_pool(64, &[[0; SLOT_DESCRIPTOR_BYTES]; 2], &[], &no)
-            .unwrap();
-        producer.set_caps("video/x-raw", &no).unwrap();
-        let mut consumer = Consumer::attach(
-            ConsumerConfig {
-                channel,
-                mode: ConsumerMode::EveryFrame,
-                wait_mode: WaitMode::Hybrid,
-                connect_timeout: Some(Duration::from_secs(5)),
-                ipc_mode: None,
-                producers: Default::default(),
-            },
-            &no,
-        )
-        .unwrap();
         // A frame of the old pool, held (as a sink keeps its last buffer).
         let slot = producer.reserve(&no).unwrap().unwrap();
         producer.publish(slot, &meta(0)).unwrap();

@@ -467,7 +467,7 @@ impl BaseSinkImpl for CudaIpcSink {
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (state, info) = self.snapshot()?;
-        let result = crate::transport::timed(&self.render_ns, || {
+        let result = crate::ipc::wait::timed(&self.render_ns, || {
             publishing::render(&self.obj(), &state, &info, buffer)
         });
         if result.is_ok() && self.ticker.due() {

@@ -524,11 +524,10 @@ impl Producer {
             return Ok(None);
         }
         self.waits.fetch_add(1, Ordering::Relaxed);
-        let started = std::time::Instant::now();
-        let reserved = self.wait_producer_side(interrupt, || Ok(self.try_reserve()));
-        self.wait_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        reserved.map(Some)
+        wait::timed(&self.wait_ns, || {
+            self.wait_producer_side(interrupt, || Ok(self.try_reserve()))
+        })
+        .map(Some)
     }
 
     /// Reserves a free slot if there is one, without waiting and without

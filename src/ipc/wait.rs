@@ -2,10 +2,19 @@
 // then sleep on a futex in the shared mapping (hybrid).
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::ChannelError;
+
+/// Runs `f`, adding the time it took to `clock` (nanoseconds): the waits
+/// that the statistics report.
+pub(crate) fn timed<R>(clock: &AtomicU64, f: impl FnOnce() -> R) -> R {
+    let started = Instant::now();
+    let result = f();
+    clock.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    result
+}
 
 /// How a side waits for the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

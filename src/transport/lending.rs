@@ -19,7 +19,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{ProducerSlots, TransportError, WriterStream, timed};
+use super::{ProducerSlots, TransportError, WriterStream};
+use crate::ipc::wait::timed;
 use crate::ipc::{ChannelError, FrameMeta, Producer};
 
 pub struct LentSlots<K, T> {
@@ -34,10 +35,10 @@ pub struct LentSlots<K, T> {
     /// while their GPU reads may still run, oldest first. Lock order:
     /// `pending`, then `held` or the slots' own (see docs/architecture.md).
     pending: Mutex<VecDeque<usize>>,
-    /// Per slot, when its frame was last published (a count), so that
-    /// released slots wait in `pending` in the order consumers read them.
+    /// Per slot, the sequence number its frame was last published under,
+    /// so that released slots wait in `pending` in the order consumers
+    /// read them.
     published_at: Vec<AtomicU64>,
-    publications: AtomicU64,
 }
 
 impl<K: PartialEq, T> LentSlots<K, T> {
@@ -70,7 +71,6 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             held: Mutex::new((0..keys.len()).map(|_| None).collect()),
             pending: Mutex::new(VecDeque::new()),
             published_at: (0..keys.len()).map(|_| AtomicU64::new(0)).collect(),
-            publications: AtomicU64::new(0),
             keys,
         })
     }
@@ -108,8 +108,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             })
             .inspect_err(|_| producer.cancel(slot))?;
         let seq = producer.publish(slot, meta)?;
-        let order = self.publications.fetch_add(1, Ordering::Relaxed);
-        self.published_at[slot].store(order, Ordering::Relaxed);
+        self.published_at[slot].store(seq, Ordering::Relaxed);
         self.held.lock().unwrap()[slot] = Some(buffer);
         Ok(seq)
     }

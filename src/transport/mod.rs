@@ -363,15 +363,3 @@ pub fn open_consumer_slots(
         ))),
     }
 }
-
-/// Runs `f`, adding the time it took to `clock` (nanoseconds): the waits
-/// that the statistics report.
-pub(crate) fn timed<R>(clock: &std::sync::atomic::AtomicU64, f: impl FnOnce() -> R) -> R {
-    let started = std::time::Instant::now();
-    let result = f();
-    clock.fetch_add(
-        started.elapsed().as_nanos() as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    result
-}

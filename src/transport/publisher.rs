@@ -25,9 +25,10 @@ use std::time::Duration;
 
 use super::{
     CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    TransportKind, WriterStream, timed,
+    TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
+use crate::ipc::wait::timed;
 use crate::ipc::layout::MAX_SLOTS;
 use crate::ipc::socket::Peers;
 use crate::ipc::{

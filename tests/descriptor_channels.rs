@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Launch, OTHER_USER, ShmDir, launch_with, other_user_or_skip, reference_checksums,
-    unique_channel, wait_until,
+    Launch, OTHER_USER, OtherNamespaces, ShmDir, launch_with, other_user_or_skip,
+    reference_checksums, unique_channel, wait_until,
 };
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -180,44 +180,20 @@ fn a_consumer_in_fd_mode_ignores_a_named_control_block() {
 #[test]
 fn a_consumer_that_shares_only_the_sockets_folder_reads_a_descriptor_channel() {
     const TEST: &str = "a_consumer_that_shares_only_the_sockets_folder_reads_a_descriptor_channel";
-    let unshare = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"];
-    let permitted = std::process::Command::new(unshare[0])
-        .args(&unshare[1..])
-        .args(["sh", "-c", "mount -t tmpfs tmpfs /dev/shm"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !permitted {
-        eprintln!("SKIPPED: {TEST}: unshare and mount are not permitted here");
-        return;
-    }
     let dir = ShmDir::new("fdns");
+    let Some(namespaces) = OtherNamespaces::new(TEST, &dir.0) else {
+        return;
+    };
     let channel = unique_channel("fdns");
     let expected = reference_checksums(SOURCE);
-    // Where the consumer sees the channel's folder.
-    let inside = std::env::temp_dir().join(format!(
-        "cudaipc-chan-{:x}",
-        gstcudaipc::ipc::shm::random_u64()
-    ));
-    std::fs::create_dir(&inside).unwrap();
-    let script = r#"set -e
-mount --bind "$CHANNEL_FOLDER" "$INSIDE"
-mount -t tmpfs tmpfs /dev/shm
-test -z "$(ls /dev/shm)"
-CUDAIPC_SHM_DIR="$INSIDE" exec "$@""#;
-    let mut wrapper: Vec<&str> = unshare.to_vec();
-    wrapper.extend(["sh", "-c", script, "sh"]);
     let consumer = launch_with(
-        &wrapper,
-        &[
-            ("CHANNEL_FOLDER", dir.0.to_str().unwrap()),
-            ("INSIDE", inside.to_str().unwrap()),
-        ],
+        &namespaces.wrapper(),
+        &namespaces.env(),
         &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
     );
     let producer = producer(&dir, &channel, "");
     producer.finish(LIMIT).assert_success("producer");
     let done = consumer.finish(LIMIT);
-    let _ = std::fs::remove_dir(&inside);
     done.assert_success("consumer in other namespaces");
     assert_eq!(done.checksums(), expected);
 }

@@ -11,8 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Launch, OTHER_USER, ShmDir, gpu, launch_with, other_user_or_skip, reference_checksums,
-    unique_channel, wait_until,
+    Launch, OTHER_USER, OtherNamespaces, ShmDir, gpu, launch_with, other_user_or_skip,
+    reference_checksums, unique_channel, wait_until,
 };
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -127,45 +127,19 @@ fn a_consumer_in_other_namespaces_reads_cuda_frames() {
     if !gpu(TEST) {
         return;
     }
-    let unshare = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"];
-    let permitted = std::process::Command::new(unshare[0])
-        .args(&unshare[1..])
-        .args(["sh", "-c", "mount -t tmpfs tmpfs /dev/shm"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !permitted {
-        eprintln!("SKIPPED: {TEST}: unshare and mount are not permitted here");
-        return;
-    }
     let dir = ShmDir::new("gpufdns");
+    let Some(namespaces) = OtherNamespaces::new(TEST, &dir.0) else {
+        return;
+    };
     let channel = unique_channel("gpufdns");
     let expected = reference_checksums(SOURCE_4K);
-    let inside = std::env::temp_dir().join(format!(
-        "cudaipc-chan-{:x}",
-        gstcudaipc::ipc::shm::random_u64()
-    ));
-    std::fs::create_dir(&inside).unwrap();
-    let script = r#"set -e
-mount --bind "$CHANNEL_FOLDER" "$INSIDE"
-mount -t tmpfs tmpfs /dev/shm
-test -z "$(ls /dev/shm)"
-test "$(cat /proc/self/stat | cut -d' ' -f4)" != "$OUTER_PID"
-CUDAIPC_SHM_DIR="$INSIDE" exec "$@""#;
-    let mut wrapper: Vec<&str> = unshare.to_vec();
-    wrapper.extend(["sh", "-c", script, "sh"]);
-    let outer_pid = std::process::id().to_string();
     let consumer = launch_with(
-        &wrapper,
-        &[
-            ("CHANNEL_FOLDER", dir.0.to_str().unwrap()),
-            ("INSIDE", inside.to_str().unwrap()),
-            ("OUTER_PID", outer_pid.as_str()),
-        ],
+        &namespaces.wrapper(),
+        &namespaces.env(),
         &consumer_pipeline(&channel, ""),
     );
     let producer = producer(&dir, &channel, "");
     let done = consumer.finish(LIMIT);
-    let _ = std::fs::remove_dir(&inside);
     done.assert_success("consumer in other namespaces");
     assert_eq!(done.checksums(), expected);
     producer.finish(LIMIT).assert_success("producer");

@@ -444,24 +444,12 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
         return;
     }
     let channel = unique_channel("lent");
-    let consumers: Vec<PipelineChild> = (0..2)
-        .map(|_| {
-            PipelineChild::spawn(
-                &format!(
-                    "rscudaipcsrc channel={channel} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
-                ),
-                &["check"],
-            )
-        })
-        .collect();
-    wait_for_waiting_consumers(&channel, consumers.len(), LIMIT);
+    let consumers = verifying_consumers(&channel, 2, "");
     let Produced {
         zero_copy,
         copied,
         lending_log,
-    } = run_producer(&format!(
-        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! rscudaipcsink name=sink channel={channel} sync=false"
-    ));
+    } = run_counter_producer(FRAMES, &channel, "", "");
     eprintln!("lent slots: {zero_copy} frames without a copy, {copied} copied");
     assert_eq!(zero_copy + copied, FRAMES);
     // Copied only until each buffer of the pool went through once.
@@ -493,20 +481,17 @@ fn lent_slots_reach_a_consumer_of_the_latest_frame() {
         return;
     }
     let channel = unique_channel("lentlatest");
-    let consumer = PipelineChild::spawn(
-        &format!(
-            "rscudaipcsrc channel={channel} frames=latest connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
-        ),
-        &["check"],
-    );
-    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let consumer = verifying_consumers(&channel, 1, "frames=latest").remove(0);
     let Produced {
         zero_copy,
         copied,
         lending_log,
-    } = run_producer(&format!(
-        "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 ! identity sleep-time=1000 ! rscudaipcsink name=sink channel={channel} sync=false wait-for-connection=1"
-    ));
+    } = run_counter_producer(
+        FRAMES,
+        &channel,
+        "! identity sleep-time=1000 ",
+        "wait-for-connection=1",
+    );
     assert_eq!(zero_copy + copied, FRAMES);
     assert!(
         zero_copy > 0,
@@ -545,20 +530,17 @@ fn the_sink_copies_instead_of_lending_in_drop_mode_on_descriptor_channels_and_wi
         ("", "slots=1"),
     ] {
         let channel = unique_channel("nolend");
-        let consumer = PipelineChild::spawn(
-            &format!(
-                "rscudaipcsrc channel={channel} connect-timeout=60000 ! cudaprocess name=check verify=true ! fakesink sync=false"
-            ),
-            &["check"],
-        );
-        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        let consumer = verifying_consumers(&channel, 1, "").remove(0);
         let Produced {
             zero_copy,
             copied,
             lending_log,
-        } = run_producer(&format!(
-            "cudatestsrc output-memory=gstcuda num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 {pace}! rscudaipcsink name=sink channel={channel} sync=false wait-for-connection=1 {sink_props}"
-        ));
+        } = run_counter_producer(
+            FRAMES,
+            &channel,
+            pace,
+            &format!("wait-for-connection=1 {sink_props}"),
+        );
         assert_eq!(
             (zero_copy, copied),
             (0, FRAMES),
@@ -570,6 +552,33 @@ fn the_sink_copies_instead_of_lending_in_drop_mode_on_descriptor_channels_and_wi
         assert!(report.num("check.verified") > 0, "{sink_props}: {report:?}");
         assert_eq!(report.num("check.corrupt"), 0, "{sink_props}: {report:?}");
     }
+}
+
+/// `count` consumers in other processes that verify every counter frame
+/// they get (`cudaprocess name=check verify=true`), with `src_props` on their
+/// source; all wait on `channel` when this returns.
+fn verifying_consumers(channel: &str, count: usize, src_props: &str) -> Vec<PipelineChild> {
+    let consumers = (0..count)
+        .map(|_| {
+            PipelineChild::spawn(
+                &format!(
+                    "rscudaipcsrc channel={channel} connect-timeout=60000 {src_props} ! cudaprocess name=check verify=true ! fakesink sync=false"
+                ),
+                &["check"],
+            )
+        })
+        .collect();
+    wait_for_waiting_consumers(channel, count, LIMIT);
+    consumers
+}
+
+/// Runs the producer of `frames` counter frames (1080p RGB `GstCudaMemory`
+/// from `cudatestsrc`, through `between`, into `rscudaipcsink name=sink` with
+/// `sink_props`) to its end.
+fn run_counter_producer(frames: u64, channel: &str, between: &str, sink_props: &str) -> Produced {
+    run_producer(&format!(
+        "cudatestsrc output-memory=gstcuda num-buffers={frames} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=1920,height=1080,framerate=0/1 {between}! rscudaipcsink name=sink channel={channel} sync=false {sink_props}"
+    ))
 }
 
 /// What a consumer that checks every frame in its `appsink name=sink` saw,

@@ -3,13 +3,15 @@
 // Helpers of the integration tests, by concern: child processes
 // (children.rs), /proc and channel probes (proc.rs), the child pipelines'
 // protocol (protocol.rs), in-process pipelines (pipelines.rs), a private
-// shm folder and another user (users.rs). Here: the
+// shm folder and another user (users.rs), other namespaces
+// (namespaces.rs), kill cycles (kill_cycles.rs). Here: the
 // one plugin registration and the one GPU check every test binary uses.
 // Each binary uses a part of them.
 #![allow(dead_code, unused_imports)]
 
 mod children;
 mod kill_cycles;
+mod namespaces;
 mod pipelines;
 mod proc;
 mod protocol;
@@ -20,6 +22,7 @@ use std::sync::Once;
 pub use children::*;
 pub use gstcudaipc::test_support::{gpu_or_skip, unique_channel};
 pub use kill_cycles::*;
+pub use namespaces::*;
 pub use pipelines::*;
 pub use proc::*;
 pub use protocol::*;

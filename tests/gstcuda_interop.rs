@@ -588,6 +588,9 @@ struct Checked {
     /// The first few bad frames, described.
     bad: Vec<String>,
     bad_count: u64,
+    /// Buffers the source pushed with GPU work still pending on their
+    /// memory's stream (`NEED_SYNC`).
+    pending_on_push: u64,
     src_stats: gst::Structure,
 }
 
@@ -646,6 +649,17 @@ fn run_checking_consumer(
             })
             .build(),
     );
+    let pending = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count_pending = pending.clone();
+    let src_pad = pipeline.by_name("src").unwrap().static_pad("src").unwrap();
+    src_pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+        if let Some(buffer) = info.buffer()
+            && buffer.iter_memories().any(gstcuda::needs_sync)
+        {
+            count_pending.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        gst::PadProbeReturn::Ok
+    });
     pipeline.set_state(gst::State::Playing).unwrap();
     let bus = pipeline.bus().unwrap();
     let message = bus
@@ -667,6 +681,7 @@ fn run_checking_consumer(
         frames,
         bad,
         bad_count,
+        pending_on_push: pending.load(std::sync::atomic::Ordering::Relaxed),
         src_stats,
     }
 }
@@ -822,4 +837,7 @@ fn wrapped_slots_go_back_only_after_cudaconvert_read_them() {
         checked.bad
     );
     assert_gstcuda_delivery(&checked.src_stats, FRAMES);
+    // Pushed written: cudaconvert reads them without synchronising the
+    // host on each (which kept the GPU idle between frames).
+    assert_eq!(checked.pending_on_push, 0);
 }

@@ -178,6 +178,9 @@ impl CudaIpcSrc {
                 Some(attached) => attached,
                 None => subscriber.insert(self.connect()?),
             };
+            let wraps_slots = (self.state.lock().unwrap().output.as_ref())
+                .is_some_and(|output| output.slot_wrapper.is_some());
+            attached.wait_on_host(wraps_slots);
             let (waits, stale) = (attached.waits(), attached.stale());
             let event = attached.next(&self.interrupt);
             {

@@ -25,7 +25,9 @@
 
 mod stream;
 
-pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
+pub use stream::{
+    CudaStream, Ordered, StreamOrdering, needs_sync, wrap_device_memory, wrappable_layout,
+};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};

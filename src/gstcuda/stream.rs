@@ -475,22 +475,24 @@ unsafe extern "C" fn drop_owner<T>(data: glib::ffi::gpointer) {
 /// keeps `ptr` valid, e.g. a held frame whose drop releases the slot. The
 /// memory is read-only (writers in the pipeline copy it first).
 ///
-/// With `stream`, the memory's content is ordered on it and `NEED_SYNC` is
-/// set, so that readers order themselves after it (see the module's notes);
-/// the caller orders `stream` after its own writes before pushing
-/// ([`StreamOrdering::order_after`]). Without one, the content must be
-/// complete (synchronised) when pushed.
+/// `stream`: the memory's stream, and whether writes are still pending on
+/// it. Pending, `NEED_SYNC` is set, so that readers order themselves after
+/// it (see the module's notes); the caller orders `stream` after its own
+/// writes before pushing ([`StreamOrdering::order_after`]). Not pending, or
+/// without a stream, the content must be complete when pushed.
 ///
 /// Gives `owner` back when it cannot wrap: GStreamer 1.22, no usable driver,
 /// a null pointer, a layout it cannot describe ([`wrappable_layout`]), or a
 /// stream of another context.
 pub fn wrap_device_memory<T: Send + 'static>(
     context: &CudaContext,
-    stream: Option<&CudaStream>,
+    stream: Option<(&CudaStream, bool)>,
     info: &gst_video::VideoInfo,
     ptr: u64,
     owner: T,
 ) -> Result<gst::Memory, T> {
+    let pending = stream.is_some_and(|(_, pending)| pending);
+    let stream = stream.map(|(stream, _)| stream);
     let Some(api) = api() else {
         return Err(owner);
     };
@@ -525,7 +527,7 @@ pub fn wrap_device_memory<T: Send + 'static>(
         return Err(*unsafe { Box::from_raw(data) });
     }
     let mut flags = gst::ffi::GST_MEMORY_FLAG_READONLY;
-    if stream.is_some() {
+    if pending {
         flags |= TRANSFER_NEED_SYNC;
     }
     // SAFETY: a new memory that only we reference; setting flags before it is
@@ -701,7 +703,7 @@ mod tests {
         let drops = Arc::new(AtomicUsize::new(0));
         let memory = wrap_device_memory(
             &context,
-            Some(&stream),
+            Some((&stream, true)),
             &info,
             buffer.ptr(),
             Owner(drops.clone()),
@@ -724,7 +726,7 @@ mod tests {
             assert!(map.iter().all(|&b| b == 0x5a));
         }
         // The sink's calls on such memory order on the GPU.
-        let pending = wrap_device_memory(&context, Some(&stream), &info, buffer.ptr(), ())
+        let pending = wrap_device_memory(&context, Some((&stream, true)), &info, buffer.ptr(), ())
             .unwrap_or_else(|_| panic!("wrapping failed"));
         assert_eq!(
             ordering.wait_for_upstream(&pending, &ours).unwrap(),
@@ -753,6 +755,20 @@ mod tests {
         assert_eq!(
             ordering.wait_for_upstream(&plain, &ours).unwrap(),
             Ordered::Unordered
+        );
+        // Written already (the source waited on the host): the stream, and
+        // nothing for readers to wait for, so cudaconvert does not
+        // synchronise the host.
+        let written = wrap_device_memory(&context, Some((&stream, false)), &info, buffer.ptr(), ())
+            .unwrap_or_else(|_| panic!("wrapping failed"));
+        assert!(!needs_sync(&written));
+        match upstream_order(&written) {
+            UpstreamOrder::Ready(s) => assert_eq!(s.handle(), stream.handle()),
+            other => panic!("expected a stream with nothing pending, got {other:?}"),
+        }
+        assert_eq!(
+            ordering.wait_for_upstream(&written, &ours).unwrap(),
+            Ordered::NothingPending
         );
     }
 }

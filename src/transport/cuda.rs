@@ -855,26 +855,33 @@ impl ConsumerSlots for CudaConsumerSlots {
         self.read_only
     }
 
-    fn before_read(&self, slot: usize, give_up: &dyn Fn() -> bool) -> Result<(), TransportError> {
+    fn before_read(
+        &self,
+        slot: usize,
+        on_host: bool,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<bool, TransportError> {
         let what = || format!("the producer's writes into slot {slot}");
+        let on_host = on_host || self.host_waits;
         match (self.sync, &self.timeline) {
-            (GpuSync::Host, _) => Ok(()),
+            (GpuSync::Host, _) => {}
             (GpuSync::Timeline, Some(timeline)) => {
                 let target = timeline.block.ready_target(slot);
                 timeline.targets[slot].store(target, Ordering::Relaxed);
-                match self.host_waits {
+                match on_host {
                     true => poll_on_host(
                         &what(),
                         Duration::from_micros(20),
                         || Ok(timeline.block.is_ready(slot, target)),
                         give_up,
-                    ),
-                    false => timeline.block.wait_ready_on(slot, target, &self.device.stream()),
+                    )?,
+                    false => timeline.block.wait_ready_on(slot, target, &self.device.stream())?,
                 }
             }
-            (_, _) if self.host_waits => wait_on_host(&self.ready[slot], &what(), give_up),
-            (_, _) => Ok(self.device.stream().wait_event(&self.ready[slot])?),
+            (_, _) if on_host => wait_on_host(&self.ready[slot], &what(), give_up)?,
+            (_, _) => self.device.stream().wait_event(&self.ready[slot])?,
         }
+        Ok(self.sync == GpuSync::Host || on_host)
     }
 
     fn finish_read(&self, slot: usize) -> Result<(), TransportError> {

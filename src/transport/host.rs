@@ -367,11 +367,16 @@ impl ConsumerSlots for HostConsumerSlots {
         self.regions.get(slot)
     }
 
-    fn before_read(&self, _slot: usize, _give_up: &dyn Fn() -> bool) -> Result<(), TransportError> {
+    fn before_read(
+        &self,
+        _slot: usize,
+        _on_host: bool,
+        _give_up: &dyn Fn() -> bool,
+    ) -> Result<bool, TransportError> {
         if self.map.is_broken() {
             return Err(truncated(self.path.clone()));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// What was read from a truncated file was zeros: an error, not a frame.

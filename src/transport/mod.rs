@@ -259,10 +259,19 @@ pub trait ConsumerSlots: Send + Sync {
     fn host_region(&self, _slot: usize) -> Option<&HostRegion> {
         None
     }
-    /// Orders every later read of `slot` after the producer's writes. A wait
-    /// on the host for them gives up with an error once `give_up` says so
-    /// (the producer is gone, or the reader stops).
-    fn before_read(&self, slot: usize, give_up: &dyn Fn() -> bool) -> Result<(), TransportError>;
+    /// Orders every later read of `slot` after the producer's writes, on
+    /// the host where `on_host` asks for it even if this device would wait
+    /// on the GPU. True where the writes are done on return (waited for on
+    /// the host, or the producer synchronised before publishing), false
+    /// where only a wait on this process's stream was queued. A wait on the
+    /// host for them gives up with an error once `give_up` says so (the
+    /// producer is gone, or the reader stops).
+    fn before_read(
+        &self,
+        slot: usize,
+        on_host: bool,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<bool, TransportError>;
     /// Marks the point after which this process no longer reads `slot`:
     /// everything issued so far. The channel release follows it.
     fn finish_read(&self, slot: usize) -> Result<(), TransportError>;

@@ -111,6 +111,8 @@ pub struct HeldFrame {
     /// Set once the read is ordered after the producer's writes
     /// (`before_read`); every frame handed out has them.
     slots: Option<Arc<dyn ConsumerSlots>>,
+    /// See [`HeldFrame::is_written`].
+    written: bool,
     release: ReleaseHandle,
     held: Arc<AtomicUsize>,
     on_finish_read_error: FinishReadError,
@@ -135,6 +137,13 @@ impl HeldFrame {
         self.slots()
             .host_region(self.frame.slot)
             .and_then(|region| region.as_slice().get(..self.frame.size as usize))
+    }
+
+    /// Whether the producer's writes of the frame were done on the GPU when
+    /// it was handed out, not only ordered before this process's later
+    /// reads on its stream.
+    pub fn is_written(&self) -> bool {
+        self.written
     }
 
     /// Frames of its subscriber being read, this one included.
@@ -181,6 +190,8 @@ pub struct Subscriber {
     held: Arc<AtomicUsize>,
     /// Frames skipped because the pool or caps had moved on past them.
     stale: AtomicU64,
+    /// See [`Subscriber::wait_on_host`].
+    host_waits: bool,
 }
 
 impl fmt::Debug for Subscriber {
@@ -240,6 +251,7 @@ impl Subscriber {
             pending: None,
             held: Arc::new(AtomicUsize::new(0)),
             stale: AtomicU64::new(0),
+            host_waits: false,
         })
     }
 
@@ -264,6 +276,16 @@ impl Subscriber {
     /// Times `next` had to wait for a frame.
     pub fn waits(&self) -> u64 {
         self.consumer.waits()
+    }
+
+    /// From the next frame on, waits for the producer's writes on the host
+    /// (`on`) even where this device would wait on the GPU (under MPS). For
+    /// readers that synchronise the host on memory whose writes may still
+    /// be pending: GStreamer's CUDA filters, given the slots themselves,
+    /// would wait for the GPU to drain before each frame (see
+    /// [`HeldFrame::is_written`]).
+    pub fn wait_on_host(&mut self, on: bool) {
+        self.host_waits = on;
     }
 
     /// Frames skipped because the pool or caps had moved on past them.
@@ -294,6 +316,7 @@ impl Subscriber {
             let mut frame = HeldFrame {
                 frame,
                 slots: None,
+                written: false,
                 release: self.consumer.release_handle(),
                 held: self.held.clone(),
                 on_finish_read_error: self.config.on_finish_read_error.clone(),
@@ -328,7 +351,9 @@ impl Subscriber {
             let give_up = || {
                 interrupt.load(Ordering::Relaxed) || consumer.producer_gone().is_some()
             };
-            if let Err(e) = slots.before_read(frame.slot, &give_up) {
+            match slots.before_read(frame.slot, self.host_waits, &give_up) {
+                Ok(written) => frame.written = written,
+                Err(e) => {
                 // A producer that died before its writes finished, or a
                 // stop while waiting for them.
                 if let Some(gone) = self.consumer.producer_gone() {
@@ -338,6 +363,7 @@ impl Subscriber {
                     return Err(SubscriberError::Interrupted);
                 }
                 return Err(e.into());
+                }
             }
             frame.slots = Some(slots);
             self.held.fetch_add(1, Ordering::SeqCst);

@@ -187,7 +187,7 @@ fn contract_consumer_process() {
     let mut seen = 0u64;
     while let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(10))).unwrap() {
         assert_eq!(f.seq, seen);
-        view.before_read(f.slot, &|| false).unwrap();
+        view.before_read(f.slot, false, &|| false).unwrap();
         let got = read_slot(&view.slot_memory(f.slot), f.size as usize);
         assert!(
             got == frame_bytes(f.seq, SIZE),

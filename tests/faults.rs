@@ -531,9 +531,20 @@ fn stale_channel_replaced(t: Transport) {
     drop(cb);
     let path = gstcudaipc::ipc::shm::control_path(&channel);
     assert!(path.exists(), "a killed producer cannot remove its channel");
-    let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
-    ));
+    // With the source's debug lines: once on the GPU host (1.26, fresh
+    // machine) this consumer never came to wait; they will say where it was.
+    let consumer = launch_with(
+        &[],
+        &[("GST_DEBUG", "cudaipcsrc:6,cudaipc*:5")],
+        &format!("rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"),
+    );
+    if !consumers_wait(&channel, 1, LIMIT) {
+        let done = consumer.finish(Duration::from_secs(1));
+        panic!(
+            "the consumer never waited on the stale channel '{channel}':\n{}\n{}",
+            done.stdout, done.stderr
+        );
+    }
     let expected = produce_for_waiting_consumer(t, &channel, 20, "a producer on a stale channel");
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");

@@ -73,14 +73,22 @@ pub fn wait_for_channel(channel: &str, limit: Duration) -> bool {
 /// started and announced themselves), so a producer started now owes them
 /// every frame from the first.
 pub fn wait_for_waiting_consumers(channel: &str, n: usize, limit: Duration) {
+    assert!(
+        consumers_wait(channel, n, limit),
+        "{n} consumers did not start waiting on '{channel}' within {limit:?}"
+    );
+}
+
+/// Whether `n` consumers wait for a producer on `channel` within `limit`.
+pub fn consumers_wait(channel: &str, n: usize, limit: Duration) -> bool {
     let start = Instant::now();
     while gstcudaipc::ipc::shm::count_live_waiters(channel) < n {
-        assert!(
-            start.elapsed() < limit,
-            "{n} consumers did not start waiting on '{channel}' within {limit:?}"
-        );
+        if start.elapsed() >= limit {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
+    true
 }
 
 /// Names of the host data files of `channel` in the shm folder.

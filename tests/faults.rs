@@ -620,6 +620,69 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
     drop(live);
 }
 
+/// The liveness lock can outlive a killed producer for a moment (the
+/// kernel drops it with the last reference to the open file; on the GPU
+/// host a consumer attached then and failed 100 ms later with "the
+/// producer died"). A block whose lock is held but whose recorded producer
+/// process is gone is stale: a consumer waits for the next producer, and a
+/// new producer takes the channel as soon as the lock goes instead of
+/// reporting it in use.
+#[test]
+fn a_lock_that_outlives_its_producer_keeps_no_channel_alive() {
+    use gstcudaipc::ipc::{Producer, ProducerConfig};
+    let donor = unique_channel("donor");
+    let channel = unique_channel("lingering");
+    let live = Producer::create(ProducerConfig {
+        channel: donor,
+        ..Default::default()
+    })
+    .unwrap();
+    let path = gstcudaipc::ipc::shm::control_path(&channel);
+    std::fs::copy(live.path(), &path).unwrap();
+    drop(live);
+    // Its recorded producer: a process that has exited and been reaped.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let (gone_pid, gone_start) = (
+        gone.id(),
+        gstcudaipc::ipc::shm::process_start_time(gone.id()).unwrap_or(0),
+    );
+    gone.wait().unwrap();
+    {
+        let copy = ControlBlock::open(&channel).unwrap();
+        let h = copy.header();
+        h.producer_pid
+            .store(gone_pid, std::sync::atomic::Ordering::SeqCst);
+        h.producer_start_time
+            .store(gone_start, std::sync::atomic::Ordering::SeqCst);
+    }
+    // Its lock, held as a dead process's lingering teardown holds it.
+    let lingering = gstcudaipc::test_support::hold_producer_lock(&path).unwrap();
+    let done = launch(&format!(
+        "rscudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
+    ))
+    .finish(LIMIT);
+    assert!(!done.success);
+    assert!(
+        format!("{}{}", done.stdout, done.stderr).contains("no producer appeared"),
+        "{}\n{}",
+        done.stdout,
+        done.stderr
+    );
+    let claim = std::thread::spawn(move || {
+        Producer::create(ProducerConfig {
+            channel,
+            ..Default::default()
+        })
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    drop(lingering);
+    let producer = claim
+        .join()
+        .unwrap()
+        .expect("a new producer takes the channel once the lock goes");
+    drop(producer);
+}
+
 // ---------------------------------------------------------------------------
 // Permissions
 

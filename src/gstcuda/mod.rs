@@ -25,9 +25,9 @@
 
 mod stream;
 
-pub use stream::{
-    CudaStream, Ordered, StreamOrdering, needs_sync, wrap_device_memory, wrappable_layout,
-};
+pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
+#[cfg(any(test, feature = "test-support"))]
+pub use stream::needs_sync;
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};

@@ -839,8 +839,13 @@ impl Drop for Consumer {
     }
 }
 
+/// The producer's lock is held, and its recorded process runs (see
+/// [`recorded_producer_may_run`]): a consumer that attached to a producer
+/// killed a moment before found it dead 100 ms later, instead of waiting
+/// for the next producer.
 fn producer_alive(shared: &SharedFile) -> bool {
     shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
+        && recorded_producer_may_run(shared)
 }
 
 fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {

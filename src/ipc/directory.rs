@@ -146,7 +146,8 @@ fn describe(mut entry: ChannelEntry, shared: &SharedFile) -> ChannelEntry {
     };
     let r = Ordering::Relaxed;
     let live = h.state.load(Ordering::SeqCst) == STATE_OPEN
-        && shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false);
+        && shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
+        && super::layout::recorded_producer_may_run(shared);
     entry.state = if live {
         ChannelState::Live
     } else {

@@ -246,6 +246,29 @@ pub fn control_header(shared: &super::shm::SharedFile) -> &ControlHeader {
     unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
 }
 
+/// Whether the producer a control block records may still run: its process
+/// runs, where its pid is of our PID namespace (another namespace's pids
+/// cannot be checked here), or the block is too small to record one.
+///
+/// The producer's lock says whether a producer lives, except for a moment
+/// after one is killed: the kernel drops the lock with the last reference
+/// to the open file, and a mapping that the dead process's teardown still
+/// holds (the GPU driver's, on a GPU host) is one. Consumers and producers
+/// take a block whose recorded producer is gone for dead, or wait for its
+/// lock to go, instead of believing the lock for that moment.
+pub fn recorded_producer_may_run(shared: &super::shm::SharedFile) -> bool {
+    use std::sync::atomic::Ordering;
+    if shared.len() < control_size() {
+        return true;
+    }
+    let h = control_header(shared);
+    h.producer_pid_namespace.load(Ordering::Relaxed) != super::shm::pid_namespace()
+        || super::shm::process_runs(
+            h.producer_pid.load(Ordering::Relaxed),
+            h.producer_start_time.load(Ordering::Relaxed),
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -318,7 +318,7 @@ impl Producer {
                     ));
                 }
             }
-            let got_lock = shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)
+            let got_lock = take_lock_of_dead_producer(&existing)
                 .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
             if !got_lock {
                 let pid = if existing.len() >= control_size() {
@@ -898,6 +898,28 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// How long a new producer waits for the lock of a block whose recorded
+/// producer is gone (see [`recorded_producer_may_run`]) to go.
+const LINGERING_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the producer lock of `existing`; where a producer that is gone
+/// still holds it (for a moment after it was killed), waits for it to go:
+/// a producer restarted at once after a crash takes its channel back
+/// instead of finding it in use. The lock stays the arbiter between
+/// contenders.
+fn take_lock_of_dead_producer(existing: &SharedFile) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + LINGERING_LOCK_WAIT;
+    loop {
+        if shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)? {
+            return Ok(true);
+        }
+        if recorded_producer_may_run(existing) || std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

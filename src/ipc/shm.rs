@@ -438,13 +438,34 @@ pub fn byte_is_locked(file: &File, byte: i64) -> io::Result<bool> {
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// Start time of a process in clock ticks since boot (field 22 of
-/// /proc/PID/stat): with the pid, it names a process even after pid reuse.
-pub fn process_start_time(pid: u32) -> Option<u64> {
+/// State (field 3) and start time in clock ticks since boot (field 22) of
+/// /proc/PID/stat.
+fn process_stat(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: skip past the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start_time = fields.nth(18)?.parse().ok()?;
+    Some((state, start_time))
+}
+
+/// Start time of a process in clock ticks since boot: with the pid, it
+/// names a process even after pid reuse.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    process_stat(pid).map(|(_, start_time)| start_time)
+}
+
+/// Whether process `pid` of this PID namespace runs and is the one that
+/// started at `start_time` (0: not known): false for a process that is
+/// gone, a zombie, or another process under a reused pid. True where /proc
+/// cannot tell (not mounted).
+pub fn process_runs(pid: u32, start_time: u64) -> bool {
+    match process_stat(pid) {
+        Some((state, started)) => {
+            !matches!(state, 'Z' | 'X' | 'x') && (start_time == 0 || started == start_time)
+        }
+        None => std::fs::metadata("/proc/self/stat").is_err(),
+    }
 }
 
 /// Inode of this process's PID namespace.
@@ -479,6 +500,27 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_runs_until_it_is_a_zombie_and_its_pid_names_only_it() {
+        let me = std::process::id();
+        let started = process_start_time(me).unwrap();
+        assert!(process_runs(me, started));
+        assert!(process_runs(me, 0), "start time not known");
+        assert!(!process_runs(me, started + 1), "another process under a reused pid");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let child_started = process_start_time(pid).unwrap_or(0);
+        // Exited but not reaped: a zombie, which holds nothing any more.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while process_stat(pid).is_some_and(|(state, _)| state != 'Z') {
+            assert!(std::time::Instant::now() < deadline, "the child never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!process_runs(pid, child_started), "a zombie");
+        child.wait().unwrap();
+        assert!(!process_runs(pid, child_started), "gone");
+    }
 
     #[test]
     fn channel_names_are_restricted() {

@@ -565,22 +565,44 @@ fn cuda_stale_channel_of_a_killed_producer_is_replaced() {
     }
 }
 
+/// A copy of a live producer's control block (this process's, unlocked)
+/// under a new channel name: the channel, its control file, and the
+/// producer (the copy's recorded producer while it lives).
+fn copy_of_a_live_block(tag: &str) -> (String, std::path::PathBuf, gstcudaipc::ipc::Producer) {
+    use gstcudaipc::ipc::{Producer, ProducerConfig};
+    let live = Producer::create(ProducerConfig {
+        channel: unique_channel("donor"),
+        ..Default::default()
+    })
+    .unwrap();
+    let channel = unique_channel(tag);
+    let path = gstcudaipc::ipc::shm::control_path(&channel);
+    std::fs::copy(live.path(), &path).unwrap();
+    (channel, path, live)
+}
+
+/// A consumer of `channel` finds no producer within its connect timeout.
+fn assert_no_producer_appears(channel: &str) {
+    let done = launch(&format!(
+        "rscudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
+    ))
+    .finish(LIMIT);
+    assert!(!done.success);
+    assert!(
+        format!("{}{}", done.stdout, done.stderr).contains("no producer appeared"),
+        "{}\n{}",
+        done.stdout,
+        done.stderr
+    );
+}
+
 /// Liveness is the kernel's lock, not the pid: a control block that names a
 /// live process (this one, with its true start time) as its producer but
 /// whose lock nobody holds is stale. Consumers do not attach to it, and a
 /// new producer replaces it instead of reporting the channel in use.
 #[test]
 fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
-    use gstcudaipc::ipc::{Producer, ProducerConfig};
-    let donor = unique_channel("donor");
-    let channel = unique_channel("pidreuse");
-    let live = Producer::create(ProducerConfig {
-        channel: donor,
-        ..Default::default()
-    })
-    .unwrap();
-    let path = gstcudaipc::ipc::shm::control_path(&channel);
-    std::fs::copy(live.path(), &path).unwrap();
+    let (channel, _, live) = copy_of_a_live_block("pidreuse");
     let copy = ControlBlock::open(&channel).unwrap();
     let h = copy.header();
     assert_eq!(
@@ -593,17 +615,7 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
         gstcudaipc::ipc::shm::process_start_time(std::process::id()).unwrap()
     );
     drop(copy);
-    let done = launch(&format!(
-        "rscudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
-    ))
-    .finish(LIMIT);
-    assert!(!done.success);
-    assert!(
-        format!("{}{}", done.stdout, done.stderr).contains("no producer appeared"),
-        "{}\n{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_no_producer_appears(&channel);
     let consumer = launch(&format!(
         "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
     ));
@@ -630,15 +642,7 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
 #[test]
 fn a_lock_that_outlives_its_producer_keeps_no_channel_alive() {
     use gstcudaipc::ipc::{Producer, ProducerConfig};
-    let donor = unique_channel("donor");
-    let channel = unique_channel("lingering");
-    let live = Producer::create(ProducerConfig {
-        channel: donor,
-        ..Default::default()
-    })
-    .unwrap();
-    let path = gstcudaipc::ipc::shm::control_path(&channel);
-    std::fs::copy(live.path(), &path).unwrap();
+    let (channel, path, live) = copy_of_a_live_block("lingering");
     drop(live);
     // Its recorded producer: a process that has exited and been reaped.
     let mut gone = std::process::Command::new("true").spawn().unwrap();
@@ -657,17 +661,7 @@ fn a_lock_that_outlives_its_producer_keeps_no_channel_alive() {
     }
     // Its lock, held as a dead process's lingering teardown holds it.
     let lingering = gstcudaipc::test_support::hold_producer_lock(&path).unwrap();
-    let done = launch(&format!(
-        "rscudaipcsrc channel={channel} is-live=true connect-timeout=500 ! fakesink"
-    ))
-    .finish(LIMIT);
-    assert!(!done.success);
-    assert!(
-        format!("{}{}", done.stdout, done.stderr).contains("no producer appeared"),
-        "{}\n{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_no_producer_appears(&channel);
     let claim = std::thread::spawn(move || {
         Producer::create(ProducerConfig {
             channel,

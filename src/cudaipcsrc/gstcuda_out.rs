@@ -6,8 +6,8 @@
 //! synchronise the host, later), the memory carries a `GstCudaStream` of our
 //! context with nothing pending on it, and the slot goes back to the
 //! producer when downstream frees the memory, after the GPU work downstream
-//! queued on it. On 1.22, or where the slot cannot
-//! be wrapped, frames are copied into a `GstCudaBufferPool` (copy.rs).
+//! queued on it. On 1.22, or where the slot cannot be wrapped, frames are
+//! copied into a `GstCudaBufferPool` (copy.rs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -247,8 +247,9 @@ pub fn control_header(shared: &super::shm::SharedFile) -> &ControlHeader {
 }
 
 /// Whether the producer a control block records may still run: its process
-/// runs, where its pid is of our PID namespace (another namespace's pids
-/// cannot be checked here), or the block is too small to record one.
+/// runs, where its pid can be checked here (of our PID namespace, and of our
+/// user: /proc may hide other users' processes, `hidepid`), or the block is
+/// too small to record one.
 ///
 /// The producer's lock says whether a producer lives, except for a moment
 /// after one is killed: the kernel drops the lock with the last reference
@@ -263,6 +264,7 @@ pub fn recorded_producer_may_run(shared: &super::shm::SharedFile) -> bool {
     }
     let h = control_header(shared);
     h.producer_pid_namespace.load(Ordering::Relaxed) != super::shm::pid_namespace()
+        || shared.owner_uid().ok() != Some(super::shm::effective_uid())
         || super::shm::process_runs(
             h.producer_pid.load(Ordering::Relaxed),
             h.producer_start_time.load(Ordering::Relaxed),

@@ -539,3 +539,37 @@ fn consumers_accept_every_gpu_sync_a_producer_announces() {
         }
     }
 }
+
+/// The recorded producer process counts only where it can be checked: a
+/// dead one of our namespace and user marks the block dead; another user's
+/// block keeps to its lock (/proc may hide that user's processes).
+#[test]
+fn a_recorded_producer_is_checked_only_where_proc_can_tell() {
+    let channel = unique_channel("recorded");
+    let live = producer(&channel, WhenFull::Block);
+    let path = shm::control_path(&channel);
+    let shared = shm::SharedFile::open(&path).unwrap();
+    assert!(recorded_producer_may_run(&shared), "this process runs");
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let h = control_header(&shared);
+    h.producer_pid
+        .store(gone_pid, std::sync::atomic::Ordering::SeqCst);
+    h.producer_start_time
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    assert!(!recorded_producer_may_run(&shared), "a reaped process");
+    let namespace = h.producer_pid_namespace.load(std::sync::atomic::Ordering::SeqCst);
+    h.producer_pid_namespace
+        .store(namespace ^ 1, std::sync::atomic::Ordering::SeqCst);
+    assert!(recorded_producer_may_run(&shared), "another PID namespace");
+    h.producer_pid_namespace
+        .store(namespace, std::sync::atomic::Ordering::SeqCst);
+    // Another user's block: only root can make one here.
+    if shm::effective_uid() == 0 {
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        assert!(recorded_producer_may_run(&shared), "another user's block");
+        std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+    }
+    drop(live);
+}

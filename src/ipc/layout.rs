@@ -252,11 +252,13 @@ pub fn control_header(shared: &super::shm::SharedFile) -> &ControlHeader {
 /// too small to record one.
 ///
 /// The producer's lock says whether a producer lives, except for a moment
-/// after one is killed: the kernel drops the lock with the last reference
-/// to the open file, and a mapping that the dead process's teardown still
-/// holds (the GPU driver's, on a GPU host) is one. Consumers and producers
-/// take a block whose recorded producer is gone for dead, or wait for its
-/// lock to go, instead of believing the lock for that moment.
+/// after one is killed: on the GPU host a consumer started right after the
+/// producer was reaped saw the lock held, and gone 0.1 s later (the kernel
+/// drops it with the last reference to the open file; a mapping that the
+/// dead process's teardown still holds, likely through the GPU driver,
+/// would be one). Consumers and producers take a block whose recorded
+/// producer is gone for dead, or wait for its lock to go, instead of
+/// believing the lock for that moment.
 pub fn recorded_producer_may_run(shared: &super::shm::SharedFile) -> bool {
     use std::sync::atomic::Ordering;
     if shared.len() < control_size() {

@@ -458,11 +458,8 @@ fn lent_slots_deliver_every_frame_intact_to_verifying_consumers() {
         "{zero_copy} lent / {copied} copied; the sink said:\n{lending_log}"
     );
     for consumer in consumers {
-        let end = consumer.finish(LIMIT);
-        end.assert_success("verifying consumer");
-        let report = end.report.expect("the consumer's final report");
+        let report = intact_report(consumer, "verifying consumer");
         assert_eq!(report.num("check.verified"), FRAMES, "{report:?}");
-        assert_eq!(report.num("check.corrupt"), 0, "{report:?}");
         assert_eq!(report.num("check.missing"), 0, "{report:?}");
     }
 }
@@ -497,15 +494,12 @@ fn lent_slots_reach_a_consumer_of_the_latest_frame() {
         zero_copy > 0,
         "{zero_copy} lent / {copied} copied; the sink said:\n{lending_log}"
     );
-    let end = consumer.finish(LIMIT);
-    end.assert_success("consumer of the latest frame");
-    let report = end.report.expect("the consumer's final report");
+    let report = intact_report(consumer, "consumer of the latest frame");
     eprintln!(
         "lent slots, consumer of the latest frame: {} of {FRAMES} frames verified",
         report.num("check.verified")
     );
     assert!(report.num("check.verified") > 0, "{report:?}");
-    assert_eq!(report.num("check.corrupt"), 0, "{report:?}");
 }
 
 /// Where lending cannot keep its promises the sink copies every frame of
@@ -546,11 +540,8 @@ fn the_sink_copies_instead_of_lending_in_drop_mode_on_descriptor_channels_and_wi
             (0, FRAMES),
             "{sink_props}; the sink said:\n{lending_log}"
         );
-        let end = consumer.finish(LIMIT);
-        end.assert_success("verifying consumer");
-        let report = end.report.expect("the consumer's final report");
+        let report = intact_report(consumer, &format!("verifying consumer, {sink_props}"));
         assert!(report.num("check.verified") > 0, "{sink_props}: {report:?}");
-        assert_eq!(report.num("check.corrupt"), 0, "{sink_props}: {report:?}");
     }
 }
 
@@ -570,6 +561,16 @@ fn verifying_consumers(channel: &str, count: usize, src_props: &str) -> Vec<Pipe
         .collect();
     wait_for_waiting_consumers(channel, count, LIMIT);
     consumers
+}
+
+/// Ends a consumer of `verifying_consumers`: it succeeded and found no
+/// corrupt frame (`what` names it in failures); its final report.
+fn intact_report(consumer: PipelineChild, what: &str) -> Report {
+    let end = consumer.finish(LIMIT);
+    end.assert_success(what);
+    let report = end.report.expect("the consumer's final report");
+    assert_eq!(report.num("check.corrupt"), 0, "{what}: {report:?}");
+    report
 }
 
 /// Runs the producer of `frames` counter frames (1080p RGB `GstCudaMemory`

@@ -92,6 +92,24 @@ fn gpu_with_nvcodec(test: &str) -> bool {
     true
 }
 
+/// As `gpu_with_nvcodec`, and nvcodec registered `cudaconvert`: GStreamer
+/// registers its CUDA converters only where its NVRTC loader finds a
+/// libnvrtc.so it can use (a `SKIPPED` line where not).
+fn gpu_with_cudaconvert(test: &str) -> bool {
+    if !gpu_with_nvcodec(test) {
+        return false;
+    }
+    if gst::ElementFactory::find("cudaconvert").is_none() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: nvcodec registered no cudaconvert here (its NVRTC was not found) ({test})"
+        );
+        return false;
+    }
+    true
+}
+
 /// Every frame (packed formats) of `description` (ending in `appsink name=sink`), each with
 /// its rows packed tightly, in order.
 fn frames_of(description: &str) -> Vec<Vec<u8>> {
@@ -201,17 +219,7 @@ fn within(a: &[u8], b: &[u8], tolerance: u8) -> bool {
 #[test]
 fn nvcodec_kernels_read_frames_from_cudaipcsrc() {
     const TEST: &str = "nvcodec_kernels_read_frames_from_cudaipcsrc";
-    if !gpu_with_nvcodec(TEST) {
-        return;
-    }
-    if gst::ElementFactory::find("cudaconvert").is_none() {
-        // GStreamer 1.22 registers its CUDA converters only where its NVRTC
-        // loader finds a libnvrtc.so it can use.
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: nvcodec registered no cudaconvert here (its NVRTC was not found) ({TEST})"
-        );
+    if !gpu_with_cudaconvert(TEST) {
         return;
     }
     let source = "videotestsrc num-buffers=12 pattern=smpte ! video/x-raw,format=RGB,width=1920,height=1080,framerate=30/1";
@@ -806,15 +814,7 @@ fn gstcuda_output_delivers_every_frame_intact_wrapping_slots_on_1_24() {
 fn wrapped_slots_go_back_only_after_cudaconvert_read_them() {
     const TEST: &str = "wrapped_slots_go_back_only_after_cudaconvert_read_them";
     const FRAMES: u64 = 2000;
-    if !gpu_with_nvcodec(TEST) {
-        return;
-    }
-    if gst::ElementFactory::find("cudaconvert").is_none() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: nvcodec registered no cudaconvert here (its NVRTC was not found) ({TEST})"
-        );
+    if !gpu_with_cudaconvert(TEST) {
         return;
     }
     let size = "width=3840,height=2160";

@@ -411,6 +411,17 @@ impl Stream<'_> {
         })
     }
 
+    /// Whether all work queued on the stream so far has completed.
+    pub fn is_idle(&self) -> Result<bool> {
+        self.device.bind()?;
+        // SAFETY: valid stream of the bound context.
+        let code = unsafe { sys::cuStreamQuery(self.raw) };
+        if code == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuStreamQuery", code).map(|()| true)
+    }
+
     /// Makes later work on this stream wait for the last record of `event`.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.device.bind()?;

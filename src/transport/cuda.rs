@@ -890,7 +890,17 @@ impl ConsumerSlots for CudaConsumerSlots {
             (GpuSync::Host, _) => stream.synchronize()?,
             (GpuSync::Timeline, Some(timeline)) => {
                 let target = timeline.targets[slot].load(Ordering::Relaxed);
-                timeline.block.mark_read(timeline.row, slot, target, &stream)?;
+                // Downstream reads the frame on our stream or orders its
+                // reads before it (wrapped slots): with the stream idle the
+                // reads are done (or there were none, a consumer that drops
+                // frames), and the release needs no GPU work. Our earlier
+                // marks of the slot have run too, so no older value can
+                // land after this one.
+                if stream.is_idle()? {
+                    timeline.block.mark_read_done(timeline.row, slot, target);
+                } else {
+                    timeline.block.mark_read(timeline.row, slot, target, &stream)?;
+                }
             }
             (_, _) => stream.record(&self.released[slot])?,
         }

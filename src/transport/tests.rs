@@ -151,6 +151,48 @@ fn contract_in(
     }
 }
 
+/// Holds the work queued on the device's shared stream until opened: a
+/// wait for a word of registered host memory.
+struct StreamGate {
+    registration: crate::cuda::HostRegistration,
+    word: memmap2::MmapMut,
+    value: std::sync::atomic::AtomicU64,
+    copy: crate::cuda::DeviceRegion,
+    device: Arc<crate::cuda::Device>,
+}
+
+impl StreamGate {
+    fn new(device: &Arc<crate::cuda::Device>) -> Self {
+        let mut word = memmap2::MmapMut::map_anon(4096).unwrap();
+        // SAFETY: a page-aligned, writable anonymous mapping that the gate
+        // keeps (declared after the registration, so unmapped after it).
+        let registration = unsafe { crate::cuda::HostRegistration::new(device, word.as_mut_ptr(), 4096) }.unwrap();
+        let copy = crate::cuda::DeviceBuffer::new(device, SIZE).unwrap().into_region();
+        Self { registration, word, value: Default::default(), copy, device: device.clone() }
+    }
+
+    fn counter(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: the page is 8-aligned, lives as long as `self`, and is
+        // only accessed as this atomic (by us and the GPU).
+        unsafe { &*(self.word.as_ptr() as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Later work on the shared stream waits for `open`.
+    fn close(&self) {
+        let next = self.value.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let address = self.registration.device_address(0).unwrap();
+        // SAFETY: an aligned word of the registered page, which stays
+        // registered until the gate goes (after `open`, the test waits for
+        // the stream in its download).
+        unsafe { self.device.stream().wait_value(address, next) }.unwrap();
+    }
+
+    fn open(&self) {
+        let value = self.value.load(std::sync::atomic::Ordering::Relaxed);
+        self.counter().store(value, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A consumer of `contract`, run in a child process.
 #[test]
 #[ignore = "entry point of the consumer processes of the contract tests"]
@@ -184,10 +226,38 @@ fn contract_consumer_process() {
         (TransportKind::Cuda, false) => {}
     }
     consumer.set_release_descriptors(&view.release_descriptors());
+    // GPU-ordered reads (not `gpu-sync=host`, whose release synchronises
+    // the stream): every other frame is read by a copy queued behind a
+    // closed gate, and released before the gate opens.
+    let gated = match (view.kind(), GpuSync::from_wire(consumer.info().gpu_sync)) {
+        (TransportKind::Cuda, Some(GpuSync::Event | GpuSync::Timeline)) => device.as_ref().map(StreamGate::new),
+        _ => None,
+    };
     let mut seen = 0u64;
     while let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(10))).unwrap() {
         assert_eq!(f.seq, seen);
         view.before_read(f.slot, false, &|| false).unwrap();
+        if let (Some(gate), SlotMemory::Device(slot)) = (&gated, view.slot_memory(f.slot))
+            && f.seq % 2 == 1
+        {
+            // The release must wait for the pending read: a producer that
+            // wrote the slot again meanwhile (it has 20 ms) changes the copy.
+            gate.close();
+            gate.copy.copy_from(&slot.sub(0, SIZE).unwrap()).unwrap();
+            view.finish_read(f.slot).unwrap();
+            consumer.release(f.slot);
+            std::thread::sleep(Duration::from_millis(20));
+            gate.open();
+            let mut got = vec![0u8; SIZE];
+            gate.copy.download(&mut got).unwrap();
+            assert!(
+                got == frame_bytes(f.seq, SIZE),
+                "frame {} changed before its queued read ran",
+                f.seq
+            );
+            seen += 1;
+            continue;
+        }
         let got = read_slot(&view.slot_memory(f.slot), f.size as usize);
         assert!(
             got == frame_bytes(f.seq, SIZE),

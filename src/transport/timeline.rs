@@ -11,7 +11,7 @@
 //! reaches once the published frame is written). Each consumer record has a
 //! row: `release_target` (its CPU, before releasing a slot: the `ready`
 //! value of the frame it read) and `released` (its GPU, once the reads are
-//! done). Values only grow, per slot, so a late write of an older value
+//! done; its CPU when its stream is idle at the release, nothing pending). Values only grow, per slot, so a late write of an older value
 //! never satisfies a newer wait.
 //!
 //! Waits: the producer always waits on the host (a consumer can then never
@@ -276,6 +276,14 @@ impl Timeline {
         // slots keep the timeline until their stream's work is done.
         unsafe { stream.write_value(self.address(&row.released[slot]), target) }?;
         Ok(())
+    }
+
+    /// [`mark_read`](Self::mark_read) done on the host: for reads that are
+    /// done already (nothing of them left on any stream).
+    pub fn mark_read_done(&self, row: usize, slot: usize, target: u64) {
+        let row = &self.block().rows[row];
+        row.release_target[slot].store(target, Ordering::Release);
+        row.released[slot].fetch_max(target, Ordering::AcqRel);
     }
 
     /// A consumer taking over record `row`: what an earlier owner released

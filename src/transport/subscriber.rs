@@ -354,15 +354,15 @@ impl Subscriber {
             match slots.before_read(frame.slot, self.host_waits, &give_up) {
                 Ok(written) => frame.written = written,
                 Err(e) => {
-                // A producer that died before its writes finished, or a
-                // stop while waiting for them.
-                if let Some(gone) = self.consumer.producer_gone() {
-                    return Ok(Event::ProducerGone(gone));
-                }
-                if interrupt.load(Ordering::Relaxed) {
-                    return Err(SubscriberError::Interrupted);
-                }
-                return Err(e.into());
+                    // A producer that died before its writes finished, or a
+                    // stop while waiting for them.
+                    if let Some(gone) = self.consumer.producer_gone() {
+                        return Ok(Event::ProducerGone(gone));
+                    }
+                    if interrupt.load(Ordering::Relaxed) {
+                        return Err(SubscriberError::Interrupted);
+                    }
+                    return Err(e.into());
                 }
             }
             frame.slots = Some(slots);

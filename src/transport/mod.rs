@@ -212,7 +212,7 @@ pub trait ProducerSlots: Send + Sync {
     fn after_write(&self, slot: usize) -> Result<(), TransportError>;
     /// Lent slots, instead of [`after_write`](Self::after_write): marks the
     /// frame written once the work queued so far on `writer` (the stream the
-    /// slot's owner wrote it on) is done, with nothing queued on ours.
+    /// slot's owner wrote it on) is done, with no host wait.
     /// `Ok(false)`: these slots cannot; the caller orders our stream after
     /// `writer` and calls `after_write`.
     fn after_write_on(&self, _slot: usize, _writer: WriterStream) -> Result<bool, TransportError> {

@@ -84,6 +84,14 @@ fn error_text(code: sys::CUresult) -> (String, String) {
     (to_string(name), to_string(text))
 }
 
+/// A query's answer: done, not yet (`CUDA_ERROR_NOT_READY`), or an error.
+fn query_done(call: &'static str, code: sys::CUresult) -> Result<bool> {
+    if code == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(call, code).map(|()| true)
+}
+
 pub(crate) fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
     if code == sys::CUresult::CUDA_SUCCESS {
         Ok(())
@@ -415,11 +423,7 @@ impl Stream<'_> {
     pub fn is_idle(&self) -> Result<bool> {
         self.device.bind()?;
         // SAFETY: valid stream of the bound context.
-        let code = unsafe { sys::cuStreamQuery(self.raw) };
-        if code == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check("cuStreamQuery", code).map(|()| true)
+        query_done("cuStreamQuery", unsafe { sys::cuStreamQuery(self.raw) })
     }
 
     /// Makes later work on this stream wait for the last record of `event`.
@@ -875,11 +879,7 @@ impl Event {
     pub fn is_complete(&self) -> Result<bool> {
         self.device.bind()?;
         // SAFETY: valid event handle.
-        let code = unsafe { sys::cuEventQuery(self.raw) };
-        if code == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check("cuEventQuery", code).map(|()| true)
+        query_done("cuEventQuery", unsafe { sys::cuEventQuery(self.raw) })
     }
 
     pub fn synchronize(&self) -> Result<()> {

@@ -128,23 +128,17 @@ pub(super) fn render(
             let writer_stream = |buffer: &gst::Buffer| {
                 ordering.and_then(|ordering| ordering.writer_stream(buffer.peek_memory(0)))
             };
-            // Consumers read the frame after its ready mark: recorded on the
-            // stream upstream wrote it on (1.24+), else on ours, which must
-            // then follow upstream's writes.
-            let written_on = writer_stream(buffer);
-            if let (None, Some(ordering), Some(device)) = (written_on, ordering, publisher.device())
-            {
+            // Consumers read the frame after its ready mark, queued on our
+            // stream, which follows upstream's writes (on 1.24+ through an
+            // event on upstream's stream: a mark queued there itself, a
+            // fenced write to host memory, held upstream's next kernel back,
+            // 5% of 13b's rate on an H100, docs/performance.md).
+            if let (Some(ordering), Some(device)) = (ordering, publisher.device()) {
                 ordering
                     .wait_for_upstream(buffer.peek_memory(0), &device.stream())
                     .map_err(|e| flow_error(sink, PublishError::Transport(e.into())))?;
             }
-            match publisher.publish_lent(
-                &frame.key,
-                buffer.clone(),
-                &meta,
-                written_on,
-                &writer_stream,
-            ) {
+            match publisher.publish_lent(&frame.key, buffer.clone(), &meta, &writer_stream) {
                 Ok(Some(_released)) => return Ok(gst::FlowSuccess::Ok),
                 Ok(None) => {}
                 Err(e) => return Err(flow_error(sink, PublishError::Transport(e))),

@@ -194,9 +194,6 @@ pub struct CudaProducerSlots {
     lent: bool,
     /// `GpuSync::Event`: each slot's "written" event.
     ready: Vec<Event>,
-    /// Lent slots: each slot's event recorded on the stream its owner
-    /// wrote it on (`after_write_on`).
-    writer_done: Vec<Event>,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
     sync: GpuSync,
@@ -313,12 +310,6 @@ impl CudaProducerSlots {
             }
             descriptors.push(descriptor);
         }
-        let writer_done = match lent {
-            true => (0..regions.len())
-                .map(|_| Event::new(device, false))
-                .collect::<Result<_, _>>()?,
-            false => Vec::new(),
-        };
         Ok(Self {
             device: device.clone(),
             shared: Vec::new(),
@@ -327,7 +318,6 @@ impl CudaProducerSlots {
             lent,
             regions,
             ready,
-            writer_done,
             descriptors,
             size,
             sync,
@@ -566,25 +556,6 @@ impl ProducerSlots for CudaProducerSlots {
         // device's primary context.
         let stream = unsafe { self.device.foreign_stream(writer.raw()) };
         self.wait_for_reads_on(slot, producer, &stream)?;
-        Ok(true)
-    }
-
-    fn after_write_on(&self, slot: usize, writer: WriterStream) -> Result<bool, TransportError> {
-        // SAFETY: `WriterStream::new`'s contract: a live stream of this
-        // device's primary context.
-        let stream = unsafe { self.device.foreign_stream(writer.raw()) };
-        // The mark goes on our stream, after an event of the writer's: a
-        // mark on the writer's stream (a write to host memory behind a
-        // system-wide fence) held its next kernel back, 5% of 13b's rate
-        // on an H100 (docs/performance.md); an event record does not.
-        let Some(written) = self.writer_done.get(slot) else {
-            self.mark_written(slot, &stream)?;
-            return Ok(true);
-        };
-        stream.record(written)?;
-        let ours = self.device.stream();
-        ours.wait_event(written)?;
-        self.mark_written(slot, &ours)?;
         Ok(true)
     }
 

@@ -80,9 +80,8 @@ impl<K: PartialEq, T> LentSlots<K, T> {
     }
 
     /// Publishes the frame upstream wrote into the memory of `slot`, and
-    /// keeps `buffer` until the consumers are done with it. `written_on`:
-    /// the stream upstream wrote it on, whose work the frame's ready mark
-    /// then follows directly (else the caller ordered our stream after it).
+    /// keeps `buffer` until the consumers are done with it. The caller
+    /// ordered our stream after upstream's writes.
     pub fn publish(
         &self,
         slot: usize,
@@ -90,22 +89,14 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         meta: &FrameMeta,
         slots: &dyn ProducerSlots,
         producer: &Producer,
-        written_on: Option<WriterStream>,
     ) -> Result<u64, TransportError> {
         if !producer.is_reserved(slot) {
             return Err(TransportError::Invalid(format!(
                 "upstream wrote into lent slot {slot} while its frame was still published"
             )));
         }
-        let marked = match written_on {
-            Some(writer) => slots.after_write_on(slot, writer),
-            None => Ok(false),
-        };
-        marked
-            .and_then(|marked| match marked {
-                true => Ok(()),
-                false => slots.after_write(slot),
-            })
+        slots
+            .after_write(slot)
             .inspect_err(|_| producer.cancel(slot))?;
         let seq = producer.publish(slot, meta)?;
         self.published_at[slot].store(seq, Ordering::Relaxed);
@@ -353,7 +344,7 @@ mod tests {
         let lent = Arc::new(LentSlots::new(0, vec![100u64, 101, 102], &producer).unwrap());
         assert_eq!(producer.reserve_now(), None, "every slot is upstream's");
         let slot_a = lent.slot_of(&100).unwrap();
-        lent.publish(slot_a, "a", &meta(0), &*slots, &producer, None)
+        lent.publish(slot_a, "a", &meta(0), &*slots, &producer)
             .unwrap();
         // The consumer has not taken the frame: nothing comes back, and
         // upstream still has two buffers, so this does not wait.
@@ -364,12 +355,12 @@ mod tests {
         );
         // Writing into a buffer whose frame is still published is refused.
         assert!(
-            lent.publish(slot_a, "a again", &meta(1), &*slots, &producer, None)
+            lent.publish(slot_a, "a again", &meta(1), &*slots, &producer)
                 .is_err()
         );
         for (key, name, pts) in [(101, "b", 1), (102, "c", 2)] {
             let slot = lent.slot_of(&key).unwrap();
-            lent.publish(slot, name, &meta(pts), &*slots, &producer, None)
+            lent.publish(slot, name, &meta(pts), &*slots, &producer)
                 .unwrap();
         }
         assert_eq!(*slots.after_write.lock().unwrap(), vec![slot_a, 1, 2]);
@@ -400,7 +391,7 @@ mod tests {
         // waits reserved for upstream's next frame in that buffer.
         assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
         assert!(producer.is_reserved(slot_a));
-        lent.publish(slot_a, "a2", &meta(3), &*slots, &producer, None)
+        lent.publish(slot_a, "a2", &meta(3), &*slots, &producer)
             .unwrap();
         for pts in 1..4 {
             let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
@@ -464,7 +455,7 @@ mod tests {
         let mut upstream_writes_into = 100u64;
         for pts in 0..6 {
             let slot = lent.slot_of(&upstream_writes_into).unwrap();
-            lent.publish(slot, upstream_writes_into, &meta(pts), &slots, &producer, None)
+            lent.publish(slot, upstream_writes_into, &meta(pts), &slots, &producer)
                 .unwrap();
             let back = take_back(slot);
             if pts > 0 {
@@ -501,7 +492,7 @@ mod tests {
         assert_eq!(lent.slot_of(&7), Some(2));
         assert!((2..5).all(|slot| producer.is_reserved(slot)));
         assert!(!producer.is_reserved(old.slot), "held by the consumer");
-        lent.publish(2, "x", &meta(1), &slots, &producer, None).unwrap();
+        lent.publish(2, "x", &meta(1), &slots, &producer).unwrap();
         let Item::Frame(new) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
             panic!("expected a frame");
         };
@@ -539,7 +530,7 @@ mod tests {
             .configure_pool(64, &slots.slot_descriptors(), &[], &no)
             .unwrap();
         let lent = LentSlots::new(0, vec![1u64, 2, 3], &producer).unwrap();
-        lent.publish(0, (), &meta(0), &slots, &producer, None).unwrap();
+        lent.publish(0, (), &meta(0), &slots, &producer).unwrap();
         lent.cancel_reservations(&producer);
         assert!((0..3).all(|slot| !producer.is_reserved(slot)));
         // Without reservations a new pool goes in at once.

@@ -210,14 +210,6 @@ pub trait ProducerSlots: Send + Sync {
     /// Signals that the writes into `slot` issued so far make the frame.
     /// Called right before the frame is published.
     fn after_write(&self, slot: usize) -> Result<(), TransportError>;
-    /// Lent slots, instead of [`after_write`](Self::after_write): marks the
-    /// frame written once the work queued so far on `writer` (the stream the
-    /// slot's owner wrote it on) is done, with no host wait.
-    /// `Ok(false)`: these slots cannot; the caller orders our stream after
-    /// `writer` and calls `after_write`.
-    fn after_write_on(&self, _slot: usize, _writer: WriterStream) -> Result<bool, TransportError> {
-        Ok(false)
-    }
     /// Lent slots: whether the consumers' GPU reads of `slot`'s last frame
     /// are done (without waiting).
     fn reads_done(&self, _slot: usize, _producer: &Producer) -> Result<bool, TransportError> {

@@ -798,8 +798,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// Publishes a frame upstream wrote into the lent buffer `key`, keeping
     /// `buffer` while it is published, then takes back the buffers
     /// consumers are done with (for the caller to give back upstream).
-    /// `written_on`: the stream upstream wrote the frame on, if the frame is
-    /// ready once its queued work is (see `LentSlots::publish`).
+    /// The caller ordered our stream after upstream's writes.
     /// `writer_stream` names, per buffer, the stream of the device's primary
     /// context upstream writes it on next, if any: that stream waits for the
     /// consumers' reads on the GPU; other buffers come back once the reads
@@ -809,7 +808,6 @@ impl<T: Send + 'static> Publisher<T> {
         key: &AllocationKey,
         buffer: T,
         meta: &FrameMeta,
-        written_on: Option<WriterStream>,
         writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
     ) -> Result<Option<Vec<T>>, TransportError> {
         let Some(set) = self.current_set() else {
@@ -824,7 +822,7 @@ impl<T: Send + 'static> Publisher<T> {
         else {
             return Ok(None);
         };
-        lent.publish(slot, buffer, meta, &*set.slots, &self.producer, written_on)?;
+        lent.publish(slot, buffer, meta, &*set.slots, &self.producer)?;
         self.zero_copy.fetch_add(1, Ordering::Relaxed);
         lent.take_released(
             &*set.slots,

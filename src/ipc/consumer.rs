@@ -9,9 +9,7 @@ use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
-use super::{
-    ChannelError, ConsumerMode, IpcMode, ProducerGone, read_seqlocked, write_seqlocked,
-};
+use super::{ChannelError, ConsumerMode, IpcMode, ProducerGone, read_seqlocked, write_seqlocked};
 
 /// Largest slot a channel may announce (1 TiB): anything above is corrupt.
 const MAX_SLOT_SIZE: u64 = 1 << 40;
@@ -151,6 +149,11 @@ pub struct Consumer {
     slot_count: usize,
     slot_size: u64,
     pool_generation: u64,
+    /// The pool and caps as last read, always while this consumer's cursor
+    /// still held back the producer: the ones of the frame just taken, even
+    /// if the producer replaced them right after (see `frame_pool`).
+    pool_read: Option<PoolInfo>,
+    caps_read: Option<(u64, String)>,
     missed: u64,
     /// Frames below this were published before we attached: not missed.
     silent_before: u64,
@@ -242,8 +245,7 @@ impl Consumer {
             if descriptors {
                 match socket::receive_control_block(&config.channel, &config.producers, true) {
                     Ok(shared) => {
-                        if let Some(mut consumer) =
-                            Self::attach_to(shared, &config, waited, true)?
+                        if let Some(mut consumer) = Self::attach_to(shared, &config, waited, true)?
                         {
                             consumer.info.descriptor_channel = Some(config.producers.clone());
                             return Ok(consumer);
@@ -255,35 +257,35 @@ impl Consumer {
                 }
             } else {
                 match SharedFile::open(&path) {
-                Ok(shared) => {
-                    if let Some(consumer) = Self::attach_to(shared, &config, waited, false)? {
-                        return Ok(consumer);
+                    Ok(shared) => {
+                        if let Some(consumer) = Self::attach_to(shared, &config, waited, false)? {
+                            return Ok(consumer);
+                        }
+                        // The remains of a producer that died (by any signal):
+                        // removed, if they are ours, so they do not linger.
+                        let _ = super::directory::remove_if_stale(&config.channel);
                     }
-                    // The remains of a producer that died (by any signal):
-                    // removed, if they are ours, so they do not linger.
-                    let _ = super::directory::remove_if_stale(&config.channel);
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        let owner = std::fs::metadata(&path)
+                            .map(|m| {
+                                use std::os::unix::fs::MetadataExt;
+                                format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777)
+                            })
+                            .unwrap_or_default();
+                        return Err(ChannelError::PermissionDenied(format!(
+                            "no permission to open channel '{}' at {}{owner}: the producer must widen its 'permissions'",
+                            config.channel,
+                            path.display()
+                        )));
+                    }
+                    Err(e) => {
+                        return Err(ChannelError::io(
+                            format!("cannot open {}", path.display()),
+                            e,
+                        ));
+                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    let owner = std::fs::metadata(&path)
-                        .map(|m| {
-                            use std::os::unix::fs::MetadataExt;
-                            format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777)
-                        })
-                        .unwrap_or_default();
-                    return Err(ChannelError::PermissionDenied(format!(
-                        "no permission to open channel '{}' at {}{owner}: the producer must widen its 'permissions'",
-                        config.channel,
-                        path.display()
-                    )));
-                }
-                Err(e) => {
-                    return Err(ChannelError::io(
-                        format!("cannot open {}", path.display()),
-                        e,
-                    ));
-                }
-            }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ChannelError::NoProducer {
@@ -320,13 +322,17 @@ impl Consumer {
         // events), serve one PID namespace; the descriptors of a descriptor
         // channel cross them (and containers) over its socket, unless the
         // GPU work is ordered by interprocess events.
-        let crosses = descriptors
-            && (info.transport == TRANSPORT_HOST || info.gpu_sync != GPU_SYNC_EVENT);
+        let crosses =
+            descriptors && (info.transport == TRANSPORT_HOST || info.gpu_sync != GPU_SYNC_EVENT);
         let ns = h.producer_pid_namespace.load(Ordering::Relaxed);
         if ns != shm::pid_namespace() && !crosses {
             let how = match descriptors {
-                true => "a descriptor channel of the cuda transport crosses PID namespaces with gpu-sync=timeline (its default) or host on the sink, not with events",
-                false => "a channel named in the shm folder works only between processes of one PID namespace: run both in the same container, share the host PID namespace, or use ipc-mode=fd",
+                true => {
+                    "a descriptor channel of the cuda transport crosses PID namespaces with gpu-sync=timeline (its default) or host on the sink, not with events"
+                }
+                false => {
+                    "a channel named in the shm folder works only between processes of one PID namespace: run both in the same container, share the host PID namespace, or use ipc-mode=fd"
+                }
             };
             return Err(ChannelError::Incompatible(format!(
                 "the producer (pid {} in its namespace) runs in another PID namespace; {how}",
@@ -358,18 +364,25 @@ impl Consumer {
             write_seqlocked(&record.release_seqlock, || {
                 record.release_count.store(0, Ordering::Relaxed)
             });
-            record.cursor.store(u64::MAX, Ordering::SeqCst);
-            record.state.store(CONSUMER_ACTIVE, Ordering::SeqCst);
             // Join late: the next frame published after the producer can see
             // us is the first one we get; or, having waited for the producer,
             // the oldest one it still has (earlier ones are not "missed").
-            let published = h.published.load(Ordering::SeqCst);
-            let cursor = if from_start {
-                published.saturating_sub(MAX_SLOTS as u64)
-            } else {
-                published
+            let join_cursor = |published: u64| match from_start {
+                true => published.saturating_sub(MAX_SLOTS as u64),
+                false => published,
             };
+            // Until the final cursor is in place, one at or before it holds
+            // the producer back: a record seen active with no cursor would
+            // let it replace the pool or caps of frames we are about to take.
+            record.cursor.store(
+                join_cursor(h.published.load(Ordering::SeqCst)),
+                Ordering::SeqCst,
+            );
+            record.state.store(CONSUMER_ACTIVE, Ordering::SeqCst);
+            let published = h.published.load(Ordering::SeqCst);
+            let cursor = join_cursor(published);
             record.cursor.store(cursor, Ordering::SeqCst);
+            wait::notify(&h.release_futex, &h.producer_sleepers);
             return Ok(Some(Self {
                 shared: shared.clone(),
                 config: config.clone(),
@@ -382,6 +395,8 @@ impl Consumer {
                 slot_count: 0,
                 slot_size: 0,
                 pool_generation: 0,
+                pool_read: None,
+                caps_read: None,
                 missed: 0,
                 missed_pending: 0,
                 received: 0,
@@ -492,7 +507,47 @@ impl Consumer {
         self.slot_count = count;
         self.slot_size = pool.slot_size;
         self.pool_generation = pool.generation;
+        self.pool_read = Some(pool.clone());
         Ok(pool)
+    }
+
+    /// The pool of a frame this consumer took, as it was read before the
+    /// frame's cursor moved on: an every-frame consumer's cursor holds back
+    /// the producer's next pool, so the frame's pool is still the current
+    /// one then. `None`: the frame is of another pool than the one read
+    /// (only a latest-frame consumer can be overtaken so).
+    pub fn frame_pool(&self, generation: u64) -> Option<&PoolInfo> {
+        self.pool_read
+            .as_ref()
+            .filter(|p| p.generation == generation)
+    }
+
+    /// The caps of a frame this consumer took, read like `frame_pool`.
+    pub fn frame_caps(&self, generation: u64) -> Option<&str> {
+        self.caps_read
+            .as_ref()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, caps)| caps.as_str())
+    }
+
+    /// The newest pool generation this consumer has read.
+    pub fn pool_generation(&self) -> u64 {
+        self.pool_generation
+    }
+
+    /// Reads the caps of `generation` unless they are already known; called
+    /// before the cursor moves past the frame that carries them.
+    fn keep_caps_of(&mut self, generation: u64) -> Result<(), ChannelError> {
+        if generation == 0
+            || self
+                .caps_read
+                .as_ref()
+                .is_some_and(|(g, _)| *g == generation)
+        {
+            return Ok(());
+        }
+        self.caps_read = Some(self.caps()?);
+        Ok(())
     }
 
     /// Reads the caps: (generation, caps string).
@@ -698,7 +753,12 @@ impl Consumer {
         let frame = match self
             .check_intact()
             .and_then(|()| self.read_frame(slot, target))
-        {
+            .and_then(|frame| {
+                if let Some(frame) = &frame {
+                    self.keep_caps_of(frame.caps_generation)?;
+                }
+                Ok(frame)
+            }) {
             Ok(Some(frame)) => frame,
             Ok(None) => {
                 // Its pool was replaced under it: gone like an overwritten one.

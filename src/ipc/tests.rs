@@ -559,7 +559,9 @@ fn a_recorded_producer_is_checked_only_where_proc_can_tell() {
     h.producer_start_time
         .store(0, std::sync::atomic::Ordering::SeqCst);
     assert!(!recorded_producer_may_run(&shared), "a reaped process");
-    let namespace = h.producer_pid_namespace.load(std::sync::atomic::Ordering::SeqCst);
+    let namespace = h
+        .producer_pid_namespace
+        .load(std::sync::atomic::Ordering::SeqCst);
     h.producer_pid_namespace
         .store(namespace ^ 1, std::sync::atomic::Ordering::SeqCst);
     assert!(recorded_producer_may_run(&shared), "another PID namespace");
@@ -572,4 +574,54 @@ fn a_recorded_producer_is_checked_only_where_proc_can_tell() {
         std::os::unix::fs::chown(&path, Some(0), None).unwrap();
     }
     drop(live);
+}
+
+/// The deterministic core of a pool change right after a publication: once
+/// an every-frame consumer has taken frame 0, nothing holds the producer
+/// back from replacing the pool and the caps, yet the frame must still be
+/// read from its own pool with its own caps.
+#[test]
+fn a_taken_frame_keeps_its_pool_and_caps_when_both_are_replaced_at_once() {
+    let channel = unique_channel("repool");
+    let no = AtomicBool::new(false);
+    let p = producer(&channel, WhenFull::Block);
+    let mut c = consumer(&channel, ConsumerMode::EveryFrame);
+    let slot = p.reserve(&no).unwrap().unwrap();
+    p.publish(slot, &meta(10, 0)).unwrap();
+    let Item::Frame(first) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+        panic!("expected frame 0");
+    };
+    p.configure_pool(64, &[[1u8; SLOT_DESCRIPTOR_BYTES]; 2], b"pool2", &no)
+        .unwrap();
+    p.set_caps("video/x-raw, format=(string)GRAY8", &no)
+        .unwrap();
+    let pool = c.frame_pool(first.pool_generation).expect("frame 0's pool");
+    assert_eq!(
+        (&pool.pool_descriptor[..4], pool.slot_descriptors.len()),
+        (&b"pool"[..], 4)
+    );
+    assert_eq!(
+        c.frame_caps(first.caps_generation),
+        Some("video/x-raw, format=(string)RGB")
+    );
+    c.release(first.slot);
+    let slot = p.reserve(&no).unwrap().unwrap();
+    p.publish(slot, &meta(10, 1)).unwrap();
+    let Item::Frame(second) = c.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+        panic!("expected frame 1");
+    };
+    let pool = c
+        .frame_pool(second.pool_generation)
+        .expect("frame 1's pool");
+    assert_eq!(&pool.pool_descriptor[..5], b"pool2");
+    assert_eq!(
+        c.frame_caps(second.caps_generation),
+        Some("video/x-raw, format=(string)GRAY8")
+    );
+    assert_eq!(
+        c.frame_pool(first.pool_generation),
+        None,
+        "frame 0's pool is gone"
+    );
+    assert_eq!(c.frames_missed(), 0);
 }

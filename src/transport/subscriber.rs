@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{
-    ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots,
-};
+use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
 use crate::cuda::Device;
 use crate::ipc::{
     ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Frame, Item,
@@ -330,13 +328,12 @@ impl Subscriber {
                 Refresh::Gone(gone) => return Ok(Event::ProducerGone(gone)),
             };
             let new_caps = if frame.caps_generation != self.caps_generation {
-                let (generation, caps) = self.consumer.caps()?;
-                if generation != frame.caps_generation {
+                let Some(caps) = self.consumer.frame_caps(frame.caps_generation) else {
                     self.stale.fetch_add(1, Ordering::Relaxed);
                     continue;
-                }
-                self.caps_generation = generation;
-                Some(caps)
+                };
+                self.caps_generation = frame.caps_generation;
+                Some(caps.to_owned())
             } else {
                 None
             };
@@ -348,9 +345,8 @@ impl Subscriber {
                 )));
             }
             let consumer = &self.consumer;
-            let give_up = || {
-                interrupt.load(Ordering::Relaxed) || consumer.producer_gone().is_some()
-            };
+            let give_up =
+                || interrupt.load(Ordering::Relaxed) || consumer.producer_gone().is_some();
             match slots.before_read(frame.slot, self.host_waits, &give_up) {
                 Ok(written) => frame.written = written,
                 Err(e) => {
@@ -386,21 +382,22 @@ impl Subscriber {
         {
             return Ok(Refresh::Current(slots.clone()));
         }
-        let pool = match self.consumer.pool() {
-            Ok(pool) => pool,
-            Err(ChannelError::ProducerGone(gone)) => return Ok(Refresh::Gone(gone)),
-            Err(e) => return Err(e.into()),
+        // The pool read when the frame was taken, not the channel's pool now:
+        // the producer may replace it as soon as our cursor moved past the
+        // frame, and the frame must still be read from its own pool.
+        let pool = match self.consumer.frame_pool(generation) {
+            Some(pool) => pool.clone(),
+            None if self.consumer.pool_generation() > generation => {
+                // A latest-frame consumer overtaken by a newer pool.
+                return Ok(Refresh::Stale);
+            }
+            None => {
+                return Err(SubscriberError::Corrupt(format!(
+                    "a frame of pool generation {generation}, but the pool is at {}",
+                    self.consumer.pool_generation()
+                )));
+            }
         };
-        if pool.generation > generation {
-            // Replaced since the frame was taken.
-            return Ok(Refresh::Stale);
-        }
-        if pool.generation < generation {
-            return Err(SubscriberError::Corrupt(format!(
-                "a frame of pool generation {generation}, but the pool is at {}",
-                pool.generation
-            )));
-        }
         let slots = match open_consumer_slots(
             &self.config.channel,
             self.consumer.info(),
@@ -514,6 +511,11 @@ mod tests {
 
     fn publish(producer: &Producer, slots: &dyn ProducerSlots, byte: u8) {
         let slot = producer.reserve_now().expect("a free slot");
+        write(producer, slots, slot, byte);
+    }
+
+    /// Fills reserved `slot` with `byte` and publishes it.
+    fn write(producer: &Producer, slots: &dyn ProducerSlots, slot: usize, byte: u8) {
         slots.before_write(slot, producer).unwrap();
         let SlotMemory::Host(region) = slots.slot_memory(slot) else {
             unreachable!("host transport")
@@ -528,6 +530,89 @@ mod tests {
             ..Default::default()
         };
         producer.publish(slot, &meta).unwrap();
+    }
+
+    /// Every frame comes from a new pool with new caps, each replaced as soon
+    /// as the consumer's cursor passed the frame before, racing its reading
+    /// of that frame: every frame must still arrive, with its own bytes and
+    /// caps (the producer keeps every pool alive here).
+    #[test]
+    fn every_frame_arrives_across_pool_and_caps_changes_right_after_it() {
+        const FRAMES: u8 = 200;
+        let (producer, slots, mut subscriber) = pair();
+        let channel = subscriber.config.channel.clone();
+        let producer = Arc::new(producer);
+        let publishing = {
+            let producer = producer.clone();
+            std::thread::spawn(move || {
+                let no = AtomicBool::new(false);
+                let mut pools = vec![slots];
+                for generation in 1..=FRAMES {
+                    if generation > 1 {
+                        let request = SlotRequest {
+                            channel: channel.clone(),
+                            session: producer.session(),
+                            generation: u64::from(generation),
+                            count: 1,
+                            size: SIZE,
+                            permissions: 0o600,
+                            gpu_sync: GpuSync::Event,
+                            ipc_mode: Default::default(),
+                        };
+                        let slots =
+                            create_producer_slots(TransportKind::Host, &request, None).unwrap();
+                        producer
+                            .configure_pool(
+                                SIZE as u64,
+                                &slots.slot_descriptors(),
+                                &slots.pool_descriptor(),
+                                &no,
+                            )
+                            .unwrap();
+                        producer
+                            .set_caps(&format!("video/x-test, n=(int){generation}"), &no)
+                            .unwrap();
+                        pools.push(slots);
+                    }
+                    let slots = pools.last().unwrap();
+                    let slot = producer.reserve(&no).unwrap().expect("block mode reserves");
+                    write(&producer, &**slots, slot, generation);
+                }
+                producer.publish_eos();
+                pools
+            })
+        };
+        let no = AtomicBool::new(false);
+        let mut received = Vec::new();
+        let mut caps = String::new();
+        loop {
+            match subscriber.next(&no).unwrap() {
+                Event::Caps(c) => caps = c,
+                Event::Frame(frame) => {
+                    let byte = frame.host_bytes().unwrap()[0];
+                    let expected_caps = match byte {
+                        1 => "video/x-test".to_owned(),
+                        n => format!("video/x-test, n=(int){n}"),
+                    };
+                    assert_eq!(
+                        caps, expected_caps,
+                        "frame {} came with other caps",
+                        frame.seq
+                    );
+                    assert_eq!(frame.host_bytes(), Some(&[byte; SIZE][..]));
+                    received.push(byte);
+                }
+                Event::Eos => break,
+                Event::ProducerGone(gone) => panic!("the producer went: {gone:?}"),
+            }
+        }
+        let _pools = publishing.join().unwrap();
+        assert_eq!(
+            received,
+            (1..=FRAMES).collect::<Vec<_>>(),
+            "frames lost at a pool change"
+        );
+        assert_eq!(subscriber.stale(), 0);
     }
 
     #[test]

@@ -1062,7 +1062,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         (
             "5u consumer of another user, named channel (permissions=0666 gpu-sync=host)",
             "permissions=438 gpu-sync=host wait-for-connection=1".to_string(),
-            String::new(),
+            format!("allowed-producers={me}"),
         ),
         (
             "5du consumer of another user, descriptor channel (timeline)",

@@ -773,14 +773,31 @@ fn other_user(t: Transport) {
             let data = gstcudaipc::ipc::shm::shm_dir().join(data);
             assert_eq!(mode_of(&data), mode, "{} of {property:?}", data.display());
         }
-        let done = launch_with(
-            &NOBODY,
-            &env,
-            &format!(
-                "rscudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 ! checksumsink"
-            ),
-        )
-        .finish(LIMIT);
+        let consumer_as_nobody = |trust: &str| {
+            launch_with(
+                &NOBODY,
+                &env,
+                &format!(
+                    "rscudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 {trust} ! checksumsink"
+                ),
+            )
+            .finish(LIMIT)
+        };
+        if mode != 0o600 {
+            // Opening is not trusting: another user's channel is refused
+            // until the consumer names its owner.
+            let distrusting = consumer_as_nobody("");
+            assert!(
+                !distrusting.success,
+                "nobody trusted root's channel unasked"
+            );
+            let text = format!("{}{}", distrusting.stdout, distrusting.stderr);
+            assert!(
+                text.contains("belongs to uid 0") && text.contains("allowed-producers"),
+                "{text}"
+            );
+        }
+        let done = consumer_as_nobody("allowed-producers=0");
         if mode == 0o600 {
             assert!(!done.success, "nobody opened a 0600 channel");
             let text = format!("{}{}", done.stdout, done.stderr);
@@ -798,6 +815,85 @@ fn other_user(t: Transport) {
         }
         producer.signal(libc::SIGINT);
         let _ = producer.finish(LIMIT);
+    }
+}
+
+/// Another user who creates a channel's name before its producer (widened,
+/// so that everyone can open it) feeds nobody: a consumer, root included,
+/// refuses a control block it does not own unless `allowed-producers`
+/// names its owner, and says whose it is. The real producer is told whose
+/// the name is.
+fn a_channel_of_another_user_is_refused(t: Transport) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "SKIPPED: a_channel_of_another_user_is_refused needs root to run a producer as nobody"
+        );
+        return;
+    }
+    let (_dir, env) = nobody_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let channel = unique_channel("spoof");
+    let spoofer = launch_with(
+        &NOBODY,
+        &env,
+        &format!(
+            "videotestsrc is-live=true pattern=ball ! {} ! rscudaipcsink channel={channel} {} permissions=438 gpu-sync=host",
+            t.caps, t.sink
+        ),
+    );
+    let cb = block(&channel);
+    wait_until(LIMIT, "the spoofer publishes a frame", || {
+        cb.published() >= 1
+    });
+    let consumer = |trust: &str| {
+        launch(&format!(
+            "rscudaipcsrc channel={channel} is-live=true connect-timeout=5000 num-buffers=5 {trust} ! checksumsink"
+        ))
+        .finish(LIMIT)
+    };
+    let refused = consumer("");
+    assert!(!refused.success, "root read frames of nobody's channel");
+    let text = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        text.contains("belongs to uid 65534") && text.contains("allowed-producers"),
+        "the refusal names the owner and the property: {text}"
+    );
+    assert!(
+        refused.checksums().is_empty(),
+        "no frame of the spoofer went through"
+    );
+    let real = launch(&format!(
+        "videotestsrc num-buffers=1 ! {} ! rscudaipcsink channel={channel} {}",
+        t.caps, t.sink
+    ))
+    .finish(LIMIT);
+    assert!(
+        !real.success,
+        "the real producer took a live channel of another user"
+    );
+    let text = format!("{}{}", real.stdout, real.stderr);
+    assert!(
+        text.contains("belongs to uid 65534") && text.contains("another user created it"),
+        "{text}"
+    );
+    // Trusting the owner explicitly is the way to share between users.
+    let trusting = consumer("allowed-producers=65534");
+    trusting.assert_success("root trusting nobody's channel");
+    assert_eq!(trusting.checksums().len(), 5);
+    spoofer.signal(libc::SIGINT);
+    let _ = spoofer.finish(LIMIT);
+}
+
+#[test]
+fn host_a_channel_of_another_user_is_refused() {
+    a_channel_of_another_user_is_refused(HOST);
+}
+
+#[test]
+fn cuda_a_channel_of_another_user_is_refused() {
+    if gpu("cuda_a_channel_of_another_user_is_refused") {
+        a_channel_of_another_user_is_refused(CUDA);
     }
 }
 

@@ -146,7 +146,7 @@ impl ObjectImpl for CudaIpcSrc {
                     .build(),
                 glib::ParamSpecString::builder("allowed-producers")
                     .nick("Allowed producers")
-                    .blurb("Numeric user ids, comma-separated, whose producers this source trusts on a channel's socket besides its own user's")
+                    .blurb("Numeric user ids, comma-separated, whose channels this source trusts besides its own user's (the owner of the control block, and the peer on a channel's socket)")
                     .default_value(Some(""))
                     .mutable_ready()
                     .build(),

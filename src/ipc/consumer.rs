@@ -26,7 +26,8 @@ pub struct ConsumerConfig {
     /// How the channel is reached; `None`: through its socket if it has
     /// one, else by its name in the shm folder.
     pub ipc_mode: Option<IpcMode>,
-    /// For a descriptor channel: the producers trusted beside the own user.
+    /// The producers trusted beside the own user: the owner of a channel's
+    /// control block, and on a descriptor channel its socket's peer too.
     pub producers: Peers,
 }
 
@@ -312,6 +313,7 @@ impl Consumer {
                 shared.len()
             )));
         }
+        check_owner(&shared, &config.channel, &config.producers)?;
         let info = validate_header(&shared)?;
         let shared = Arc::new(shared);
         let h = control_header(&shared);
@@ -903,6 +905,27 @@ impl Drop for Consumer {
 /// [`recorded_producer_may_run`]): a consumer that attached to a producer
 /// killed a moment before found it dead 100 ms later, instead of waiting
 /// for the next producer.
+/// Whoever can create a file in the shm folder can create a channel's
+/// control block before its real producer: the block's owner (of the open
+/// file, not of the path, which may have been replaced since) must be a
+/// trusted producer. Data files are checked against the same owner.
+fn check_owner(shared: &SharedFile, channel: &str, producers: &Peers) -> Result<(), ChannelError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = shared
+        .file
+        .metadata()
+        .map_err(|e| ChannelError::io("cannot inspect the control block", e))?;
+    let (uid, gid) = (meta.uid(), meta.gid());
+    if producers.allows(uid, gid) {
+        return Ok(());
+    }
+    Err(ChannelError::PermissionDenied(format!(
+        "channel '{channel}' ({}) belongs to uid {uid} (gid {gid}), which this consumer (uid {}) does not trust: another user may have taken the name; allow it with 'allowed-producers'",
+        shared.path.display(),
+        shm::effective_uid()
+    )))
+}
+
 fn producer_alive(shared: &SharedFile) -> bool {
     shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
         && recorded_producer_may_run(shared)

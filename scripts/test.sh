@@ -16,6 +16,8 @@ echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --quiet 2>&1 | grep -vE "^\s*$"
+echo "== a producer and a consumer under valgrind (host transport)"
+scripts/valgrind.sh
 echo "== the same tests on GStreamer 1.26 (Debian 13 packages, binaries built against 1.22)"
 scripts/test-gst126.sh
 if [ -f examples/bench.rs ]; then

@@ -54,6 +54,8 @@ use gst::prelude::*;
 
 #[path = "common/bench_plot.rs"]
 mod bench_plot;
+#[path = "common/numbers.rs"]
+mod numbers;
 
 const WIDTH: u32 = 3840;
 const HEIGHT: u32 = 2160;

@@ -16,6 +16,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::numbers::thousands;
 use super::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM, Row};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,19 +87,6 @@ fn ratio(r: f64) -> String {
     } else {
         format!("{r:.1}x")
     }
-}
-
-/// 20859.4 -> "20,859".
-fn thousands(v: f64) -> String {
-    let digits = format!("{:.0}", v.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A row of rows 13: (producer, pair, consumer).

@@ -52,6 +52,11 @@ use std::time::{Duration, Instant};
 
 use gst::prelude::*;
 
+#[path = "common/bench_plot.rs"]
+mod bench_plot;
+#[path = "common/numbers.rs"]
+mod numbers;
+
 const WIDTH: u32 = 3840;
 const HEIGHT: u32 = 2160;
 const FRAME_BYTES: f64 = (WIDTH * HEIGHT * 3) as f64;
@@ -62,22 +67,47 @@ fn main() {
         std::process::exit(run_role(&args[2..]));
     }
     if args.get(1).map(String::as_str) == Some("--replot") {
-        // Draws the plot (and prints the table) of a CSV an earlier run
-        // wrote, e.g. one fetched from a GPU host without fonts.
-        let (csv, png) = (PathBuf::from(&args[2]), PathBuf::from(&args[3]));
-        let rows = read_csv(&csv);
-        print_table(&rows, true);
-        match plot(&png, &rows) {
-            Ok(()) => println!("wrote {}", png.display()),
-            Err(e) => {
-                eprintln!("no plot: {e}");
-                std::process::exit(1);
-            }
-        }
-        return;
+        std::process::exit(replot(&args[2..]));
     }
     let options = Options::parse(&args[1..]);
     std::process::exit(run_benchmark(&options));
+}
+
+/// `--replot CSV PNG [--machine TEXT]`: draws the plot (and prints the
+/// table) of a CSV an earlier run wrote, e.g. one fetched from a GPU host
+/// without fonts. `--machine` names the GPU and GStreamer version for the
+/// title when the CSV does not (those written before it recorded them).
+fn replot(args: &[String]) -> i32 {
+    let [csv, png, rest @ ..] = args else {
+        eprintln!("usage: bench --replot CSV PNG [--machine TEXT]");
+        return 2;
+    };
+    let machine_arg = match rest {
+        [] => None,
+        [flag, text] if flag == "--machine" => Some(text.clone()),
+        _ => {
+            eprintln!("usage: bench --replot CSV PNG [--machine TEXT]");
+            return 2;
+        }
+    };
+    let (rows, recorded) = match read_csv(Path::new(csv)) {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("cannot read {csv}: {e}");
+            return 1;
+        }
+    };
+    print_table(&rows, true);
+    match bench_plot::plot(Path::new(png), &rows, machine_arg.or(recorded).as_deref()) {
+        Ok(()) => {
+            println!("wrote {png}");
+            0
+        }
+        Err(e) => {
+            eprintln!("no plot: {e}");
+            1
+        }
+    }
 }
 
 // ---------------------------------------------------------------- options
@@ -889,8 +919,9 @@ fn run_benchmark(o: &Options) -> i32 {
     }
     println!();
     print_table(&rows, gpu);
-    write_csv(&o.out.join("bench.csv"), &rows);
-    match plot(&o.out.join("bench.png"), &rows) {
+    let machine = machine_description(gpu);
+    write_csv(&o.out.join("bench.csv"), &rows, &machine);
+    match bench_plot::plot(&o.out.join("bench.png"), &rows, Some(&machine)) {
         Ok(()) => println!("wrote {}", o.out.join("bench.png").display()),
         Err(e) => println!("no plot: {e}"),
     }
@@ -1836,8 +1867,40 @@ fn gst_cuda_summary(rows: &[Row]) {
     }
 }
 
-fn write_csv(path: &Path, rows: &[Row]) {
-    let mut out = String::from(
+/// The GPU (from `nvidia-smi`: the parent holds no CUDA context) and the
+/// GStreamer runtime, for the CSV and the plot's title.
+fn machine_description(gpu: bool) -> String {
+    let gstreamer = format!(
+        "GStreamer {}",
+        gst::version_string().replace("GStreamer ", "")
+    );
+    if !gpu {
+        return format!("no GPU (host transport), {gstreamer}");
+    }
+    let name = Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=name,driver_version",
+            "--format=csv,noheader",
+            "-i",
+            "0",
+        ])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| {
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let (name, driver) = text.split_once(", ")?;
+            Some(format!("{name} (driver {driver})"))
+        });
+    format!("{}, {gstreamer}", name.unwrap_or_else(|| "GPU 0".into()))
+}
+
+/// The line of a CSV that names the machine (`read_csv` knows it).
+const MACHINE_LINE: &str = "# machine: ";
+
+fn write_csv(path: &Path, rows: &[Row], machine: &str) {
+    let mut out = format!("{MACHINE_LINE}{machine}\n");
+    out.push_str(
         "configuration,mps,fps,gb_per_s,latency_p50_us,latency_p99_us,latency_max_us,cpu_consumer,cpu_producer,corrupt,missing,frames,note\n",
     );
     for r in rows {
@@ -1863,20 +1926,27 @@ fn write_csv(path: &Path, rows: &[Row]) {
     std::fs::write(path, out).expect("cannot write the CSV");
 }
 
-/// Reads a CSV written by `write_csv`.
-fn read_csv(path: &Path) -> Vec<Row> {
-    let text = std::fs::read_to_string(path).expect("cannot read the CSV");
-    text.lines()
-        .skip(1)
-        .filter(|l| !l.is_empty())
+/// Reads a CSV written by `write_csv`: its rows and the machine it names
+/// (CSVs written before that line have none).
+fn read_csv(path: &Path) -> Result<(Vec<Row>, Option<String>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let machine = text
+        .lines()
+        .find_map(|l| l.strip_prefix(MACHINE_LINE))
+        .map(str::to_string);
+    let rows = text
+        .lines()
+        .filter(|l| l.starts_with('"'))
         .map(|line| {
             // The configuration and the note are quoted; the rest are plain.
-            let (config, rest) = line[1..].split_once("\",").expect("a quoted configuration");
+            let (config, rest) = line[1..]
+                .split_once("\",")
+                .ok_or_else(|| format!("no quoted configuration in: {line}"))?;
             let (numbers, note) = rest.split_once(",\"").unwrap_or((rest, "\""));
             let f: Vec<&str> = numbers.split(',').collect();
             let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
             let count = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
-            Row {
+            Ok(Row {
                 config: config.to_string(),
                 mps: f.first() == Some(&"true"),
                 fps: num(1),
@@ -1895,164 +1965,8 @@ fn read_csv(path: &Path) -> Vec<Row> {
                 },
                 note: note.trim_end_matches('"').to_string(),
                 ..Row::default()
-            }
+            })
         })
-        .collect()
-}
-
-/// Registers a TrueType font for the plot's text, from the usual places.
-fn load_font() -> Result<(), String> {
-    let mut candidates = vec![
-        PathBuf::from("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
-        PathBuf::from("/usr/share/fonts/TTF/DejaVuSans.ttf"),
-    ];
-    // matplotlib ships DejaVu Sans (the GPU hosts have it).
-    for root in ["/opt/torch/.venv/lib", "/usr/lib", "/usr/local/lib"] {
-        if let Ok(entries) = std::fs::read_dir(root) {
-            for e in entries.flatten() {
-                for site in ["site-packages", "dist-packages"] {
-                    candidates.push(
-                        e.path()
-                            .join(site)
-                            .join("matplotlib/mpl-data/fonts/ttf/DejaVuSans.ttf"),
-                    );
-                }
-            }
-        }
-    }
-    let bytes = candidates
-        .iter()
-        .find_map(|p| std::fs::read(p).ok())
-        .ok_or("no TrueType font found (install fonts-dejavu-core)")?;
-    plotters::style::register_font(
-        "sans-serif",
-        plotters::style::FontStyle::Normal,
-        Box::leak(bytes.into_boxed_slice()),
-    )
-    .map_err(|_| "unusable font".to_string())
-}
-
-fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
-    use plotters::prelude::*;
-    load_font()?;
-    let rows: Vec<&Row> = rows.iter().filter(|r| r.fps > 0.0).collect();
-    if rows.is_empty() {
-        return Err("nothing to plot".into());
-    }
-    let height = 120 + 26 * rows.len() as u32;
-    let root = BitMapBackend::new(path, (1400, height.max(400))).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (left, right) = root.split_horizontally(1000);
-    // A bar over 8x the next one (row 13a alone: one buffer re-sent into
-    // fakesink, hundreds of thousands of FPS) would flatten the others: the
-    // axis leaves it out and it is drawn cut.
-    let mut sorted: Vec<f64> = rows.iter().map(|r| r.fps).collect();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    let top = sorted
-        .windows(2)
-        .find(|w| w[0] <= 8.0 * w[1])
-        .map_or(sorted[sorted.len() - 1], |w| w[0]);
-    let max_fps = top * 1.1;
-    let labels: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "{}{}{}",
-                r.config,
-                if r.mps { " [MPS]" } else { "" },
-                if r.fps > max_fps { " (cut)" } else { "" }
-            )
-        })
-        .collect();
-    let mut chart = ChartBuilder::on(&left)
-        .caption(
-            "Frames per second (blue: without MPS, orange: with MPS)",
-            ("sans-serif", 20),
-        )
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(420)
-        .build_cartesian_2d(0.0..max_fps, 0.0..rows.len() as f64)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(rows.len() * 2 + 1)
-        .y_label_formatter(&|v| {
-            // Labels sit at the middle of each bar.
-            let i = v.floor() as usize;
-            if (v - v.floor() - 0.5).abs() < 0.01 {
-                labels.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("frames per second")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    chart
-        .draw_series(rows.iter().enumerate().map(|(i, r)| {
-            let color = if r.mps {
-                RGBColor(230, 120, 30)
-            } else {
-                RGBColor(40, 110, 200)
-            };
-            Rectangle::new(
-                [
-                    (0.0, i as f64 + 0.15),
-                    (r.fps.min(max_fps), i as f64 + 0.85),
-                ],
-                color.filled(),
-            )
-        }))
-        .map_err(|e| e.to_string())?;
-    // Latency per configuration: median and p99 (bars), as far as measured.
-    let latency: Vec<(&Row, usize)> = rows
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.latency_p50_us > 0.0)
-        .map(|(i, r)| (*r, i))
-        .collect();
-    // The scale follows the GPU rows: downloads (6b) take milliseconds and
-    // are drawn cut at the right edge.
-    let max_lat = latency
-        .iter()
-        .filter(|(r, _)| !r.config.starts_with('6'))
-        .map(|(r, _)| r.latency_p99_us)
-        .fold(1.0, f64::max)
-        * 1.1;
-    let mut chart = ChartBuilder::on(&right)
-        .caption(
-            "Publish-to-receive latency: median (green), p99 (grey), us",
-            ("sans-serif", 16),
-        )
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(10)
-        .build_cartesian_2d(0.0..max_lat, 0.0..rows.len() as f64)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_label_formatter(&|_| String::new())
-        .x_desc("microseconds")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    // p99 first, the median drawn over it.
-    let p99 = |r: &Row| r.latency_p99_us;
-    let p50 = |r: &Row| r.latency_p50_us;
-    for (value, colour) in [
-        (&p99 as &dyn Fn(&Row) -> f64, RGBColor(200, 200, 200)),
-        (&p50, RGBColor(60, 160, 90)),
-    ] {
-        chart
-            .draw_series(latency.iter().map(|(r, i)| {
-                Rectangle::new(
-                    [(0.0, *i as f64 + 0.15), (value(r), *i as f64 + 0.85)],
-                    colour.filled(),
-                )
-            }))
-            .map_err(|e| e.to_string())?;
-    }
-    root.present().map_err(|e| e.to_string())
+        .collect::<Result<_, String>>()?;
+    Ok((rows, machine))
 }

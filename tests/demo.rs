@@ -1,5 +1,6 @@
 // The main job (scripts/demo.sh runs examples/demo.rs): two processes, every
-// frame received and, with a GPU, checked on the GPU.
+// frame received and checked (on the GPU with one, on the CPU without), and
+// the summary line a user compares.
 
 use std::process::Command;
 
@@ -31,11 +32,46 @@ fn the_two_process_demo_delivers_every_frame() {
     );
     assert!(stdout.contains("received 40 frames"), "{stdout}");
     assert!(stdout.contains("published 40 frames"), "{stdout}");
+    // The summary line, last: what a user compares between runs.
+    let summary = stdout.lines().last().unwrap_or_default();
+    let (size, transport) = if gstcudaipc::cuda::is_available() {
+        ("3840x2160", "CUDA IPC")
+    } else {
+        ("1280x720", "host shared memory (no GPU: host transport)")
+    };
+    let head = format!("demo: 40 frames {size} RGB over {transport}, 0 corrupt, 0 missing, ");
+    let rest = summary
+        .strip_prefix(&head)
+        .unwrap_or_else(|| panic!("the summary starts with {head:?}: {stdout}"));
+    let (fps, rest) = rest
+        .split_once(" FPS")
+        .unwrap_or_else(|| panic!("the summary gives FPS: {summary}"));
+    let fps: f64 = fps.replace(',', "").parse().unwrap_or(0.0);
+    assert!(fps > 0.0, "{summary}");
     if gstcudaipc::cuda::is_available() {
         assert!(
-            stdout.contains("40 verified, 0 corrupt, 0 missing"),
-            "{stdout}"
+            rest.starts_with(" = ") && rest.contains("% of one process ("),
+            "{summary}"
         );
+    }
+    let (_, latency) = rest
+        .split_once(", latency p50 ")
+        .unwrap_or_else(|| panic!("the summary gives the latency: {summary}"));
+    let (micros, zero_copy) = latency
+        .split_once(" us, ")
+        .unwrap_or_else(|| panic!("the latency is in us: {summary}"));
+    assert!(micros.parse::<u64>().is_ok(), "{summary}");
+    let (without_copy, of) = zero_copy
+        .strip_suffix(" zero-copy")
+        .and_then(|counts| counts.split_once('/'))
+        .unwrap_or_else(|| panic!("the summary ends with N/M zero-copy: {summary}"));
+    assert_eq!(of, "40", "{summary}");
+    let without_copy: u64 = without_copy.parse().unwrap_or(u64::MAX);
+    assert!(without_copy <= 40, "{summary}");
+    if !gstcudaipc::cuda::is_available() {
+        // On the host transport videotestsrc writes into the sink's slots
+        // and the source wraps them: no frame is copied.
+        assert_eq!(without_copy, 40, "{summary}");
     }
     let png = std::fs::read(dir.join("demo-frame.png")).expect("the demo saves a frame");
     assert_eq!(&png[1..4], b"PNG");

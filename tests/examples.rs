@@ -491,3 +491,44 @@ fn gpu_publisher_and_readers_share_device_memory() {
         }
     }
 }
+
+/// `bench --replot` redraws the plot of a committed run from its CSV alone,
+/// titled with the machine given; a CSV that is not there is an error, not
+/// a panic.
+#[test]
+fn bench_redraws_a_plot_from_a_csv() {
+    let csv = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/perf/bench-h100-gst126-rows13-run9.csv"
+    );
+    let png = std::env::temp_dir().join(format!("cudaipc-replot-{}.png", std::process::id()));
+    let out = Command::new(example("bench"))
+        .args(["--replot", csv])
+        .arg(&png)
+        .args(["--machine", "H100, GStreamer 1.26.2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("13b MPS on, consumer drops: this pair 19981 FPS = 12.47x upstream import"),
+        "{stdout}"
+    );
+    if stderr.contains("no TrueType font found") {
+        eprintln!("SKIPPED (the plot): no font to draw with");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let image = std::fs::read(&png).expect("the plot is written");
+    assert_eq!(&image[1..4], b"PNG");
+    let _ = std::fs::remove_file(&png);
+    let missing = Command::new(example("bench"))
+        .args(["--replot", "/nonexistent/bench.csv"])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/bench.csv")
+    );
+}

@@ -5,7 +5,8 @@ Every fenced block is ```sh (commands) or ```text (anything else); a block
 without a language is an error. A sh block may carry a marker on the line
 right above its fence:
 
-  (none) or <!-- check: run -->   each command runs in turn and must exit 0
+  (none) or <!-- check: run -->   the commands run in turn in one shell and
+                                  must exit 0
   <!-- check: pair -->            terminals: every command but the last starts
                                   in the background (pids kept, stopped by pid),
                                   the last runs bounded; success: it exits 0,
@@ -17,7 +18,9 @@ right above its fence:
   <!-- check: pair after=NAME --> a pair with the producer block NAME running
   <!-- check: gpu -->             needs a GPU: every gst-launch-1.0 pipeline is
                                   parsed (elements, properties, caps, links)
-                                  without running it
+                                  without running it; nvcodec elements that
+                                  this machine lacks split it into parts
+                                  parsed on their own
   <!-- check: skip REASON -->     not run here; REASON says why
   needs=ELEMENT,...               (with run or pair) run only where these
                                   elements exist, else counted as skipped
@@ -195,6 +198,7 @@ def cwd_for(command):
 
 
 def run_one(command, timeout):
+    """One command in a shell of its own (a pair's last command)."""
     cwd = cwd_for(command)
     try:
         done = subprocess.run(["bash", "-c", command], cwd=cwd, timeout=timeout,
@@ -228,16 +232,25 @@ def tail(text, n=15):
 
 
 def check_run(block, report):
-    ok = True
-    for command in block.commands():
-        code, out = run_one(command, COMMAND_TIMEOUT_S)
-        report.ran += 1
-        if code != 0:
-            print(f"FAIL {block.where()}: exit {code}: {command}\n{tail(out)}")
-            ok = False
-        else:
-            print(f"ok   {block.where()}: {command}")
-    return ok
+    """The block's commands in one shell, in turn, as a user types them (an
+    `export` or `source` holds for the commands after it)."""
+    commands = block.commands()
+    everything_gst = all(gst_launch_argv(c) is not None for c in commands)
+    script = "set -e\n" + "\n".join(commands)
+    try:
+        done = subprocess.run(["bash", "-c", script], cwd=SCRATCH if everything_gst else REPO,
+                              timeout=COMMAND_TIMEOUT_S * len(commands), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        code, out = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as e:
+        code, out = "timeout", e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    report.ran += len(commands)
+    if code != 0:
+        print(f"FAIL {block.where()}: exit {code}:\n" + "\n".join("      " + c for c in commands) + f"\n{tail(out)}")
+        return False
+    for command in commands:
+        print(f"ok   {block.where()}: {command}")
+    return True
 
 
 def check_pair(block, report, producers):
@@ -299,24 +312,33 @@ def check_gpu(block, report):
             print(f"FAIL {block.where()}: a gpu block holds only gst-launch-1.0 lines: {command}")
             ok = False
             continue
-        stand_ins, parsed, i = [], [], 0
+        # Elements missing here split the pipeline: the parts around them are
+        # parsed on their own (a stand-in element would pass caps through and
+        # make links fail that hold with the real one).
+        stand_ins, parts, part, i = [], [], [], 0
         while i < len(argv):
             a = argv[i]
-            previous = parsed[-1] if parsed else "!"
-            if previous == "!" and "/" not in a and "=" not in a and Gst.ElementFactory.find(a) is None \
+            starts_element = not part or part[-1] == "!"
+            if starts_element and "/" not in a and "=" not in a and Gst.ElementFactory.find(a) is None \
                     and a not in THIS_PLUGINS_ELEMENTS and a.startswith(NVCODEC_PREFIXES):
                 stand_ins.append(a)
-                parsed.append("identity")
+                if part and part[-1] == "!":
+                    part.pop()
+                parts.append(part)
+                part = []
                 i += 1
                 while i < len(argv) and argv[i] != "!":
-                    i += 1  # the stand-in takes none of the missing element's properties
+                    i += 1  # the missing element's properties
+                i += 1  # and the link after it
                 continue
-            parsed.append(a)
+            part.append(a)
             i += 1
+        parts.append(part)
         try:
-            pipeline = Gst.parse_launchv(parsed)
-            pipeline.set_state(Gst.State.NULL)
-            note = f" [not on this machine, stood in for: {', '.join(stand_ins)}]" if stand_ins else ""
+            for part in parts:
+                if part:
+                    Gst.parse_launchv(part).set_state(Gst.State.NULL)
+            note = f" [not on this machine, parsed around: {', '.join(stand_ins)}]" if stand_ins else ""
             print(f"ok   {block.where()} (gpu, parsed){note}: {command}")
             report.parsed += 1
         except GLib.Error as e:

@@ -2,7 +2,8 @@
 # The test command (README, .ci/run): installs what it needs, then runs the
 # format check, clippy, every test (channel, elements, cross-process on the
 # host transport, kernel compilation with NVRTC; GPU tests print SKIPPED
-# without a GPU), the same tests again on GStreamer 1.26, and a short
+# without a GPU), the commands of README.md and docs/ (run, or parsed where
+# they need a GPU), the same tests again on GStreamer 1.26, and a short
 # benchmark run on the host transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,8 @@ echo "== cargo test"
 cargo test --quiet 2>&1 | grep -vE "^\s*$"
 echo "== a producer and a consumer under valgrind (host transport)"
 scripts/valgrind.sh
+echo "== the commands of README.md and docs/*.md"
+scripts/check-doc-commands.sh
 echo "== the same tests on GStreamer 1.26 (Debian 13 packages, binaries built against 1.22)"
 scripts/test-gst126.sh
 if [ -f examples/bench.rs ]; then

@@ -55,7 +55,7 @@ for step in "$@"; do
             && grep -q "1 passed; 0 failed" "$out/logs/nvdec$v-$i.txt"; then
           passed=$((passed + 1))
         else
-          echo "run $i failed:"; grep -v "^test-gstcuda_interop: rc=0" "$out/logs/nvdec$v-$i.txt" | sed -n 2,12p
+          echo "run $i failed:"; grep -E "rc=|panicked|SKIPPED" "$out/logs/nvdec$v-$i.txt" | sed -n 1,6p
         fi
       done
       echo "nvdec on ${v:0:1}.${v:1}: $passed of $rows passed" ;;

@@ -732,6 +732,16 @@ fn mode_of(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().mode() & 0o777
 }
 
+/// A run that failed and said each of `words` (in its output or errors).
+fn assert_refused(done: &Finished, what: &str, words: &[&str]) {
+    assert!(!done.success, "{what}");
+    let text = format!("{}{}", done.stdout, done.stderr);
+    assert!(
+        words.iter().all(|w| text.contains(w)),
+        "{words:?} not in: {text}"
+    );
+}
+
 /// A consumer of another user cannot open a channel with the default mode
 /// 0600 and says why; with `permissions=438` (0o666) it can. The shared
 /// files' modes follow the property.
@@ -786,15 +796,10 @@ fn other_user(t: Transport) {
         if mode != 0o600 {
             // Opening is not trusting: another user's channel is refused
             // until the consumer names its owner.
-            let distrusting = consumer_as_nobody("");
-            assert!(
-                !distrusting.success,
-                "nobody trusted root's channel unasked"
-            );
-            let text = format!("{}{}", distrusting.stdout, distrusting.stderr);
-            assert!(
-                text.contains("belongs to uid 0") && text.contains("allowed-producers"),
-                "{text}"
+            assert_refused(
+                &consumer_as_nobody(""),
+                "nobody trusted root's channel unasked",
+                &["belongs to uid 0", "allowed-producers"],
             );
         }
         let done = consumer_as_nobody("allowed-producers=0");
@@ -853,11 +858,10 @@ fn a_channel_of_another_user_is_refused(t: Transport) {
         .finish(LIMIT)
     };
     let refused = consumer("");
-    assert!(!refused.success, "root read frames of nobody's channel");
-    let text = format!("{}{}", refused.stdout, refused.stderr);
-    assert!(
-        text.contains("belongs to uid 65534") && text.contains("allowed-producers"),
-        "the refusal names the owner and the property: {text}"
+    assert_refused(
+        &refused,
+        "root read frames of nobody's channel",
+        &["belongs to uid 65534", "allowed-producers"],
     );
     assert!(
         refused.checksums().is_empty(),
@@ -868,14 +872,10 @@ fn a_channel_of_another_user_is_refused(t: Transport) {
         t.caps, t.sink
     ))
     .finish(LIMIT);
-    assert!(
-        !real.success,
-        "the real producer took a live channel of another user"
-    );
-    let text = format!("{}{}", real.stdout, real.stderr);
-    assert!(
-        text.contains("belongs to uid 65534") && text.contains("another user created it"),
-        "{text}"
+    assert_refused(
+        &real,
+        "the real producer took a live channel of another user",
+        &["belongs to uid 65534", "another user created it"],
     );
     // Trusting the owner explicitly is the way to share between users.
     let trusting = consumer("allowed-producers=65534");

@@ -298,6 +298,38 @@ fn axis_label(v: &f64) -> String {
     }
 }
 
+type LogChart<'a> = ChartContext<
+    'a,
+    BitMapBackend<'a>,
+    Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// A chart with a logarithmic x axis (`span`) and one row per layout line,
+/// its mesh drawn: the FPS and the latency panels share it.
+fn log_chart<'a, 'b>(
+    builder: &mut ChartBuilder<'a, 'b, BitMapBackend<'b>>,
+    (start, end): (f64, f64),
+    layout: &Layout,
+    x_desc: &str,
+) -> Result<LogChart<'b>, String> {
+    let mut chart = builder
+        .margin_right(20)
+        .x_label_area_size(AXIS_PX)
+        .build_cartesian_2d((start..end).log_scale(), layout.lines..0.0)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_label_formatter(&axis_label)
+        .x_desc(x_desc)
+        .axis_desc_style(("sans-serif", 15))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 fn draw_fps(
     area: &DrawingArea<BitMapBackend, Shift>,
     groups: &[Group],
@@ -308,23 +340,14 @@ fn draw_fps(
     let low = fps.clone().fold(f64::INFINITY, f64::min);
     let high = fps.fold(0.0, f64::max);
     let (start, end) = log_span(low, high, 0.8);
-    let mut chart = ChartBuilder::on(area)
-        .margin_left(10)
-        .margin_right(20)
-        .x_label_area_size(AXIS_PX)
-        .y_label_area_size(200)
-        .build_cartesian_2d((start..end).log_scale(), layout.lines..0.0)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .x_label_formatter(&axis_label)
-        .x_desc("frames per second (logarithmic)")
-        .axis_desc_style(("sans-serif", 15))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(err)?;
+    let mut chart = log_chart(
+        ChartBuilder::on(area)
+            .margin_left(10)
+            .y_label_area_size(200),
+        (start, end),
+        layout,
+        "frames per second (logarithmic)",
+    )?;
     let text = |size| ("sans-serif", size).into_font().color(&BLACK);
     for (group, (title_y, bar_ys)) in groups.iter().zip(&layout.positions) {
         chart
@@ -412,22 +435,12 @@ fn draw_latency(
         .map(|(r, _)| r.latency_p99_us)
         .fold(0.0, f64::max);
     let (start, end) = log_span(low, high, 0.6);
-    let mut chart = ChartBuilder::on(area)
-        .margin_right(20)
-        .x_label_area_size(AXIS_PX)
-        .y_label_area_size(5)
-        .build_cartesian_2d((start..end).log_scale(), layout.lines..0.0)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .x_label_formatter(&axis_label)
-        .x_desc("latency p50 (green) / p99 (grey), us")
-        .axis_desc_style(("sans-serif", 15))
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(err)?;
+    let mut chart = log_chart(
+        ChartBuilder::on(area).y_label_area_size(5),
+        (start, end),
+        layout,
+        "latency p50 (green) / p99 (grey), us",
+    )?;
     for (r, y) in measured {
         for (value, colour) in [
             (r.latency_p99_us, RGBColor(200, 200, 200)),

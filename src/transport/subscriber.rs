@@ -479,21 +479,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let request = SlotRequest {
-            channel: channel.clone(),
-            session: producer.session(),
-            generation: 1,
-            count: 1,
-            size: SIZE,
-            permissions: 0o600,
-            gpu_sync: GpuSync::Event,
-            ipc_mode: Default::default(),
-        };
-        let slots = create_producer_slots(TransportKind::Host, &request, None).unwrap();
-        let descriptors = slots.slot_descriptors();
-        producer
-            .configure_pool(SIZE as u64, &descriptors, &slots.pool_descriptor(), &no)
-            .unwrap();
+        let slots = new_pool(&producer, &channel, 1);
         producer.set_caps("video/x-test", &no).unwrap();
         let config = SubscriberConfig {
             channel,
@@ -507,6 +493,31 @@ mod tests {
         };
         let subscriber = Subscriber::attach(config, &no, || {}).unwrap();
         (producer, slots, subscriber)
+    }
+
+    /// Host slots of pool `generation` (one slot), published as the pool.
+    fn new_pool(producer: &Producer, channel: &str, generation: u64) -> Box<dyn ProducerSlots> {
+        let request = SlotRequest {
+            channel: channel.to_owned(),
+            session: producer.session(),
+            generation,
+            count: 1,
+            size: SIZE,
+            permissions: 0o600,
+            gpu_sync: GpuSync::Event,
+            ipc_mode: Default::default(),
+        };
+        let slots = create_producer_slots(TransportKind::Host, &request, None).unwrap();
+        let descriptors = slots.slot_descriptors();
+        producer
+            .configure_pool(
+                SIZE as u64,
+                &descriptors,
+                &slots.pool_descriptor(),
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+        slots
     }
 
     fn publish(producer: &Producer, slots: &dyn ProducerSlots, byte: u8) {
@@ -549,26 +560,7 @@ mod tests {
                 let mut pools = vec![slots];
                 for generation in 1..=FRAMES {
                     if generation > 1 {
-                        let request = SlotRequest {
-                            channel: channel.clone(),
-                            session: producer.session(),
-                            generation: u64::from(generation),
-                            count: 1,
-                            size: SIZE,
-                            permissions: 0o600,
-                            gpu_sync: GpuSync::Event,
-                            ipc_mode: Default::default(),
-                        };
-                        let slots =
-                            create_producer_slots(TransportKind::Host, &request, None).unwrap();
-                        producer
-                            .configure_pool(
-                                SIZE as u64,
-                                &slots.slot_descriptors(),
-                                &slots.pool_descriptor(),
-                                &no,
-                            )
-                            .unwrap();
+                        let slots = new_pool(&producer, &channel, u64::from(generation));
                         producer
                             .set_caps(&format!("video/x-test, n=(int){generation}"), &no)
                             .unwrap();

@@ -611,7 +611,7 @@ fn two_process(
 type Env = Vec<(String, String)>;
 
 fn other_user() -> Option<(Vec<&'static str>, Env)> {
-    if gstcudaipc::ipc::shm::effective_uid() != 0 {
+    if cudaipc_channel::shm::effective_uid() != 0 {
         return None;
     }
     let wrapper = vec![
@@ -1088,7 +1088,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     // creator's user); a descriptor channel orders by the timeline.
     // The producer waits for it to attach: it starts slower than the
     // producer runs, and another user's waiting consumer is not counted.
-    let me = gstcudaipc::ipc::shm::effective_uid();
+    let me = cudaipc_channel::shm::effective_uid();
     for (config, sink_props, src_props) in [
         (
             "5u consumer of another user, named channel (permissions=0666 gpu-sync=host)",

@@ -28,7 +28,7 @@ macro_rules! internal_mod {
     )*};
 }
 
-internal_mod!(cuda, gstcuda, ipc, pattern, transport);
+internal_mod!(cuda, gstcuda, pattern, transport);
 
 // The application API: CUDA memory in buffers, the element names, and the
 // channels that exist (what `cudaipc-channels` and the device provider show).
@@ -36,10 +36,10 @@ pub mod element_names;
 
 /// The channels in the shm folder: listing them, and removing stale ones.
 pub mod channels {
-    pub use crate::ipc::directory::{
+    pub use cudaipc_channel::directory::{
         ChannelEntry, ChannelState, list_channels, live_channel_names, remove_if_stale,
     };
-    pub use crate::ipc::shm::shm_dir;
+    pub use cudaipc_channel::shm::shm_dir;
 }
 pub mod memory;
 

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use gstcudaipc::ipc::layout::*;
-use gstcudaipc::ipc::shm;
-use gstcudaipc::ipc::{
+use cudaipc_channel::layout::*;
+use cudaipc_channel::shm;
+use cudaipc_channel::{
     ChannelError, Consumer, ConsumerConfig, ConsumerMode, FrameMeta, Item, Producer, ProducerConfig,
 };
 use gstcudaipc::test_support::{ControlBlock, hold_producer_lock};
@@ -130,7 +130,7 @@ impl Hostile {
 
 fn wake(h: &ControlHeader) {
     h.publish_futex.fetch_add(1, Ordering::SeqCst);
-    gstcudaipc::ipc::wait::futex_wake_all(&h.publish_futex);
+    cudaipc_channel::wait::futex_wake_all(&h.publish_futex);
 }
 
 fn valid_meta() -> FrameMeta {

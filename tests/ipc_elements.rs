@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{init, unique_channel};
 use gst::glib;
 use gst::prelude::*;
-use gstcudaipc::ipc::{Consumer, ConsumerConfig, Item};
+use cudaipc_channel::{Consumer, ConsumerConfig, Item};
 
 fn caps(format: &str, width: u32, height: u32) -> gst::Caps {
     format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")

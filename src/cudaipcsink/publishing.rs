@@ -15,9 +15,9 @@ use super::{CAT, SinkPublisher};
 use crate::cuda;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
-use crate::ipc::layout::MAX_SLOTS;
-use crate::ipc::socket::Peers;
-use crate::ipc::{ChannelError, FrameMeta};
+use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_channel::socket::Peers;
+use cudaipc_channel::{ChannelError, FrameMeta};
 use crate::memory::{self, CudaAllocator};
 use crate::transport::{
     Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherConfig,

@@ -17,7 +17,7 @@ use super::frame::{self, Failure, Timestamps};
 use super::gstcuda_out::GstCudaPath;
 use super::imp::{CudaIpcSrc, Settings};
 use crate::enums::ProducerLost;
-use crate::ipc::ProducerGone;
+use cudaipc_channel::ProducerGone;
 use crate::transport::{
     Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
 };
@@ -49,8 +49,8 @@ impl CudaIpcSrc {
             }),
             ipc_mode: settings.ipc_mode.into(),
             // Checked in `start`.
-            producers: crate::ipc::socket::Peers {
-                uids: crate::ipc::socket::Peers::parse_ids(&settings.allowed_producers)
+            producers: cudaipc_channel::socket::Peers {
+                uids: cudaipc_channel::socket::Peers::parse_ids(&settings.allowed_producers)
                     .unwrap_or_default(),
                 gids: Vec::new(),
             },
@@ -222,7 +222,7 @@ impl CudaIpcSrc {
     }
 
     fn frame_to_buffer(&self, frame: HeldFrame) -> Result<gst::Buffer, gst::FlowError> {
-        let latency = crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
+        let latency = cudaipc_channel::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
         let (output, kind, discont) = {
             let mut state = self.state.lock().unwrap();
             let kind = state.channel.as_ref().map(|c| c.kind);

@@ -26,9 +26,9 @@ use crate::cuda::{
     Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory,
     SharedDeviceMemory, Stream,
 };
-use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use crate::ipc::socket::{self, Peers};
-use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
+use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use cudaipc_channel::socket::{self, Peers};
+use cudaipc_channel::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
 
 /// The pool descriptor of slots handed over a descriptor channel's socket.
 const RECEIVED_POOL: &[u8] = b"@socket";

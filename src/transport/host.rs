@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError};
-use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use crate::ipc::mapping::SharedMapping;
-use crate::ipc::shm::{self, SharedFile};
-use crate::ipc::socket::{self, Peers};
-use crate::ipc::{ChannelError, IpcMode, PoolInfo, Producer};
+use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use cudaipc_channel::mapping::SharedMapping;
+use cudaipc_channel::shm::{self, SharedFile};
+use cudaipc_channel::socket::{self, Peers};
+use cudaipc_channel::{ChannelError, IpcMode, PoolInfo, Producer};
 
 /// The pool descriptor of a descriptor channel's host slots: consumers ask
 /// the producer's socket for the pool's memory (by generation).

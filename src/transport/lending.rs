@@ -20,8 +20,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{ProducerSlots, TransportError, WriterStream};
-use crate::ipc::wait::timed;
-use crate::ipc::{ChannelError, FrameMeta, Producer};
+use cudaipc_channel::wait::timed;
+use cudaipc_channel::{ChannelError, FrameMeta, Producer};
 
 pub struct LentSlots<K, T> {
     /// Which buffer each slot is, by a key of its memory; `None` for a
@@ -226,8 +226,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-    use crate::ipc::{
+    use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+    use cudaipc_channel::{
         Consumer, ConsumerConfig, ConsumerMode, Item, ProducerConfig, WaitMode, WhenFull,
     };
     use crate::test_support::unique_channel;

@@ -19,11 +19,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::cuda::{CudaError, Device, DeviceRegion};
-use crate::ipc::layout::{
+use cudaipc_channel::layout::{
     GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA,
     TRANSPORT_HOST,
 };
-use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
+use cudaipc_channel::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
 pub use cuda::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
@@ -283,7 +283,7 @@ pub struct SlotRequest {
     pub gpu_sync: GpuSync,
     /// `IpcMode::Fd`: host slots are anonymous memory handed over the
     /// channel's socket, not a named file.
-    pub ipc_mode: crate::ipc::IpcMode,
+    pub ipc_mode: cudaipc_channel::IpcMode,
 }
 
 pub fn create_producer_slots(
@@ -307,9 +307,9 @@ pub fn create_producer_slots(
 fn request_pool(
     channel: &str,
     generation: u64,
-    producers: &crate::ipc::socket::Peers,
+    producers: &cudaipc_channel::socket::Peers,
 ) -> Result<Vec<std::os::fd::OwnedFd>, TransportError> {
-    use crate::ipc::socket::{self, RequestError};
+    use cudaipc_channel::socket::{self, RequestError};
     socket::request(channel, socket::Request::Pool(generation), producers).map_err(|e| match e {
         RequestError::Channel(e) => TransportError::Channel(e),
         RequestError::NoProducer => TransportError::Channel(ChannelError::Io {

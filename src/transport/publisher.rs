@@ -28,10 +28,10 @@ use super::{
     TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
-use crate::ipc::wait::timed;
-use crate::ipc::layout::MAX_SLOTS;
-use crate::ipc::socket::Peers;
-use crate::ipc::{
+use cudaipc_channel::wait::timed;
+use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_channel::socket::Peers;
+use cudaipc_channel::{
     ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode,
     WhenFull,
 };

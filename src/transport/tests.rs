@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::*;
-use crate::ipc::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
+use cudaipc_channel::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
 use crate::test_support::{gpu_or_skip, unique_channel};
 
 fn write_slot(memory: &SlotMemory, data: &[u8]) {
@@ -46,18 +46,18 @@ const CHILD_TEST: &str = "transport::tests::contract_consumer_process";
 /// The producer side runs here; the consumers run in child processes (a
 /// process cannot open its own CUDA IPC handles, and this is the real use).
 fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
-    contract_in(kind, device, gpu_sync, crate::ipc::IpcMode::Legacy);
+    contract_in(kind, device, gpu_sync, cudaipc_channel::IpcMode::Legacy);
 }
 
 fn contract_in(
     kind: TransportKind,
     device: Option<Arc<crate::cuda::Device>>,
     gpu_sync: GpuSync,
-    ipc_mode: crate::ipc::IpcMode,
+    ipc_mode: cudaipc_channel::IpcMode,
 ) {
     let channel = unique_channel("transport");
     let no = AtomicBool::new(false);
-    let producer = crate::ipc::Producer::create(ProducerConfig {
+    let producer = cudaipc_channel::Producer::create(ProducerConfig {
         channel: channel.clone(),
         transport: kind.wire_value(),
         gpu_sync: gpu_sync.wire_value(),
@@ -280,7 +280,7 @@ fn host_transport_meets_the_contract() {
 /// channel's socket and receive the control block and the slots' memory.
 #[test]
 fn host_transport_meets_the_contract_over_descriptors() {
-    contract_in(TransportKind::Host, None, GpuSync::Event, crate::ipc::IpcMode::Fd);
+    contract_in(TransportKind::Host, None, GpuSync::Event, cudaipc_channel::IpcMode::Fd);
 }
 
 #[test]
@@ -304,7 +304,7 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_the_timeline() {
     if let Some(device) =
         gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_the_timeline")
     {
-        contract_in(TransportKind::Cuda, Some(device), GpuSync::Timeline, crate::ipc::IpcMode::Fd);
+        contract_in(TransportKind::Cuda, Some(device), GpuSync::Timeline, cudaipc_channel::IpcMode::Fd);
     }
 }
 
@@ -321,7 +321,7 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
     if let Some(device) =
         gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_events")
     {
-        contract_in(TransportKind::Cuda, Some(device), GpuSync::Event, crate::ipc::IpcMode::Fd);
+        contract_in(TransportKind::Cuda, Some(device), GpuSync::Event, cudaipc_channel::IpcMode::Fd);
     }
 }
 
@@ -357,13 +357,13 @@ fn the_timeline_needs_the_cuda_transport_and_value_operations() {
 
 #[test]
 fn host_data_file_names_are_confined_to_the_channel() {
-    let pool = crate::ipc::PoolInfo {
+    let pool = cudaipc_channel::PoolInfo {
         generation: 1,
         slot_size: 16,
         pool_descriptor: b"../../etc/passwd".to_vec(),
-        slot_descriptors: vec![[0; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]],
+        slot_descriptors: vec![[0; cudaipc_channel::layout::SLOT_DESCRIPTOR_BYTES]],
     };
-    let err = HostConsumerSlots::open("cam0", &pool, crate::ipc::shm::effective_uid())
+    let err = HostConsumerSlots::open("cam0", &pool, cudaipc_channel::shm::effective_uid())
         .err()
         .expect("must refuse");
     assert!(err.to_string().contains("does not belong"), "{err}");
@@ -407,8 +407,8 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
         slots: 3,
         permissions: 0o600,
         gpu_sync: GpuSync::Event,
-        when_full: crate::ipc::WhenFull::Block,
-        wait_mode: crate::ipc::WaitMode::Hybrid,
+        when_full: cudaipc_channel::WhenFull::Block,
+        wait_mode: cudaipc_channel::WaitMode::Hybrid,
         wait_for_consumers: 1,
         ipc_mode: Default::default(),
         peers: Default::default(),
@@ -421,8 +421,8 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
         let mut subscriber = Subscriber::attach(
             SubscriberConfig {
                 channel,
-                mode: crate::ipc::ConsumerMode::EveryFrame,
-                wait_mode: crate::ipc::WaitMode::Hybrid,
+                mode: cudaipc_channel::ConsumerMode::EveryFrame,
+                wait_mode: cudaipc_channel::WaitMode::Hybrid,
                 connect_timeout: Some(Duration::from_secs(10)),
                 device_id: None,
                 on_finish_read_error: Arc::new(|_, e| panic!("{e}")),

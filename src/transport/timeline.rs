@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{SlotRequest, TransportError};
 use crate::cuda::{Device, HostRegistration, Stream};
-use crate::ipc::layout::{MAX_CONSUMERS, MAX_SLOTS};
-use crate::ipc::mapping::SharedMapping;
-use crate::ipc::shm::{self, SharedFile};
-use crate::ipc::socket;
+use cudaipc_channel::layout::{MAX_CONSUMERS, MAX_SLOTS};
+use cudaipc_channel::mapping::SharedMapping;
+use cudaipc_channel::shm::{self, SharedFile};
+use cudaipc_channel::socket;
 
 /// First word of the block: "CUIPCTL1".
 const MAGIC: u64 = u64::from_le_bytes(*b"CUIPCTL1");
@@ -164,7 +164,7 @@ impl Timeline {
         })?;
         let owner = shm::owner_uid(&file).map_err(|e| TransportError::Io(e.to_string()))?;
         if owner != producer_uid {
-            return Err(TransportError::Channel(crate::ipc::ChannelError::Io {
+            return Err(TransportError::Channel(cudaipc_channel::ChannelError::Io {
                 context: path.display().to_string(),
                 source: shm::foreign_owner_error(&path, owner),
             }));

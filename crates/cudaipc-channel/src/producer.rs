@@ -348,12 +348,10 @@ impl Producer {
         self.session
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn config(&self) -> &ProducerConfig {
         &self.config
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn path(&self) -> &std::path::Path {
         &self.shared.path
     }
@@ -379,7 +377,6 @@ impl Producer {
         self.header().pool_generation.load(Ordering::Relaxed)
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn caps_generation(&self) -> u64 {
         self.header().caps_generation.load(Ordering::Relaxed)
     }

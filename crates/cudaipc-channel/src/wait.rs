@@ -9,7 +9,7 @@ use super::ChannelError;
 
 /// Runs `f`, adding the time it took to `clock` (nanoseconds): the waits
 /// that the statistics report.
-pub(crate) fn timed<R>(clock: &AtomicU64, f: impl FnOnce() -> R) -> R {
+pub fn timed<R>(clock: &AtomicU64, f: impl FnOnce() -> R) -> R {
     let started = Instant::now();
     let result = f();
     clock.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);

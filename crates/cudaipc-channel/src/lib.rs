@@ -6,6 +6,7 @@
 //! docs/protocol.md for the layout and the rules.
 
 mod consumer;
+mod control_block;
 pub mod directory;
 pub mod layout;
 pub mod mapping;
@@ -17,6 +18,7 @@ pub mod wait;
 
 use std::fmt;
 
+pub use control_block::ControlBlock;
 pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
 };

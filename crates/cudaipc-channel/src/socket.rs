@@ -43,7 +43,7 @@ const MAGIC: &str = "CUDAIPC1";
 const MAX_LINE: usize = 128;
 /// Most descriptors one reply carries (the control block, or a pool's
 /// memory: one per slot of device memory, and its timeline block).
-const MAX_FDS: usize = crate::ipc::layout::MAX_SLOTS + 1;
+const MAX_FDS: usize = crate::layout::MAX_SLOTS + 1;
 /// How long either side waits for the other's line.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections served at once; more are closed at once.
@@ -642,8 +642,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::ipc::tests::unique_channel;
-    use crate::ipc::{
+    use crate::tests::unique_channel;
+    use crate::{
         Consumer, ConsumerConfig, IpcMode, Item, Producer, ProducerConfig, layout::control_size,
     };
 
@@ -703,7 +703,7 @@ mod tests {
         let channel = unique_channel("fdframes");
         let no = AtomicBool::new(false);
         let p = producer(&channel);
-        p.configure_pool(64, &[[0u8; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]; 2], b"pool", &no)
+        p.configure_pool(64, &[[0u8; crate::layout::SLOT_DESCRIPTOR_BYTES]; 2], b"pool", &no)
             .unwrap();
         p.set_caps("video/x-raw", &no).unwrap();
         let mut c = consumer(&channel).unwrap();
@@ -711,7 +711,7 @@ mod tests {
             let slot = p.reserve(&no).unwrap().unwrap();
             p.publish(
                 slot,
-                &crate::ipc::FrameMeta {
+                &crate::FrameMeta {
                     size: 8,
                     pts: Some(pts),
                     planes: vec![(0, 8)],

@@ -105,7 +105,6 @@ impl Drop for WaiterMarker {
 
 /// Counts the consumers (of any user) waiting for a producer on `channel`,
 /// removing the markers of dead ones.
-#[cfg(any(test, feature = "test-support"))]
 pub fn count_live_waiters(channel: &str) -> usize {
     count_live_waiters_of(channel, true)
 }
@@ -367,7 +366,6 @@ impl SharedFile {
         self.map.len()
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -4,7 +4,7 @@
 
 use gst::glib;
 
-use crate::transport;
+use cudaipc_transport as transport;
 use cudaipc_channel as ipc;
 
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]

@@ -28,7 +28,7 @@ macro_rules! internal_mod {
     )*};
 }
 
-internal_mod!(cuda, gstcuda, pattern, transport);
+internal_mod!(gstcuda, pattern);
 
 // The application API: CUDA memory in buffers, the element names, and the
 // channels that exist (what `cudaipc-channels` and the device provider show).

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::cuda::Device;
+use cudaipc_transport::cuda::Device;
 
 /// Every video format the elements take, for tests that cover them all.
 pub use crate::video::FORMATS;

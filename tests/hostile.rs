@@ -17,7 +17,7 @@ use cudaipc_channel::{
     ChannelError, Consumer, ConsumerConfig, ConsumerMode, FrameMeta, Item, Producer, ProducerConfig,
 };
 use gstcudaipc::test_support::{ControlBlock, hold_producer_lock};
-use gstcudaipc::transport::{self, GpuSync, ProducerSlots, SlotRequest, TransportKind};
+use cudaipc_transport::{self as transport, GpuSync, ProducerSlots, SlotRequest, TransportKind};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const CAPS: &str =

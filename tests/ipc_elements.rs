@@ -171,7 +171,7 @@ fn a_bad_channel_name_fails_at_start_with_a_clear_message() {
 #[test]
 fn transport_cuda_without_a_gpu_fails_clearly() {
     init();
-    if gstcudaipc::cuda::is_available() {
+    if cudaipc_transport::cuda::is_available() {
         eprintln!("SKIPPED: a CUDA device is present (this checks the no-GPU error)");
         return;
     }

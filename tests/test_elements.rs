@@ -21,7 +21,7 @@ use gst_video::VideoFormat;
 use gst_video::prelude::*;
 
 use common::*;
-use gstcudaipc::cuda::Device;
+use cudaipc_transport::cuda::Device;
 use gstcudaipc::memory::{self, CudaAllocator};
 use gstcudaipc::pattern::{self, Pattern, PlaneLayout};
 use gstcudaipc::test_support::FORMATS;
@@ -347,7 +347,7 @@ fn cudatestsrc_without_its_device_fails_clearly() {
         gst::parse::launch("cudatestsrc cuda-device-id=4095 num-buffers=1 ! fakesink").unwrap();
     let error = run_to_end(&pipeline, Duration::from_secs(10)).expect_err("must fail");
     assert!(error.contains("CUDA device 4095"), "unclear error: {error}");
-    if !gstcudaipc::cuda::is_available() {
+    if !cudaipc_transport::cuda::is_available() {
         assert!(error.contains("libcuda.so.1"), "unclear error: {error}");
         let pipeline = gst::parse::launch("cudatestsrc num-buffers=1 ! fakesink").unwrap();
         let error = run_to_end(&pipeline, Duration::from_secs(10)).expect_err("must fail");

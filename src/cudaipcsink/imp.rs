@@ -11,12 +11,12 @@ use gst_base::subclass::prelude::*;
 
 use super::publishing::{self, State};
 use super::{CAT, SinkPublisher};
-use crate::cuda;
+use cudaipc_transport::cuda;
 use crate::enums::{self, Transport};
 use crate::gstcuda;
 use cudaipc_channel::layout::MAX_SLOTS;
 use crate::memory;
-use crate::transport::{self, PublisherConfig, TransportKind};
+use cudaipc_transport::{self as transport, PublisherConfig, TransportKind};
 use crate::video;
 
 const DEFAULT_CHANNEL: &str = "default";

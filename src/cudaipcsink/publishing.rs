@@ -12,14 +12,14 @@ use gst::prelude::*;
 
 use super::pool::SlotPool;
 use super::{CAT, SinkPublisher};
-use crate::cuda;
+use cudaipc_transport::cuda;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{ChannelError, FrameMeta};
 use crate::memory::{self, CudaAllocator};
-use crate::transport::{
+use cudaipc_transport::{
     Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherConfig,
     PublisherStats, SlotMemory, TransportKind,
 };

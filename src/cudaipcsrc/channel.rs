@@ -11,12 +11,12 @@ use gst::prelude::*;
 use gst_base::prelude::*;
 
 use super::gstcuda_out::{self, GstCudaPath, SlotWrapper};
-use crate::cuda::Device;
+use cudaipc_transport::cuda::Device;
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, ContextShare, CudaContext, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput};
-use crate::transport::{SubscriberError, TransportKind};
+use cudaipc_transport::{SubscriberError, TransportKind};
 use crate::video;
 
 /// The channel attached to.

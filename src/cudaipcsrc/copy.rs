@@ -7,7 +7,7 @@
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{MappedCudaMemory, Ordered, StreamOrdering};
 use crate::memory::{self, CudaIpcMeta};
-use crate::transport::{HeldFrame, SlotMemory};
+use cudaipc_transport::{HeldFrame, SlotMemory};
 use crate::video;
 
 /// Where a frame is copied to.

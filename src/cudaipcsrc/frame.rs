@@ -8,7 +8,7 @@ use gst::prelude::*;
 use super::channel::Output;
 use super::copy::{CopyInto, copy_frame};
 use crate::memory::{CudaAllocator, CudaIpcMeta};
-use crate::transport::{HeldFrame, SlotMemory};
+use cudaipc_transport::{HeldFrame, SlotMemory};
 use crate::video;
 
 /// Buffer flags that travel from the producer.

@@ -16,7 +16,7 @@ use super::{CAT, TimestampMode};
 use crate::enums::{self, OutputMemory, ProducerLost};
 use crate::gstcuda;
 use cudaipc_channel::ConsumerWaker;
-use crate::transport::Subscriber;
+use cudaipc_transport::Subscriber;
 use crate::video;
 
 pub(super) const DEFAULT_CHANNEL: &str = "default";

@@ -18,7 +18,7 @@ use super::gstcuda_out::GstCudaPath;
 use super::imp::{CudaIpcSrc, Settings};
 use crate::enums::ProducerLost;
 use cudaipc_channel::ProducerGone;
-use crate::transport::{
+use cudaipc_transport::{
     Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
 };
 use crate::video;

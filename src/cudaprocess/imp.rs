@@ -11,7 +11,7 @@ use gst_base::subclass::prelude::*;
 use gst_video::VideoFormat;
 
 use super::{Operation, brightness_delta, gamma_table};
-use crate::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion, Module};
+use cudaipc_transport::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion, Module};
 use crate::memory::{self, CudaAllocator};
 use crate::pattern;
 use crate::pattern::kernels::{

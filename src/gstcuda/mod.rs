@@ -36,7 +36,7 @@ use gst::glib;
 use gst::glib::translate::{FromGlib, FromGlibPtrFull, FromGlibPtrNone, ToGlibPtr};
 use gst::prelude::*;
 
-use crate::cuda::Device;
+use cudaipc_transport::cuda::Device;
 
 /// `GstContext` type of a shared `GstCudaContext`.
 pub const CONTEXT_TYPE: &str = "gst.cuda.context";
@@ -175,7 +175,7 @@ static CUDA_READY: LazyLock<bool> = LazyLock::new(|| {
     let Some(lib) = LIBRARY.as_ref() else {
         return false;
     };
-    if !crate::cuda::is_available() {
+    if !cudaipc_transport::cuda::is_available() {
         return false;
     }
     // SAFETY: plain initialisers without arguments.
@@ -526,20 +526,20 @@ impl<'a> MappedCudaMemory<'a> {
     }
 
     /// The CUDA device it lives on.
-    pub fn device(&self) -> Result<Arc<Device>, crate::cuda::CudaError> {
+    pub fn device(&self) -> Result<Arc<Device>, cudaipc_transport::cuda::CudaError> {
         Device::get(self.context.device_id())
     }
 
     /// The mapped memory as a region for `frame_copy`, which keeps the
     /// memory (not the map) alive: drop it before the map when writing.
-    pub fn region(&self) -> Result<crate::cuda::DeviceRegion, crate::cuda::CudaError> {
+    pub fn region(&self) -> Result<cudaipc_transport::cuda::DeviceRegion, cudaipc_transport::cuda::CudaError> {
         let device = self.device()?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(self.memory.to_owned());
         // SAFETY: a GstCudaMemory's device allocation is `size` bytes at
         // `ptr` in its context's device, and stays allocated while the
         // memory (a reference of which the region owns) lives.
         Ok(unsafe {
-            crate::cuda::DeviceRegion::from_raw_parts(&device, self.ptr, self.size, owner)
+            cudaipc_transport::cuda::DeviceRegion::from_raw_parts(&device, self.ptr, self.size, owner)
         })
     }
 }
@@ -581,7 +581,7 @@ mod tests {
             assert!(pool_type.is_a(gst::BufferPool::static_type()));
         }
         // Without a usable driver nothing of it is used.
-        assert_eq!(available(), library_loaded() && crate::cuda::is_available());
+        assert_eq!(available(), library_loaded() && cudaipc_transport::cuda::is_available());
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cuda::{self, Device, DeviceRegion, KernelArgs, MappedHostBuffer, Module};
+use cudaipc_transport::cuda::{self, Device, DeviceRegion, KernelArgs, MappedHostBuffer, Module};
 use crate::video;
 
 use super::Pattern;

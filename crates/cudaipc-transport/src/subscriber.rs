@@ -464,8 +464,8 @@ fn open_device(
 mod tests {
     use super::*;
     use cudaipc_channel::{FrameMeta, Producer, ProducerConfig};
-    use crate::test_support::unique_channel;
-    use crate::transport::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
+    use crate::tests::unique_channel;
+    use crate::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
 
     const SIZE: usize = 64;
 

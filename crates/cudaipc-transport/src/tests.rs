@@ -6,7 +6,29 @@ use std::time::Duration;
 
 use super::*;
 use cudaipc_channel::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
-use crate::test_support::{gpu_or_skip, unique_channel};
+
+/// A channel name no other test uses.
+pub(crate) fn unique_channel(tag: &str) -> String {
+    format!("t-{tag}-{:x}", cudaipc_channel::shm::random_u64())
+}
+
+/// The first CUDA device, or `None` after a loud SKIPPED line. With
+/// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
+fn gpu_or_skip(test: &str) -> Option<Arc<crate::cuda::Device>> {
+    match crate::cuda::Device::get(0) {
+        Ok(device) => Some(device),
+        Err(e) => {
+            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
+            }
+            // Straight to stderr, past the test harness's output capture, so
+            // that a skipped GPU test is visible in every log.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
+            None
+        }
+    }
+}
 
 fn write_slot(memory: &SlotMemory, data: &[u8]) {
     match memory {
@@ -41,7 +63,7 @@ fn frame_bytes(frame: u64, len: usize) -> Vec<u8> {
 
 const SIZE: usize = 10_000;
 const FRAMES: u64 = 40;
-const CHILD_TEST: &str = "transport::tests::contract_consumer_process";
+const CHILD_TEST: &str = "tests::contract_consumer_process";
 
 /// The producer side runs here; the consumers run in child processes (a
 /// process cannot open its own CUDA IPC handles, and this is the real use).

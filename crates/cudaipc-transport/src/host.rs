@@ -52,7 +52,6 @@ impl HostRegion {
         self.len
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -184,12 +183,10 @@ impl Drop for HostProducerSlots {
 }
 
 impl ProducerSlots for HostProducerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Host
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize {
         self.count
     }
@@ -341,7 +338,6 @@ impl HostConsumerSlots {
 }
 
 impl ConsumerSlots for HostConsumerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Host
     }
@@ -358,7 +354,6 @@ impl ConsumerSlots for HostConsumerSlots {
         SlotMemory::Host(self.regions[slot].clone())
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn is_read_only(&self) -> bool {
         self.map.as_mut_ptr().is_none()
     }

@@ -457,12 +457,10 @@ impl CudaProducerSlots {
 }
 
 impl ProducerSlots for CudaProducerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Cuda
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize {
         self.regions.len()
     }
@@ -629,7 +627,6 @@ pub struct CudaConsumerSlots {
     /// See [`waits_on_host`].
     host_waits: bool,
     /// Whether every slot is mapped for reading only.
-    #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     read_only: bool,
 }
 
@@ -813,7 +810,6 @@ impl CudaConsumerSlots {
         })
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
@@ -825,7 +821,6 @@ fn pool_slot_size(pool: &PoolInfo) -> Result<usize, TransportError> {
 }
 
 impl ConsumerSlots for CudaConsumerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Cuda
     }
@@ -842,7 +837,6 @@ impl ConsumerSlots for CudaConsumerSlots {
         SlotMemory::Device(self.memory[slot].clone())
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn is_read_only(&self) -> bool {
         self.read_only
     }

@@ -230,8 +230,8 @@ mod tests {
     use cudaipc_channel::{
         Consumer, ConsumerConfig, ConsumerMode, Item, ProducerConfig, WaitMode, WhenFull,
     };
-    use crate::test_support::unique_channel;
-    use crate::transport::{SlotMemory, TransportKind};
+    use crate::tests::unique_channel;
+    use crate::{SlotMemory, TransportKind};
 
     /// Slots whose orderings are only recorded.
     #[derive(Default)]

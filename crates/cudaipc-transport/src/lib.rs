@@ -5,8 +5,12 @@
 //! with CUDA IPC, GPU-side ordering with interprocess events, or host
 //! synchronisation) and `host` (a shared host-memory file, for machines
 //! without a GPU and for CI).
+//!
+//! [`cuda`] holds the CUDA driver wrappers both use. Nothing here knows
+//! GStreamer.
 
-mod cuda;
+pub mod cuda;
+mod cuda_slots;
 mod host;
 mod lending;
 mod publisher;
@@ -25,7 +29,7 @@ use cudaipc_channel::layout::{
 };
 use cudaipc_channel::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
-pub use cuda::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
+pub use cuda_slots::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use lending::LentSlots;
 pub use publisher::{
@@ -196,9 +200,7 @@ impl WriterStream {
 }
 
 pub trait ProducerSlots: Send + Sync {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
-    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_descriptors(&self) -> Vec<[u8; SLOT_DESCRIPTOR_BYTES]>;
@@ -238,13 +240,11 @@ pub trait ProducerSlots: Send + Sync {
 
 /// A consumer's view of the producer's slots.
 pub trait ConsumerSlots: Send + Sync {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_memory(&self, slot: usize) -> SlotMemory;
     /// Whether this process can only read the slots.
-    #[cfg(any(test, feature = "test-support"))]
     fn is_read_only(&self) -> bool;
     /// The memory of `slot` when it is host memory, borrowed from the
     /// slots (a held frame's bytes live as long as the frame).

@@ -1,16 +1,11 @@
-//! Helpers shared by the crate's unit and integration tests (not API):
-//! built only for `cfg(test)` and the `test-support` feature, which the
-//! crate's dev-dependency on itself enables for its integration tests.
+// SPDX-License-Identifier: MPL-2.0
+
+//! What the plugin's unit tests share (built only for `cfg(test)`; the
+//! integration tests have their own in tests/common).
 
 use std::sync::Arc;
 
 use cudaipc_transport::cuda::Device;
-
-/// Every video format the elements take, for tests that cover them all.
-pub use crate::video::FORMATS;
-
-/// The type of cudaprocess's `operation` property.
-pub use crate::cudaprocess::Operation;
 
 /// The first CUDA device, or `None` after a loud SKIPPED line. With
 /// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
@@ -27,26 +22,5 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {
             let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
             None
         }
-    }
-}
-
-/// A channel name no other test uses.
-pub fn unique_channel(tag: &str) -> String {
-    format!("t-{tag}-{:x}", cudaipc_channel::shm::random_u64())
-}
-
-pub use cudaipc_channel::ControlBlock;
-
-/// Holds the producer liveness lock of a file, as a live producer does, so
-/// that consumers take a hand-made control block for a live channel.
-pub fn hold_producer_lock(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)?;
-    if cudaipc_channel::shm::try_lock_byte(&file, cudaipc_channel::layout::PRODUCER_LOCK_BYTE)? {
-        Ok(file)
-    } else {
-        Err(std::io::Error::other("the producer lock is already held"))
     }
 }

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use gstcudaipc::test_support::ControlBlock;
+use cudaipc_channel::ControlBlock;
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// What the protocol promises for noticing a dead peer.
@@ -660,7 +660,7 @@ fn a_lock_that_outlives_its_producer_keeps_no_channel_alive() {
             .store(gone_start, std::sync::atomic::Ordering::SeqCst);
     }
     // Its lock, held as a dead process's lingering teardown holds it.
-    let lingering = gstcudaipc::test_support::hold_producer_lock(&path).unwrap();
+    let lingering = hold_producer_lock(&path).unwrap();
     assert_no_producer_appears(&channel);
     let claim = std::thread::spawn(move || {
         Producer::create(ProducerConfig {

@@ -14,9 +14,8 @@ use common::*;
 use cudaipc_channel::layout::*;
 use cudaipc_channel::shm;
 use cudaipc_channel::{
-    ChannelError, Consumer, ConsumerConfig, ConsumerMode, FrameMeta, Item, Producer, ProducerConfig,
+    ChannelError, Consumer, ControlBlock, ConsumerConfig, ConsumerMode, FrameMeta, Item, Producer, ProducerConfig,
 };
-use gstcudaipc::test_support::{ControlBlock, hold_producer_lock};
 use cudaipc_transport::{self as transport, GpuSync, ProducerSlots, SlotRequest, TransportKind};
 
 const LIMIT: Duration = Duration::from_secs(60);

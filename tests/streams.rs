@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use gst::prelude::*;
-use gstcudaipc::test_support::ControlBlock;
+use cudaipc_channel::ControlBlock;
 
 const LIMIT: Duration = Duration::from_secs(60);
 

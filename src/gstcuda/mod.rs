@@ -26,7 +26,6 @@
 mod stream;
 
 pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
-#[cfg(any(test, feature = "test-support"))]
 pub use stream::needs_sync;
 
 use std::ffi::{c_int, c_uint, c_void};
@@ -246,7 +245,6 @@ impl CudaContext {
     }
 
     /// The context a `gst.cuda.context` `GstContext` carries.
-    #[cfg(any(test, feature = "test-support"))]
     pub fn from_context(context: &gst::Context) -> Option<CudaContext> {
         if context.context_type() != CONTEXT_TYPE {
             return None;

@@ -103,3 +103,17 @@ pub fn data_files(channel: &str) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Holds the producer liveness lock of a file, as a live producer does, so
+/// that consumers take a hand-made control block for a live channel.
+pub fn hold_producer_lock(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    if cudaipc_channel::shm::try_lock_byte(&file, cudaipc_channel::layout::PRODUCER_LOCK_BYTE)? {
+        Ok(file)
+    } else {
+        Err(std::io::Error::other("the producer lock is already held"))
+    }
+}

@@ -113,7 +113,9 @@ mod tests {
         let names = names("cudaipcsink", "rscudaipcsink");
         assert!(names.contains(&"rscudaipcsink"));
         // Without CUDA (CI) nvcodec has no CUDA elements: both names are ours.
-        if !cudaipc_transport::cuda::is_available() && std::env::var_os("CUDAIPC_ELEMENT_NAMES").is_none() {
+        if !cudaipc_transport::cuda::is_available()
+            && std::env::var_os("CUDAIPC_ELEMENT_NAMES").is_none()
+        {
             assert!(names.contains(&"cudaipcsink"));
         }
     }

@@ -7,8 +7,8 @@
 //! `DeviceRegion`, and every layout is checked against the memory it
 //! describes, so a bad layout is an error, never an access out of bounds.
 
-use cudaipc_transport::cuda::DeviceRegion;
 use crate::video;
+use cudaipc_transport::cuda::DeviceRegion;
 
 /// Where a frame is read from.
 #[derive(Debug, Clone, Copy)]

@@ -14,7 +14,8 @@ use common::*;
 use cudaipc_channel::layout::*;
 use cudaipc_channel::shm;
 use cudaipc_channel::{
-    ChannelError, Consumer, ControlBlock, ConsumerConfig, ConsumerMode, FrameMeta, Item, Producer, ProducerConfig,
+    ChannelError, Consumer, ConsumerConfig, ConsumerMode, ControlBlock, FrameMeta, Item, Producer,
+    ProducerConfig,
 };
 use cudaipc_transport::{self as transport, GpuSync, ProducerSlots, SlotRequest, TransportKind};
 

@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::{init, unique_channel};
+use cudaipc_channel::{Consumer, ConsumerConfig, Item};
 use gst::glib;
 use gst::prelude::*;
-use cudaipc_channel::{Consumer, ConsumerConfig, Item};
 
 fn caps(format: &str, width: u32, height: u32) -> gst::Caps {
     format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")

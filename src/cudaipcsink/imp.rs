@@ -11,13 +11,13 @@ use gst_base::subclass::prelude::*;
 
 use super::publishing::{self, State};
 use super::{CAT, SinkPublisher};
-use cudaipc_transport::cuda;
 use crate::enums::{self, Transport};
 use crate::gstcuda;
-use cudaipc_channel::layout::MAX_SLOTS;
 use crate::memory;
-use cudaipc_transport::{self as transport, PublisherConfig, TransportKind};
 use crate::video;
+use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_transport::cuda;
+use cudaipc_transport::{self as transport, PublisherConfig, TransportKind};
 
 const DEFAULT_CHANNEL: &str = "default";
 /// 0: chosen by the transport.

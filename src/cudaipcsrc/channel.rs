@@ -11,13 +11,13 @@ use gst::prelude::*;
 use gst_base::prelude::*;
 
 use super::gstcuda_out::{self, GstCudaPath, SlotWrapper};
-use cudaipc_transport::cuda::Device;
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, ContextShare, CudaContext, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput};
-use cudaipc_transport::{SubscriberError, TransportKind};
 use crate::video;
+use cudaipc_transport::cuda::Device;
+use cudaipc_transport::{SubscriberError, TransportKind};
 
 /// The channel attached to.
 #[derive(Clone)]

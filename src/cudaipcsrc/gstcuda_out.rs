@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::CAT;
-use cudaipc_transport::cuda::Device;
 use crate::gstcuda::{self, ApiLevel, CudaContext, CudaStream, StreamOrdering};
-use cudaipc_transport::{HeldFrame, SlotMemory};
 use crate::video;
+use cudaipc_transport::cuda::Device;
+use cudaipc_transport::{HeldFrame, SlotMemory};
 
 /// How frames reach downstream as `GstCudaMemory`, chosen per caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

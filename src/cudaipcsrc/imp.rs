@@ -15,9 +15,9 @@ use super::stats::Stats;
 use super::{CAT, TimestampMode};
 use crate::enums::{self, OutputMemory, ProducerLost};
 use crate::gstcuda;
+use crate::video;
 use cudaipc_channel::ConsumerWaker;
 use cudaipc_transport::Subscriber;
-use crate::video;
 
 pub(super) const DEFAULT_CHANNEL: &str = "default";
 const DEFAULT_DEVICE_ID: i32 = -1;

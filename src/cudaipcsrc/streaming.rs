@@ -17,11 +17,11 @@ use super::frame::{self, Failure, Timestamps};
 use super::gstcuda_out::GstCudaPath;
 use super::imp::{CudaIpcSrc, Settings};
 use crate::enums::ProducerLost;
+use crate::video;
 use cudaipc_channel::ProducerGone;
 use cudaipc_transport::{
     Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
 };
-use crate::video;
 
 impl CudaIpcSrc {
     fn connect(&self) -> Result<Subscriber, gst::FlowError> {

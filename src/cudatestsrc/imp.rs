@@ -8,7 +8,6 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 use crate::enums::OutputMemory;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{self, MappedCudaMemory, Ordered, StreamOrdering};
@@ -17,6 +16,7 @@ use crate::output_pool::{self, CudaOutput, SizedPool};
 use crate::pattern::kernels::{self, Geometry, Planes};
 use crate::pattern::{self, Pattern};
 use crate::video;
+use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(

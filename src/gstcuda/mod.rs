@@ -25,8 +25,8 @@
 
 mod stream;
 
-pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
 pub use stream::needs_sync;
+pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -530,14 +530,18 @@ impl<'a> MappedCudaMemory<'a> {
 
     /// The mapped memory as a region for `frame_copy`, which keeps the
     /// memory (not the map) alive: drop it before the map when writing.
-    pub fn region(&self) -> Result<cudaipc_transport::cuda::DeviceRegion, cudaipc_transport::cuda::CudaError> {
+    pub fn region(
+        &self,
+    ) -> Result<cudaipc_transport::cuda::DeviceRegion, cudaipc_transport::cuda::CudaError> {
         let device = self.device()?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(self.memory.to_owned());
         // SAFETY: a GstCudaMemory's device allocation is `size` bytes at
         // `ptr` in its context's device, and stays allocated while the
         // memory (a reference of which the region owns) lives.
         Ok(unsafe {
-            cudaipc_transport::cuda::DeviceRegion::from_raw_parts(&device, self.ptr, self.size, owner)
+            cudaipc_transport::cuda::DeviceRegion::from_raw_parts(
+                &device, self.ptr, self.size, owner,
+            )
         })
     }
 }
@@ -579,7 +583,10 @@ mod tests {
             assert!(pool_type.is_a(gst::BufferPool::static_type()));
         }
         // Without a usable driver nothing of it is used.
-        assert_eq!(available(), library_loaded() && cudaipc_transport::cuda::is_available());
+        assert_eq!(
+            available(),
+            library_loaded() && cudaipc_transport::cuda::is_available()
+        );
     }
 
     #[test]

@@ -35,8 +35,8 @@ use gst::glib;
 use gst::glib::translate::ToGlibPtr;
 
 use super::{CAT, CudaContext, LIBRARY, library};
-use cudaipc_transport::cuda::{CudaError, Device, Event, Stream, check};
 use cudaipc_transport::WriterStream;
+use cudaipc_transport::cuda::{CudaError, Device, Event, Stream, check};
 
 /// `GST_CUDA_MEMORY_TRANSFER_NEED_SYNC` (`GST_MEMORY_FLAG_LAST << 2`, 1.24's
 /// `gstcudamemory.h`): work on the memory's stream may still be pending.

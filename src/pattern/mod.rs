@@ -111,4 +111,3 @@ pub fn fitting_planes(
     video::layout_fits(info, &checked, size as u64)?;
     Ok(checked)
 }
-

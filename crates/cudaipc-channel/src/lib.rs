@@ -18,10 +18,10 @@ pub mod wait;
 
 use std::fmt;
 
-pub use control_block::ControlBlock;
 pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
 };
+pub use control_block::ControlBlock;
 pub use producer::{
     ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
 };

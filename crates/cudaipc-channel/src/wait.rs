@@ -68,7 +68,8 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 
 /// Wakes every process sleeping on `word`.
 pub fn futex_wake_all(word: &AtomicU32) {
-    let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+    let _ =
+        rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
 }
 
 /// Where a waiter sleeps and how it announces itself.

@@ -210,8 +210,14 @@ impl CudaProducerSlots {
         let regions = (0..request.count)
             .map(|_| DeviceBuffer::new(device, request.size).map(DeviceBuffer::into_region))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut slots =
-            Self::with_memory(device, regions, request.size, request.gpu_sync, false, false)?;
+        let mut slots = Self::with_memory(
+            device,
+            regions,
+            request.size,
+            request.gpu_sync,
+            false,
+            false,
+        )?;
         slots.add_named_timeline(request)?;
         Ok(slots)
     }
@@ -484,9 +490,11 @@ impl ProducerSlots for CudaProducerSlots {
     fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
         let mut fds = Vec::with_capacity(self.shared.len() + 1);
         if let Some(timeline) = &self.timeline {
-            fds.push(timeline.export().ok_or_else(|| {
-                TransportError::Io("cannot share the timeline block".into())
-            })?);
+            fds.push(
+                timeline
+                    .export()
+                    .ok_or_else(|| TransportError::Io("cannot share the timeline block".into()))?,
+            );
         }
         for memory in &self.shared {
             fds.push(memory.export()?);
@@ -653,9 +661,10 @@ impl CudaConsumerSlots {
                     .iter()
                     .position(|&b| b == 0)
                     .unwrap_or(pool.pool_descriptor.len());
-                let name = std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
-                    TransportError::Invalid("the timeline block's name is not UTF-8".into())
-                })?;
+                let name =
+                    std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
+                        TransportError::Invalid("the timeline block's name is not UTF-8".into())
+                    })?;
                 let block = Timeline::open_named(device, channel, name, info.producer_uid)?;
                 block.reset_row(row);
                 Some(ConsumerTimeline {
@@ -702,7 +711,11 @@ impl CudaConsumerSlots {
         row: usize,
         sync: GpuSync,
     ) -> Result<Self, TransportError> {
-        let descriptor = pool.pool_descriptor.split(|&b| b == 0).next().unwrap_or(&[]);
+        let descriptor = pool
+            .pool_descriptor
+            .split(|&b| b == 0)
+            .next()
+            .unwrap_or(&[]);
         if descriptor != RECEIVED_POOL {
             return Err(TransportError::Invalid(
                 "a descriptor channel announced slots it does not hand over".into(),
@@ -725,7 +738,9 @@ impl CudaConsumerSlots {
                 Some(ConsumerTimeline {
                     block,
                     row,
-                    targets: (0..pool.slot_descriptors.len()).map(|_| AtomicU64::new(0)).collect(),
+                    targets: (0..pool.slot_descriptors.len())
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
                 })
             }
             _ => None,
@@ -861,7 +876,9 @@ impl ConsumerSlots for CudaConsumerSlots {
                         || Ok(timeline.block.is_ready(slot, target)),
                         give_up,
                     )?,
-                    false => timeline.block.wait_ready_on(slot, target, &self.device.stream())?,
+                    false => timeline
+                        .block
+                        .wait_ready_on(slot, target, &self.device.stream())?,
                 }
             }
             (_, _) if on_host => wait_on_host(&self.ready[slot], &what(), give_up)?,
@@ -885,7 +902,9 @@ impl ConsumerSlots for CudaConsumerSlots {
                 if stream.is_idle()? {
                     timeline.block.mark_read_done(timeline.row, slot, target);
                 } else {
-                    timeline.block.mark_read(timeline.row, slot, target, &stream)?;
+                    timeline
+                        .block
+                        .mark_read(timeline.row, slot, target, &stream)?;
                 }
             }
             (_, _) => stream.record(&self.released[slot])?,

@@ -111,7 +111,9 @@ impl HostProducerSlots {
             let name = format!("cudaipc-{}.{}", request.channel, request.generation);
             let label = socket::socket_path(&request.channel);
             let SharedFile { file, map, .. } = SharedFile::create_sealed(&name, &label, total)
-                .map_err(|e| TransportError::Io(format!("cannot create {total} bytes of slots: {e}")))?;
+                .map_err(|e| {
+                    TransportError::Io(format!("cannot create {total} bytes of slots: {e}"))
+                })?;
             return Ok(Self {
                 map: Arc::new(map),
                 path: None,
@@ -153,7 +155,9 @@ impl HostProducerSlots {
 impl HostProducerSlots {
     /// The slots' file, or the channel's socket for anonymous memory.
     fn label(&self) -> PathBuf {
-        self.path.clone().unwrap_or_else(|| PathBuf::from(&self.name))
+        self.path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&self.name))
     }
 }
 
@@ -228,9 +232,10 @@ impl ProducerSlots for HostProducerSlots {
         if self.path.is_some() {
             return Ok(Vec::new());
         }
-        let file = self.file.try_clone().map_err(|e| {
-            TransportError::Io(format!("cannot share the slots' memory: {e}"))
-        })?;
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| TransportError::Io(format!("cannot share the slots' memory: {e}")))?;
         Ok(vec![OwnedFd::from(file)])
     }
 }
@@ -247,8 +252,16 @@ impl HostConsumerSlots {
     /// Receives the memory of `pool` from the producer of a descriptor
     /// channel, which must be one of `producers`: sealed (nobody can
     /// shrink it), and large enough for the pool.
-    pub fn receive(channel: &str, pool: &PoolInfo, producers: &Peers) -> Result<Self, TransportError> {
-        let descriptor = pool.pool_descriptor.split(|&b| b == 0).next().unwrap_or(&[]);
+    pub fn receive(
+        channel: &str,
+        pool: &PoolInfo,
+        producers: &Peers,
+    ) -> Result<Self, TransportError> {
+        let descriptor = pool
+            .pool_descriptor
+            .split(|&b| b == 0)
+            .next()
+            .unwrap_or(&[]);
         if descriptor != RECEIVED_POOL {
             return Err(TransportError::Invalid(
                 "a descriptor channel named a data file".into(),

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use crate::cuda::{CudaError, Device, DeviceRegion};
 use cudaipc_channel::layout::{
-    GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA,
-    TRANSPORT_HOST,
+    GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES,
+    SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST,
 };
 use cudaipc_channel::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
@@ -353,9 +353,7 @@ pub fn open_consumer_slots(
                     consumer_index,
                     sync,
                 )?,
-                None => {
-                    CudaConsumerSlots::open(device, channel, info, pool, consumer_index, sync)?
-                }
+                None => CudaConsumerSlots::open(device, channel, info, pool, consumer_index, sync)?,
             }))
         }
         None => Err(TransportError::Invalid(format!(

@@ -463,9 +463,9 @@ fn open_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cudaipc_channel::{FrameMeta, Producer, ProducerConfig};
     use crate::tests::unique_channel;
     use crate::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
+    use cudaipc_channel::{FrameMeta, Producer, ProducerConfig};
 
     const SIZE: usize = 64;
 

@@ -34,7 +34,8 @@ fn write_slot(memory: &SlotMemory, data: &[u8]) {
     match memory {
         SlotMemory::Host(region) => {
             // SAFETY: the producer owns the reserved slot; nothing else views it.
-            let bytes = unsafe { region.as_mut_slice() }.expect("the producer's mapping is writable");
+            let bytes =
+                unsafe { region.as_mut_slice() }.expect("the producer's mapping is writable");
             bytes[..data.len()].copy_from_slice(data);
         }
         SlotMemory::Device(region) => {
@@ -188,9 +189,18 @@ impl StreamGate {
         let mut word = memmap2::MmapMut::map_anon(4096).unwrap();
         // SAFETY: a page-aligned, writable anonymous mapping that the gate
         // keeps (declared after the registration, so unmapped after it).
-        let registration = unsafe { crate::cuda::HostRegistration::new(device, word.as_mut_ptr(), 4096) }.unwrap();
-        let copy = crate::cuda::DeviceBuffer::new(device, SIZE).unwrap().into_region();
-        Self { registration, word, value: Default::default(), copy, device: device.clone() }
+        let registration =
+            unsafe { crate::cuda::HostRegistration::new(device, word.as_mut_ptr(), 4096) }.unwrap();
+        let copy = crate::cuda::DeviceBuffer::new(device, SIZE)
+            .unwrap()
+            .into_region();
+        Self {
+            registration,
+            word,
+            value: Default::default(),
+            copy,
+            device: device.clone(),
+        }
     }
 
     fn counter(&self) -> &std::sync::atomic::AtomicU64 {
@@ -201,7 +211,10 @@ impl StreamGate {
 
     /// Later work on the shared stream waits for `open`.
     fn close(&self) {
-        let next = self.value.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let next = self
+            .value
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         let address = self.registration.device_address(0).unwrap();
         // SAFETY: an aligned word of the registered page, which stays
         // registered until the gate goes (after `open`, the test waits for
@@ -211,7 +224,8 @@ impl StreamGate {
 
     fn open(&self) {
         let value = self.value.load(std::sync::atomic::Ordering::Relaxed);
-        self.counter().store(value, std::sync::atomic::Ordering::Release);
+        self.counter()
+            .store(value, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -235,15 +249,28 @@ fn contract_consumer_process() {
         TransportKind::Cuda => Some(crate::cuda::Device::get(0).unwrap()),
         TransportKind::Host => None,
     };
-    let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref(), consumer.index()).unwrap();
+    let view = open_consumer_slots(
+        &channel,
+        consumer.info(),
+        &pool,
+        device.as_ref(),
+        consumer.index(),
+    )
+    .unwrap();
     assert_eq!((view.slot_count(), view.slot_size()), (3, SIZE));
     match (view.kind(), consumer.info().descriptor_channel.is_some()) {
-        (TransportKind::Host, _) => assert!(view.is_read_only(), "a consumer's host slots are read-only"),
+        (TransportKind::Host, _) => {
+            assert!(view.is_read_only(), "a consumer's host slots are read-only")
+        }
         (TransportKind::Cuda, true) => {
             // Straight to stderr, past this child's output capture: the
             // parent reports it.
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "device slots mapped read-only: {}", view.is_read_only());
+            let _ = writeln!(
+                std::io::stderr(),
+                "device slots mapped read-only: {}",
+                view.is_read_only()
+            );
         }
         (TransportKind::Cuda, false) => {}
     }
@@ -252,7 +279,9 @@ fn contract_consumer_process() {
     // the stream): every other frame is read by a copy queued behind a
     // closed gate, and released before the gate opens.
     let gated = match (view.kind(), GpuSync::from_wire(consumer.info().gpu_sync)) {
-        (TransportKind::Cuda, Some(GpuSync::Event | GpuSync::Timeline)) => device.as_ref().map(StreamGate::new),
+        (TransportKind::Cuda, Some(GpuSync::Event | GpuSync::Timeline)) => {
+            device.as_ref().map(StreamGate::new)
+        }
         _ => None,
     };
     let mut seen = 0u64;
@@ -302,7 +331,12 @@ fn host_transport_meets_the_contract() {
 /// channel's socket and receive the control block and the slots' memory.
 #[test]
 fn host_transport_meets_the_contract_over_descriptors() {
-    contract_in(TransportKind::Host, None, GpuSync::Event, cudaipc_channel::IpcMode::Fd);
+    contract_in(
+        TransportKind::Host,
+        None,
+        GpuSync::Event,
+        cudaipc_channel::IpcMode::Fd,
+    );
 }
 
 #[test]
@@ -326,7 +360,12 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_the_timeline() {
     if let Some(device) =
         gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_the_timeline")
     {
-        contract_in(TransportKind::Cuda, Some(device), GpuSync::Timeline, cudaipc_channel::IpcMode::Fd);
+        contract_in(
+            TransportKind::Cuda,
+            Some(device),
+            GpuSync::Timeline,
+            cudaipc_channel::IpcMode::Fd,
+        );
     }
 }
 
@@ -343,14 +382,22 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
     if let Some(device) =
         gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_events")
     {
-        contract_in(TransportKind::Cuda, Some(device), GpuSync::Event, cudaipc_channel::IpcMode::Fd);
+        contract_in(
+            TransportKind::Cuda,
+            Some(device),
+            GpuSync::Event,
+            cudaipc_channel::IpcMode::Fd,
+        );
     }
 }
 
 #[test]
 fn auto_orders_the_cuda_transport_by_the_timeline() {
     if let Some(device) = gpu_or_skip("auto_orders_the_cuda_transport_by_the_timeline") {
-        assert!(device.has_stream_value_ops(), "the GPU hosts we test on have value operations");
+        assert!(
+            device.has_stream_value_ops(),
+            "the GPU hosts we test on have value operations"
+        );
         assert_eq!(
             GpuSync::resolve(None, TransportKind::Cuda, Some(&device)),
             Ok(GpuSync::Timeline)
@@ -369,8 +416,14 @@ fn the_timeline_needs_the_cuda_transport_and_value_operations() {
     // A device without value operations (here: none) cannot have it.
     assert!(refused(TransportKind::Cuda).contains("CAN_USE_64_BIT_STREAM_MEM_OPS"));
     // Without a device (or one without value operations) auto means events.
-    assert_eq!(GpuSync::resolve(None, TransportKind::Cuda, None), Ok(GpuSync::Event));
-    assert_eq!(GpuSync::resolve(None, TransportKind::Host, None), Ok(GpuSync::Event));
+    assert_eq!(
+        GpuSync::resolve(None, TransportKind::Cuda, None),
+        Ok(GpuSync::Event)
+    );
+    assert_eq!(
+        GpuSync::resolve(None, TransportKind::Host, None),
+        Ok(GpuSync::Event)
+    );
     assert_eq!(
         GpuSync::resolve(Some(GpuSync::Host), TransportKind::Cuda, None),
         Ok(GpuSync::Host)

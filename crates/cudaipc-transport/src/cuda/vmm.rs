@@ -131,7 +131,9 @@ impl SharedDeviceMemory {
         memory.ptr = ptr;
         // SAFETY: the reservation just made, `size` bytes of the allocation
         // (the driver checks that it has them).
-        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) })?;
+        check("cuMemMap", unsafe {
+            sys::cuMemMap(ptr, size, 0, handle, 0)
+        })?;
         memory.mapped = true;
         let grant = |flags| {
             let access = sys::CUmemAccessDesc {
@@ -143,8 +145,8 @@ impl SharedDeviceMemory {
                 sys::cuMemSetAccess(ptr, size, &access, 1)
             })
         };
-        memory.read_only = read_only
-            && grant(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ).is_ok();
+        memory.read_only =
+            read_only && grant(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ).is_ok();
         if !memory.read_only {
             grant(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)?;
         }

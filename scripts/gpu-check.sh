@@ -36,7 +36,7 @@ for step in "$@"; do
       CUDAIPC_TEST_TIMEOUT=300 timeout 520 scripts/gpu-tests.sh --gst126 "$out/logs/a126" 2>&1 | tail -60 ;;
     fd122)
       echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, gpu_descriptor_channels, faults)"
-      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc gpu_descriptor_channels faults" \
+      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport gpu_descriptor_channels faults" \
         timeout 400 scripts/gpu-tests.sh "$out/logs/fd122" 2>&1 | tail -30
       grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log | sort | uniq -c ;;
     tests122)

@@ -17,7 +17,7 @@
 //! is 1.24's `gst_cuda_allocator_alloc_wrapped`), so frames cross into it with
 //! one device-to-device copy. Its `GstCudaMemory` has no stream either: its
 //! elements take memory as ready when pushed, so writers here synchronise.
-//! On 1.24 and later, [`stream`] orders work on the GPU instead and wraps
+//! On 1.24 and later, `stream` orders work on the GPU instead and wraps
 //! device memory without a copy; which library is there is found at run time
 //! ([`api_level`]).
 //!

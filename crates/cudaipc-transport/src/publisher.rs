@@ -747,7 +747,7 @@ impl<T: Send + 'static> Publisher<T> {
 
     /// How many buffers a pool whose buffers may be lent as slots should
     /// have: the slots set, or with `slots=0` the automatic count but at
-    /// least [`AUTO_LENT_SLOTS_MIN`]; two at least, since the sink keeps the
+    /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
     /// buffer it rendered last and upstream must have another to write into.
     pub fn lendable_count(&self) -> usize {
         match self.config.slots {

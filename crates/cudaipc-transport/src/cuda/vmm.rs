@@ -72,7 +72,7 @@ impl fmt::Debug for SharedDeviceMemory {
 }
 
 impl SharedDeviceMemory {
-    /// Allocates [`shareable_size`]`(size)` bytes on `device`, exportable as
+    /// Allocates `shareable_size(size)` bytes on `device`, exportable as
     /// a file descriptor.
     pub fn new(device: &Arc<Device>, size: usize) -> Result<Self> {
         let size = shareable_size(device, size)?;
@@ -87,7 +87,7 @@ impl SharedDeviceMemory {
     }
 
     /// Maps the allocation a producer exported as `fd`, `size` bytes
-    /// (its [`shareable_size`]; the driver refuses a larger mapping than the
+    /// (its `shareable_size`; the driver refuses a larger mapping than the
     /// allocation), for reading only where the driver allows it.
     pub fn import(device: &Arc<Device>, fd: &OwnedFd, size: usize) -> Result<Self> {
         device.bind()?;

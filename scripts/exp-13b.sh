@@ -20,10 +20,7 @@ run() {
 }
 solo() {
   ( source .gpu-host126/env126.sh >/dev/null
-    printf '#!/bin/sh\nexec %s --library-path %s /tmp/gst126/root/bin/gst-plugin-scanner "$@"\n' \
-      "$GST126_LOADER" "$GST126_LIBS:/usr/lib/x86_64-linux-gnu" > /tmp/gst126/wrap/gst-plugin-scanner
-    chmod +x /tmp/gst126/wrap/gst-plugin-scanner
-    export GST_PLUGIN_SCANNER=/tmp/gst126/wrap/gst-plugin-scanner CUDAIPC_ELEMENT_NAMES=rs
+    export GST_PLUGIN_SCANNER=$GST_RT/wrap/gst-plugin-scanner CUDAIPC_ELEMENT_NAMES=rs
     unset GST_REGISTRY_FORK
     if [ "$mps" = on ]; then
       export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log

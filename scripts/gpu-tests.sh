@@ -1,27 +1,27 @@
 #!/bin/bash
 # Runs every test binary staged by scripts/stage-gpu-host.sh on a GPU host,
 # with CUDAIPC_REQUIRE_GPU=1 so that a skipped GPU test fails. With --gst126
-# the same tests run on the staged GStreamer 1.26 runtime (nvcodec 1.26).
-# usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126] [LOGDIR] [test-name-filter]
+# (--gst128) the same tests run on the staged GStreamer 1.26 (1.28) runtime,
+# with its nvcodec.
+# usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126|--gst128] [LOGDIR] [test-name-filter]
 # CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
 # CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink"; the unit tests:
 # "gstcudaipc" of the plugin, "cudaipc_channel" and "cudaipc_transport" of the crates; default all).
 set -u
-if [ "${1:-}" = --gst126 ]; then
-  shift
-  source .gpu-host126/env126.sh
-  # Plugins are scanned in a child, as by default: the examples register the
-  # plugin statically and must not also get the shared object in-process.
-  printf '#!/bin/sh\nexec %s --library-path %s /tmp/gst126/root/bin/gst-plugin-scanner "$@"\n' \
-    "$GST126_LOADER" "$GST126_LIBS:/usr/lib/x86_64-linux-gnu" > /tmp/gst126/wrap/gst-plugin-scanner
-  chmod +x /tmp/gst126/wrap/gst-plugin-scanner
-  export GST_PLUGIN_SCANNER=/tmp/gst126/wrap/gst-plugin-scanner CUDAIPC_EXPECT_GST=1.26
-  unset GST_REGISTRY_FORK
-  build=.gpu-host126/build
-else
-  source .gpu-host/env.sh
-  build=.gpu-host/build
-fi
+case ${1:-} in
+  --gst126|--gst128)
+    nnn=${1#--gst}
+    shift
+    source .gpu-host$nnn/env$nnn.sh
+    # Plugins are scanned in a child, as by default: the examples register
+    # the plugin statically and must not also get the shared object in-process.
+    export GST_PLUGIN_SCANNER=$GST_RT/wrap/gst-plugin-scanner CUDAIPC_EXPECT_GST=${nnn:0:1}.${nnn:1}
+    unset GST_REGISTRY_FORK
+    build=.gpu-host$nnn/build ;;
+  *)
+    source .gpu-host/env.sh
+    build=.gpu-host/build ;;
+esac
 logdir=${1:-/tmp/gpu-test-logs}
 filter=${2:-}
 mkdir -p "$logdir"

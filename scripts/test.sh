@@ -2,9 +2,10 @@
 # The test command (README, .ci/run): installs what it needs, then runs the
 # format check, clippy, every test (channel, elements, cross-process on the
 # host transport, kernel compilation with NVRTC; GPU tests print SKIPPED
-# without a GPU), the commands of README.md and docs/ (run, or parsed where
-# they need a GPU), the same tests again on GStreamer 1.26, and a short
-# benchmark run on the host transport.
+# without a GPU), a producer and a consumer under valgrind, the commands of
+# README.md and docs/ (run, or parsed where they need a GPU), the same tests
+# again on GStreamer 1.26 and 1.28, an install into a temporary prefix and
+# back out, and a short benchmark run on the host transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,7 +24,23 @@ scripts/valgrind.sh
 echo "== the commands of README.md and docs/*.md"
 scripts/check-doc-commands.sh
 echo "== the same tests on GStreamer 1.26 (Debian 13 packages, binaries built against 1.22)"
-scripts/test-gst126.sh
+scripts/test-gst-runtime.sh 1.26
+echo "== the same tests on GStreamer 1.28 (Debian testing packages, the same binaries)"
+scripts/test-gst-runtime.sh 1.28
+echo "== scripts/install.sh: into a temporary prefix, found there by gst-inspect-1.0, uninstalled"
+prefix=$(mktemp -d)
+path_line=$(scripts/install.sh --prefix "$prefix/usr" | grep -E "^ *export GST_PLUGIN_PATH=")
+(
+  unset GST_PLUGIN_PATH
+  eval "$path_line"
+  # A fresh registry: nothing cached from an earlier run helps.
+  GST_REGISTRY=$prefix/registry.bin gst-inspect-1.0 rscudaipcsink | grep -E "^ *Filename +$prefix/usr/lib/.*/gstreamer-1.0/libgstcudaipc.so$"
+)
+scripts/install.sh --uninstall --prefix "$prefix/usr"
+leftover=$(find "$prefix" -name libgstcudaipc.so)
+[ -z "$leftover" ] || { echo "uninstall left $leftover" >&2; exit 1; }
+[ ! -e "$prefix/usr/lib" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
+rm -rf "$prefix"
 if [ -f examples/bench.rs ]; then
   echo "== benchmark smoke run (host transport, figures not asserted)"
   cargo run --quiet --release --example bench -- --smoke --out target/bench-smoke

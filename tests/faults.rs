@@ -925,7 +925,7 @@ fn can_unshare() -> bool {
 fn other_pid_namespace(t: Transport) {
     if !can_unshare() {
         eprintln!(
-            "SKIPPED: cannot create a PID namespace here (unshare failed); the check itself is unit-tested in src/ipc/tests.rs"
+            "SKIPPED: cannot create a PID namespace here (unshare failed); the check itself is unit-tested in crates/cudaipc-channel/src/tests.rs"
         );
         return;
     }

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! The GStreamer runtime the suite runs on: scripts/test-gst126.sh runs
-//! every test binary again on GStreamer 1.26 and sets `CUDAIPC_EXPECT_GST`,
-//! so a staging mistake that left them on the build machine's 1.22 fails
-//! here instead of passing unnoticed.
+//! The GStreamer runtime the suite runs on: scripts/test-gst-runtime.sh
+//! runs every test binary again on GStreamer 1.26 and 1.28 and sets
+//! `CUDAIPC_EXPECT_GST`, so a staging mistake that left them on the build
+//! machine's 1.22 fails here instead of passing unnoticed.
 
 use gst::prelude::*;
 

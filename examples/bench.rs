@@ -363,9 +363,9 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
         .by_name("src")
         .filter(|s| s.find_property("cuda-device-id").is_some())
         .map_or(0, |s| s.property::<i32>("cuda-device-id").max(0));
-    if gstcudaipc::cuda::is_available()
+    if cudaipc_transport::cuda::is_available()
         && has_own_elements(&pipeline)
-        && let Ok(device) = gstcudaipc::cuda::Device::get(ordinal)
+        && let Ok(device) = cudaipc_transport::cuda::Device::get(ordinal)
     {
         let _ = device.stream().synchronize();
     }
@@ -440,7 +440,7 @@ fn loop_file(pipeline: &gst::Pipeline, path: &str) {
 /// from GPU 0 to GPU `to` (on `to`'s stream; another GPU through unified
 /// addressing): the memory (or link) limit for moving these bytes.
 fn run_copy(bytes: usize, iterations: u64, to: i32) -> i32 {
-    use gstcudaipc::cuda::{Device, DeviceBuffer, DeviceRegion};
+    use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion};
     let (Ok(from), Ok(device)) = (Device::get(0), Device::get(to)) else {
         println!("RESULT measured=0 seconds=0");
         return 0;
@@ -611,7 +611,7 @@ fn two_process(
 type Env = Vec<(String, String)>;
 
 fn other_user() -> Option<(Vec<&'static str>, Env)> {
-    if gstcudaipc::ipc::shm::effective_uid() != 0 {
+    if cudaipc_channel::shm::effective_uid() != 0 {
         return None;
     }
     let wrapper = vec![
@@ -848,7 +848,7 @@ fn channel(tag: &str) -> String {
 
 fn run_benchmark(o: &Options) -> i32 {
     gst::init().unwrap();
-    let devices = gstcudaipc::cuda::device_count();
+    let devices = cudaipc_transport::cuda::device_count();
     if o.two_gpu && devices < 2 {
         eprintln!("SKIPPED: needs two CUDA devices ({devices} visible): no --two-gpu rows");
         return 0;
@@ -1088,7 +1088,7 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     // creator's user); a descriptor channel orders by the timeline.
     // The producer waits for it to attach: it starts slower than the
     // producer runs, and another user's waiting consumer is not counted.
-    let me = gstcudaipc::ipc::shm::effective_uid();
+    let me = cudaipc_channel::shm::effective_uid();
     for (config, sink_props, src_props) in [
         (
             "5u consumer of another user, named channel (permissions=0666 gpu-sync=host)",

@@ -72,7 +72,7 @@ fn main() {
         std::process::exit(producer(channel, frames, transport == "cuda"));
     }
     let frames: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(600);
-    let cuda = gstcudaipc::cuda::is_available();
+    let cuda = cudaipc_transport::cuda::is_available();
     let format = if cuda { &CUDA } else { &HOST };
     let channel = format!("demo-{}", std::process::id());
     println!(

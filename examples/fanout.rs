@@ -113,7 +113,7 @@ fn run(consumers: usize, frames: u32, size: (u32, u32), cpu: bool) -> i32 {
     let channel = format!(
         "fanout-{}-{:x}",
         std::process::id(),
-        gstcudaipc::ipc::shm::random_u64() & 0xffff_ffff
+        cudaipc_channel::shm::random_u64() & 0xffff_ffff
     );
 
     let exe = std::env::current_exe().unwrap();
@@ -136,7 +136,7 @@ fn run(consumers: usize, frames: u32, size: (u32, u32), cpu: bool) -> i32 {
 
     // Consumers that wait for the producer get every frame from the first.
     let start = Instant::now();
-    while gstcudaipc::ipc::shm::count_live_waiters(&channel) < consumers {
+    while cudaipc_channel::shm::count_live_waiters(&channel) < consumers {
         let exited = children
             .iter_mut()
             .any(|c| c.child.try_wait().ok().flatten().is_some());

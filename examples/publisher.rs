@@ -76,7 +76,7 @@ fn main() {
 /// start before the producer get every frame from the first.
 fn wait_for_consumers(channel: &str, n: usize, limit: Duration) -> Result<(), String> {
     let start = Instant::now();
-    while gstcudaipc::ipc::shm::count_live_waiters(channel) < n {
+    while cudaipc_channel::shm::count_live_waiters(channel) < n {
         if start.elapsed() > limit {
             return Err(format!(
                 "{n} reader(s) did not come to channel '{channel}' within {limit:?}"

@@ -61,7 +61,7 @@ for step in "$@"; do
       echo "nvdec on ${v:0:1}.${v:1}: $passed of $rows passed" ;;
     fd122)
       echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, gpu_descriptor_channels, faults)"
-      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc gpu_descriptor_channels faults" \
+      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport gpu_descriptor_channels faults" \
         timeout 400 scripts/gpu-tests.sh "$out/logs/fd122" 2>&1 | tail -30
       grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log | sort | uniq -c ;;
     tests122)

@@ -5,8 +5,8 @@
 # with its nvcodec.
 # usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126|--gst128] [LOGDIR] [test-name-filter]
 # CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
-# CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink", "gstcudaipc" for
-# the library's unit tests; default all).
+# CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink"; the unit tests:
+# "gstcudaipc" of the plugin, "cudaipc_channel" and "cudaipc_transport" of the crates; default all).
 set -u
 case ${1:-} in
   --gst126|--gst128)
@@ -29,7 +29,7 @@ export CUDAIPC_PLUGIN_DIR=$(pwd)/$build
 export CUDAIPC_REQUIRE_GPU=1 CUDAIPC_REQUIRE_NVRTC=1 RUST_BACKTRACE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 failed=0
-for t in $build/test-* $build/gstcudaipc-*; do
+for t in $build/test-* $build/gstcudaipc-* $build/cudaipc_channel-* $build/cudaipc_transport-*; do
   name=$(basename "$t")
   short=${name#test-}
   short=${short%-[0-9a-f]*[0-9a-f]}

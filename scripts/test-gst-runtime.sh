@@ -24,7 +24,7 @@ export GST_PLUGIN_SCANNER=$GST_RT/wrap/gst-plugin-scanner
 unset GST_REGISTRY_FORK
 stage=target/gst$nnn
 rm -rf $stage && mkdir -p $stage
-cargo test --no-run --message-format=json 2>/dev/null | python3 -c '
+cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, shutil, sys, os
 out = sys.argv[1]
 for line in sys.stdin:

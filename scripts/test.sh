@@ -12,12 +12,13 @@ scripts/setup.sh
 [ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
 source scripts/nvrtc.sh
 export CUDAIPC_REQUIRE_NVRTC=1
+# --workspace/--all: the plugin and the crates beside it (crates/).
 echo "== cargo fmt --check"
-cargo fmt --check
+cargo fmt --all --check
 echo "== cargo clippy"
-cargo clippy --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test --quiet 2>&1 | grep -vE "^\s*$"
+cargo test --workspace --quiet 2>&1 | grep -vE "^\s*$"
 echo "== a producer and a consumer under valgrind (host transport)"
 scripts/valgrind.sh
 echo "== the commands of README.md and docs/*.md"

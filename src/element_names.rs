@@ -39,7 +39,7 @@ pub fn register_bare_names() -> bool {
 /// on, when its plugin is installed and a CUDA device is usable.
 fn nvcodec_provides_cudaipc() -> bool {
     let (major, minor, _, _) = gst::version();
-    (major, minor) >= (1, 24) && nvcodec_installed() && crate::cuda::is_available()
+    (major, minor) >= (1, 24) && nvcodec_installed() && cudaipc_transport::cuda::is_available()
 }
 
 fn nvcodec_installed() -> bool {
@@ -113,7 +113,9 @@ mod tests {
         let names = names("cudaipcsink", "rscudaipcsink");
         assert!(names.contains(&"rscudaipcsink"));
         // Without CUDA (CI) nvcodec has no CUDA elements: both names are ours.
-        if !crate::cuda::is_available() && std::env::var_os("CUDAIPC_ELEMENT_NAMES").is_none() {
+        if !cudaipc_transport::cuda::is_available()
+            && std::env::var_os("CUDAIPC_ELEMENT_NAMES").is_none()
+        {
             assert!(names.contains(&"cudaipcsink"));
         }
     }

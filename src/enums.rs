@@ -4,7 +4,8 @@
 
 use gst::glib;
 
-use crate::{ipc, transport};
+use cudaipc_channel as ipc;
+use cudaipc_transport as transport;
 
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]

@@ -7,8 +7,8 @@
 //! `DeviceRegion`, and every layout is checked against the memory it
 //! describes, so a bad layout is an error, never an access out of bounds.
 
-use crate::cuda::DeviceRegion;
 use crate::video;
+use cudaipc_transport::cuda::DeviceRegion;
 
 /// Where a frame is read from.
 #[derive(Debug, Clone, Copy)]
@@ -101,13 +101,13 @@ pub fn copy_frame(
 /// Enqueues on `stream` the copy of every plane between two device
 /// regions, each checked against its layout by `layout_fits` beforehand.
 fn copy_planes_device(
-    stream: &crate::cuda::Stream<'_>,
+    stream: &cudaipc_transport::cuda::Stream<'_>,
     src: &DeviceRegion,
     src_planes: &[(u64, u32)],
     dst: &DeviceRegion,
     dst_planes: &[(u64, u32)],
     info: &gst_video::VideoInfo,
-) -> Result<(), crate::cuda::CudaError> {
+) -> Result<(), cudaipc_transport::cuda::CudaError> {
     for (p, (&(src_off, src_stride), &(dst_off, dst_stride))) in
         src_planes.iter().zip(dst_planes).enumerate()
     {
@@ -238,7 +238,7 @@ mod tests {
         let tight = video::planes(&info);
         let wide = padded(&info, 16);
         let region = |len| {
-            crate::cuda::DeviceBuffer::new(&device, len)
+            cudaipc_transport::cuda::DeviceBuffer::new(&device, len)
                 .unwrap()
                 .into_region()
         };

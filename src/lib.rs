@@ -3,32 +3,17 @@
 //! gst-cudaipc: GStreamer elements that share video frames between processes
 //! on one host without the frames leaving GPU memory.
 //!
-//! Layers, lowest first: [`ipc`] (the channel in shared memory; no GStreamer,
-//! no CUDA), [`cuda`] (driver wrappers), [`transport`] (where slots live:
-//! CUDA device memory or shared host memory), [`memory`] (CUDA memory in
-//! GStreamer buffers) and [`gstcuda`] (GStreamer's own CUDA library, when it
-//! is installed), then one module per element.
+//! Layers, lowest first, in crates of their own that know no GStreamer:
+//! `cudaipc_channel` (the channel in shared memory; no CUDA either) and
+//! `cudaipc_transport` (CUDA driver wrappers, and where slots live: CUDA
+//! device memory or shared host memory). Here: [`memory`] (CUDA memory in
+//! GStreamer buffers), [`gstcuda`] (GStreamer's own CUDA library, when it is
+//! installed), [`pattern`] (the test patterns), then one module per element.
 
 use gst::glib;
 
-/// Modules the crate's own tests, examples and benchmarks reach into: public
-/// with the `test-support` feature (which only they turn on), private to the
-/// crate in the shipped plugin.
-// What only tests, examples and the benchmark use (the pattern's CPU
-// reference, `Consumer::try_next`, ...) is built only with
-// `#[cfg(any(test, feature = "test-support"))]`, so the shipped build has no
-// dead code to allow.
-macro_rules! internal_mod {
-    ($($name:ident),* $(,)?) => {$(
-        #[cfg(feature = "test-support")]
-        #[doc(hidden)]
-        pub mod $name;
-        #[cfg(not(feature = "test-support"))]
-        mod $name;
-    )*};
-}
-
-internal_mod!(cuda, gstcuda, ipc, pattern, transport);
+pub mod gstcuda;
+pub mod pattern;
 
 // The application API: CUDA memory in buffers, the element names, and the
 // channels that exist (what `cudaipc-channels` and the device provider show).
@@ -36,10 +21,10 @@ pub mod element_names;
 
 /// The channels in the shm folder: listing them, and removing stale ones.
 pub mod channels {
-    pub use crate::ipc::directory::{
+    pub use cudaipc_channel::directory::{
         ChannelEntry, ChannelState, list_channels, live_channel_names, remove_if_stale,
     };
-    pub use crate::ipc::shm::shm_dir;
+    pub use cudaipc_channel::shm::shm_dir;
 }
 pub mod memory;
 
@@ -54,9 +39,8 @@ mod output_pool;
 mod periodic;
 mod video;
 
-#[cfg(any(test, feature = "test-support"))]
-#[doc(hidden)]
-pub mod test_support;
+#[cfg(test)]
+mod test_support;
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     memory::meta::register();

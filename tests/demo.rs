@@ -34,7 +34,7 @@ fn the_two_process_demo_delivers_every_frame() {
     assert!(stdout.contains("published 40 frames"), "{stdout}");
     // The summary line, last: what a user compares between runs.
     let summary = stdout.lines().last().unwrap_or_default();
-    let (size, transport) = if gstcudaipc::cuda::is_available() {
+    let (size, transport) = if cudaipc_transport::cuda::is_available() {
         ("3840x2160", "CUDA IPC")
     } else {
         ("1280x720", "host shared memory (no GPU: host transport)")
@@ -48,7 +48,7 @@ fn the_two_process_demo_delivers_every_frame() {
         .unwrap_or_else(|| panic!("the summary gives FPS: {summary}"));
     let fps: f64 = fps.replace(',', "").parse().unwrap_or(0.0);
     assert!(fps > 0.0, "{summary}");
-    if gstcudaipc::cuda::is_available() {
+    if cudaipc_transport::cuda::is_available() {
         assert!(
             rest.starts_with(" = ") && rest.contains("% of one process ("),
             "{summary}"
@@ -68,7 +68,7 @@ fn the_two_process_demo_delivers_every_frame() {
     assert_eq!(of, "40", "{summary}");
     let without_copy: u64 = without_copy.parse().unwrap_or(u64::MAX);
     assert!(without_copy <= 40, "{summary}");
-    if !gstcudaipc::cuda::is_available() {
+    if !cudaipc_transport::cuda::is_available() {
         // On the host transport videotestsrc writes into the sink's slots
         // and the source wraps them: no frame is copied.
         assert_eq!(without_copy, 40, "{summary}");

@@ -83,7 +83,7 @@ fn both_sides_check_the_others_credentials() {
     }
     let dir = ShmDir::new("fdcred");
     let nobody = nobody_uid();
-    let me = gstcudaipc::ipc::shm::effective_uid();
+    let me = cudaipc_channel::shm::effective_uid();
     let expected = reference_checksums(SOURCE);
     // The socket's mode lets every user connect: the credentials decide.
     let run = |tag: &str, allowed: &str, trusted: &str| {

@@ -392,7 +392,7 @@ fn python_reader_reads_the_cuda_meta_through_introspection() {
 
 #[test]
 fn publisher_kernel_compiles_with_nvrtc() {
-    use gstcudaipc::cuda::nvrtc::{self, Image, Target};
+    use cudaipc_transport::cuda::nvrtc::{self, Image, Target};
     if let Err(e) = nvrtc::describe() {
         if std::env::var("CUDAIPC_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
             panic!("CUDAIPC_REQUIRE_NVRTC=1 but NVRTC is not usable: {e}");

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use gstcudaipc::test_support::ControlBlock;
+use cudaipc_channel::ControlBlock;
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// What the protocol promises for noticing a dead peer.
@@ -529,7 +529,7 @@ fn stale_channel_replaced(t: Transport) {
     producer.signal(libc::SIGKILL);
     drop(producer);
     drop(cb);
-    let path = gstcudaipc::ipc::shm::control_path(&channel);
+    let path = cudaipc_channel::shm::control_path(&channel);
     assert!(path.exists(), "a killed producer cannot remove its channel");
     // With the source's debug lines: once on the GPU host (1.26, fresh
     // machine) this consumer never came to wait; they will say where it was.
@@ -568,15 +568,15 @@ fn cuda_stale_channel_of_a_killed_producer_is_replaced() {
 /// A copy of a live producer's control block (this process's, unlocked)
 /// under a new channel name: the channel, its control file, and the
 /// producer (the copy's recorded producer while it lives).
-fn copy_of_a_live_block(tag: &str) -> (String, std::path::PathBuf, gstcudaipc::ipc::Producer) {
-    use gstcudaipc::ipc::{Producer, ProducerConfig};
+fn copy_of_a_live_block(tag: &str) -> (String, std::path::PathBuf, cudaipc_channel::Producer) {
+    use cudaipc_channel::{Producer, ProducerConfig};
     let live = Producer::create(ProducerConfig {
         channel: unique_channel("donor"),
         ..Default::default()
     })
     .unwrap();
     let channel = unique_channel(tag);
-    let path = gstcudaipc::ipc::shm::control_path(&channel);
+    let path = cudaipc_channel::shm::control_path(&channel);
     std::fs::copy(live.path(), &path).unwrap();
     (channel, path, live)
 }
@@ -612,7 +612,7 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
     assert_eq!(
         h.producer_start_time
             .load(std::sync::atomic::Ordering::SeqCst),
-        gstcudaipc::ipc::shm::process_start_time(std::process::id()).unwrap()
+        cudaipc_channel::shm::process_start_time(std::process::id()).unwrap()
     );
     drop(copy);
     assert_no_producer_appears(&channel);
@@ -641,14 +641,14 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
 /// reporting it in use.
 #[test]
 fn a_lock_that_outlives_its_producer_keeps_no_channel_alive() {
-    use gstcudaipc::ipc::{Producer, ProducerConfig};
+    use cudaipc_channel::{Producer, ProducerConfig};
     let (channel, path, live) = copy_of_a_live_block("lingering");
     drop(live);
     // Its recorded producer: a process that has exited and been reaped.
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let (gone_pid, gone_start) = (
         gone.id(),
-        gstcudaipc::ipc::shm::process_start_time(gone.id()).unwrap_or(0),
+        cudaipc_channel::shm::process_start_time(gone.id()).unwrap_or(0),
     );
     gone.wait().unwrap();
     {
@@ -660,7 +660,7 @@ fn a_lock_that_outlives_its_producer_keeps_no_channel_alive() {
             .store(gone_start, std::sync::atomic::Ordering::SeqCst);
     }
     // Its lock, held as a dead process's lingering teardown holds it.
-    let lingering = gstcudaipc::test_support::hold_producer_lock(&path).unwrap();
+    let lingering = hold_producer_lock(&path).unwrap();
     assert_no_producer_appears(&channel);
     let claim = std::thread::spawn(move || {
         Producer::create(ProducerConfig {
@@ -712,7 +712,7 @@ mod tempdir {
         pub fn new(tag: &str) -> Self {
             let path = std::env::temp_dir().join(format!(
                 "cudaipc-{tag}-{:x}",
-                gstcudaipc::ipc::shm::random_u64()
+                cudaipc_channel::shm::random_u64()
             ));
             std::fs::create_dir(&path).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -777,10 +777,10 @@ fn other_user(t: Transport) {
         ));
         let cb = block(&channel);
         wait_until(LIMIT, "a frame is published", || cb.published() >= 1);
-        let path = gstcudaipc::ipc::shm::control_path(&channel);
+        let path = cudaipc_channel::shm::control_path(&channel);
         assert_eq!(mode_of(&path), mode, "control block of {property:?}");
         for data in data_files(&channel) {
-            let data = gstcudaipc::ipc::shm::shm_dir().join(data);
+            let data = cudaipc_channel::shm::shm_dir().join(data);
             assert_eq!(mode_of(&data), mode, "{} of {property:?}", data.display());
         }
         let consumer_as_nobody = |trust: &str| {
@@ -925,7 +925,7 @@ fn can_unshare() -> bool {
 fn other_pid_namespace(t: Transport) {
     if !can_unshare() {
         eprintln!(
-            "SKIPPED: cannot create a PID namespace here (unshare failed); the check itself is unit-tested in src/ipc/tests.rs"
+            "SKIPPED: cannot create a PID namespace here (unshare failed); the check itself is unit-tested in crates/cudaipc-channel/src/tests.rs"
         );
         return;
     }

@@ -111,7 +111,7 @@ fn a_consumer_on_another_gpu_reads_every_frame_through_peer_access() {
         return;
     };
     // CUDAIPC_REQUIRE_GPU=1 asks for one GPU, not two: skipped, not failed.
-    let skip = match gstcudaipc::cuda::Device::get(1) {
+    let skip = match cudaipc_transport::cuda::Device::get(1) {
         Err(e) => Some(format!("needs two CUDA devices ({e})")),
         Ok(gpu1) if !gpu1.can_access_peer(&gpu0).unwrap_or(false) => {
             Some("needs two CUDA devices with peer access (GPU 1 cannot map GPU 0's memory)".into())

@@ -100,7 +100,7 @@ fn another_users_consumer_reads_cuda_frames_on_the_timeline() {
     }
     let dir = ShmDir::new("gpufdcred");
     let channel = unique_channel("gpufdcred");
-    let me = gstcudaipc::ipc::shm::effective_uid();
+    let me = cudaipc_channel::shm::effective_uid();
     let expected = reference_checksums(SOURCE_4K);
     let consumer = launch_with(
         &OTHER_USER,

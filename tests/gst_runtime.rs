@@ -63,7 +63,7 @@ impl Beside {
     fn new(tag: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "cudaipc-{tag}-{:x}",
-            gstcudaipc::ipc::shm::random_u64()
+            cudaipc_channel::shm::random_u64()
         ));
         std::fs::create_dir_all(dir.join("shm")).unwrap();
         Self(dir)

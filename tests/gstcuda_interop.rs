@@ -286,7 +286,9 @@ fn the_cuda_context_is_shared_with_nvcodec_elements() {
     if !gpu_with_nvcodec("the_cuda_context_is_shared_with_nvcodec_elements") {
         return;
     }
-    let primary = gstcudaipc::cuda::Device::get(0).unwrap().raw_context() as usize;
+    let primary = cudaipc_transport::cuda::Device::get(0)
+        .unwrap()
+        .raw_context() as usize;
     // A sink goes to READY before its upstream: cudaupload takes the
     // context cudaipcsink shares, our primary context.
     let channel = unique_channel("context");

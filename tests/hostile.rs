@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use gstcudaipc::ipc::layout::*;
-use gstcudaipc::ipc::shm;
-use gstcudaipc::ipc::{
-    ChannelError, Consumer, ConsumerConfig, ConsumerMode, FrameMeta, Item, Producer, ProducerConfig,
+use cudaipc_channel::layout::*;
+use cudaipc_channel::shm;
+use cudaipc_channel::{
+    ChannelError, Consumer, ConsumerConfig, ConsumerMode, ControlBlock, FrameMeta, Item, Producer,
+    ProducerConfig,
 };
-use gstcudaipc::test_support::{ControlBlock, hold_producer_lock};
-use gstcudaipc::transport::{self, GpuSync, ProducerSlots, SlotRequest, TransportKind};
+use cudaipc_transport::{self as transport, GpuSync, ProducerSlots, SlotRequest, TransportKind};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const CAPS: &str =
@@ -130,7 +130,7 @@ impl Hostile {
 
 fn wake(h: &ControlHeader) {
     h.publish_futex.fetch_add(1, Ordering::SeqCst);
-    gstcudaipc::ipc::wait::futex_wake_all(&h.publish_futex);
+    cudaipc_channel::wait::futex_wake_all(&h.publish_futex);
 }
 
 fn valid_meta() -> FrameMeta {

@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::{init, unique_channel};
+use cudaipc_channel::{Consumer, ConsumerConfig, Item};
 use gst::glib;
 use gst::prelude::*;
-use gstcudaipc::ipc::{Consumer, ConsumerConfig, Item};
 
 fn caps(format: &str, width: u32, height: u32) -> gst::Caps {
     format!("video/x-raw,format={format},width={width},height={height},framerate=30/1")
@@ -171,7 +171,7 @@ fn a_bad_channel_name_fails_at_start_with_a_clear_message() {
 #[test]
 fn transport_cuda_without_a_gpu_fails_clearly() {
     init();
-    if gstcudaipc::cuda::is_available() {
+    if cudaipc_transport::cuda::is_available() {
         eprintln!("SKIPPED: a CUDA device is present (this checks the no-GPU error)");
         return;
     }

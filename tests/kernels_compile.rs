@@ -6,7 +6,7 @@
 //! `libnvrtc.so.12`); without NVRTC the test says SKIPPED loudly, or fails
 //! when `CUDAIPC_REQUIRE_NVRTC=1`.
 
-use gstcudaipc::cuda::nvrtc::{self, Image, Target};
+use cudaipc_transport::cuda::nvrtc::{self, Image, Target};
 use gstcudaipc::pattern::kernels::SOURCES;
 
 fn nvrtc_or_skip(test: &str) -> bool {

@@ -300,7 +300,7 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
         .find(|l| l.starts_with(&channel))
         .unwrap_or_else(|| panic!("{channel} listed:\n{listing}"));
     let columns: Vec<&str> = line.split_whitespace().collect();
-    let uid = gstcudaipc::ipc::shm::effective_uid().to_string();
+    let uid = cudaipc_channel::shm::effective_uid().to_string();
     assert_eq!(
         columns[1..4],
         ["live", pid.to_string().as_str(), uid.as_str()],
@@ -354,7 +354,7 @@ fn the_device_monitor_lists_a_running_producer() {
     gstcudaipc::plugin_register_static().unwrap();
     // The shm folder of this test process, which the monitor reads.
     let channel = unique_channel("monitor");
-    let control = gstcudaipc::ipc::shm::control_path(&channel);
+    let control = cudaipc_channel::shm::control_path(&channel);
     let producer = launch(&format!(
         "videotestsrc is-live=true ! {SMALL} ! rscudaipcsink transport=host channel={channel}"
     ));
@@ -375,7 +375,7 @@ fn the_device_monitor_lists_a_running_producer() {
     assert_eq!(props.get::<u32>("producer-pid").unwrap(), producer.pid());
     assert_eq!(
         props.get::<i64>("producer-uid").unwrap(),
-        i64::from(gstcudaipc::ipc::shm::effective_uid())
+        i64::from(cudaipc_channel::shm::effective_uid())
     );
     assert_eq!(props.get::<&str>("transport").unwrap(), "host");
     let caps = device.caps().unwrap();

@@ -118,12 +118,12 @@ fn permissions_in_octal_on_a_launch_line_set_the_file_mode() {
     result.unwrap();
     let sink = pipeline.by_name("sink").unwrap();
     assert_eq!(sink.property::<u32>("permissions"), 0o660);
-    let control = gstcudaipc::ipc::shm::control_path(&channel);
+    let control = cudaipc_channel::shm::control_path(&channel);
     let data = data_files(&channel);
     let modes: Vec<u32> = std::iter::once(control)
         .chain(
             data.iter()
-                .map(|name| gstcudaipc::ipc::shm::shm_dir().join(name)),
+                .map(|name| cudaipc_channel::shm::shm_dir().join(name)),
         )
         .map(|path| mode_of(&path))
         .collect();
@@ -145,7 +145,7 @@ fn wait_for_connection_holds_the_first_frame_until_a_consumer_process_attaches()
     ));
     producer.set_state(gst::State::Playing).unwrap();
     wait_until(LIMIT, "the channel exists", || {
-        gstcudaipc::ipc::shm::control_path(&channel).exists()
+        cudaipc_channel::shm::control_path(&channel).exists()
     });
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(stats(&producer).get::<u64>("frames").unwrap(), 0);
@@ -165,7 +165,7 @@ fn stopping_ends_the_wait_for_connection() {
     ));
     producer.set_state(gst::State::Playing).unwrap();
     wait_until(LIMIT, "the channel exists", || {
-        gstcudaipc::ipc::shm::control_path(&channel).exists()
+        cudaipc_channel::shm::control_path(&channel).exists()
     });
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(stats(&producer).get::<u64>("frames").unwrap(), 0);
@@ -176,7 +176,7 @@ fn stopping_ends_the_wait_for_connection() {
         "stopping took {:?}",
         start.elapsed()
     );
-    assert!(!gstcudaipc::ipc::shm::control_path(&channel).exists());
+    assert!(!cudaipc_channel::shm::control_path(&channel).exists());
 }
 
 #[test]

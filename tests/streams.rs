@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use cudaipc_channel::ControlBlock;
 use gst::prelude::*;
-use gstcudaipc::test_support::ControlBlock;
 
 const LIMIT: Duration = Duration::from_secs(60);
 

@@ -21,10 +21,21 @@ use gst_video::VideoFormat;
 use gst_video::prelude::*;
 
 use common::*;
-use gstcudaipc::cuda::Device;
+use cudaipc_transport::cuda::Device;
 use gstcudaipc::memory::{self, CudaAllocator};
 use gstcudaipc::pattern::{self, Pattern, PlaneLayout};
-use gstcudaipc::test_support::FORMATS;
+
+/// The formats docs/elements.md promises: every element takes each of them.
+const FORMATS: [VideoFormat; 8] = [
+    VideoFormat::Rgb,
+    VideoFormat::Rgba,
+    VideoFormat::Bgra,
+    VideoFormat::Rgbx,
+    VideoFormat::Bgrx,
+    VideoFormat::Gray8,
+    VideoFormat::Nv12,
+    VideoFormat::I420,
+];
 
 fn video_info(format: VideoFormat, width: u32, height: u32) -> gst_video::VideoInfo {
     gst_video::VideoInfo::builder(format, width, height)
@@ -168,10 +179,9 @@ fn cudaprocess_properties() {
     init();
     let process = gst::ElementFactory::make("cudaprocess").build().unwrap();
     assert_eq!(process.type_().name(), "GstRsCudaProcess");
-    assert_eq!(
-        process.property::<gstcudaipc::test_support::Operation>("operation"),
-        gstcudaipc::test_support::Operation::None
-    );
+    let operation = process.property_value("operation");
+    let (_, default) = glib::EnumValue::from_value(&operation).unwrap();
+    assert_eq!(default.nick(), "none");
     let pspec = process.find_property("operation").unwrap();
     let class = glib::EnumClass::with_type(pspec.value_type()).unwrap();
     let nicks: Vec<&str> = class.values().iter().map(|v| v.nick()).collect();
@@ -347,7 +357,7 @@ fn cudatestsrc_without_its_device_fails_clearly() {
         gst::parse::launch("cudatestsrc cuda-device-id=4095 num-buffers=1 ! fakesink").unwrap();
     let error = run_to_end(&pipeline, Duration::from_secs(10)).expect_err("must fail");
     assert!(error.contains("CUDA device 4095"), "unclear error: {error}");
-    if !gstcudaipc::cuda::is_available() {
+    if !cudaipc_transport::cuda::is_available() {
         assert!(error.contains("libcuda.so.1"), "unclear error: {error}");
         let pipeline = gst::parse::launch("cudatestsrc num-buffers=1 ! fakesink").unwrap();
         let error = run_to_end(&pipeline, Duration::from_secs(10)).expect_err("must fail");

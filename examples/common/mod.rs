@@ -11,7 +11,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use gstcudaipc::cuda::{self, Device, KernelArgs, Module};
+use cudaipc_transport::cuda::{self, Device, KernelArgs, Module};
 use gstcudaipc::memory::{self, CudaAllocator};
 
 /// The CUDA source of the GPU renderer (compiled at run time with NVRTC).

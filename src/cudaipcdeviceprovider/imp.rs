@@ -7,7 +7,7 @@ use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
-use crate::ipc::directory::{self, ChannelEntry, ChannelState};
+use cudaipc_channel::directory::{self, ChannelEntry, ChannelState};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(

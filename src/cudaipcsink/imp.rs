@@ -11,13 +11,13 @@ use gst_base::subclass::prelude::*;
 
 use super::publishing::{self, State};
 use super::{CAT, SinkPublisher};
-use crate::cuda;
 use crate::enums::{self, Transport};
 use crate::gstcuda;
-use crate::ipc::layout::MAX_SLOTS;
 use crate::memory;
-use crate::transport::{self, PublisherConfig, TransportKind};
 use crate::video;
+use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_transport::cuda;
+use cudaipc_transport::{self as transport, PublisherConfig, TransportKind};
 
 const DEFAULT_CHANNEL: &str = "default";
 /// 0: chosen by the transport.
@@ -175,7 +175,7 @@ impl ObjectImpl for CudaIpcSink {
                 glib::ParamSpecUInt::builder("wait-for-connection")
                     .nick("Wait for connection")
                     .blurb("Consumers that must be attached before the first frame is published (0: publish at once)")
-                    .maximum(crate::ipc::layout::MAX_CONSUMERS as u32)
+                    .maximum(cudaipc_channel::layout::MAX_CONSUMERS as u32)
                     .default_value(DEFAULT_WAIT_FOR_CONNECTION)
                     .mutable_ready()
                     .build(),
@@ -467,7 +467,7 @@ impl BaseSinkImpl for CudaIpcSink {
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (state, info) = self.snapshot()?;
-        let result = crate::ipc::wait::timed(&self.render_ns, || {
+        let result = cudaipc_channel::wait::timed(&self.render_ns, || {
             publishing::render(&self.obj(), &state, &info, buffer)
         });
         if result.is_ok() && self.ticker.due() {

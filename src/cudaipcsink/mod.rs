@@ -29,7 +29,7 @@ mod publishing;
 
 /// The sink's channel end; a published lent buffer is kept as a
 /// `gst::Buffer` (upstream gets it back when the sink drops it).
-type SinkPublisher = crate::transport::Publisher<gst::Buffer>;
+type SinkPublisher = cudaipc_transport::Publisher<gst::Buffer>;
 
 /// Shared by the element and its slot pool.
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {

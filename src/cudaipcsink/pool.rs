@@ -36,7 +36,7 @@ mod imp {
 
     use super::super::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
-    use crate::transport::{HostRegion, ReserveError, SlotMemory, WriterReservation};
+    use cudaipc_transport::{HostRegion, ReserveError, SlotMemory, WriterReservation};
 
     /// A reserved host slot as writable buffer memory, `len` bytes of it.
     struct HostSlot {

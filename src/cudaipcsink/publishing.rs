@@ -12,18 +12,18 @@ use gst::prelude::*;
 
 use super::pool::SlotPool;
 use super::{CAT, SinkPublisher};
-use crate::cuda;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
-use crate::ipc::layout::MAX_SLOTS;
-use crate::ipc::socket::Peers;
-use crate::ipc::{ChannelError, FrameMeta};
 use crate::memory::{self, CudaAllocator};
-use crate::transport::{
+use crate::video;
+use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_channel::socket::Peers;
+use cudaipc_channel::{ChannelError, FrameMeta};
+use cudaipc_transport::cuda;
+use cudaipc_transport::{
     Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherConfig,
     PublisherStats, SlotMemory, TransportKind,
 };
-use crate::video;
 
 /// From `start` to `stop`; `render` works on a copy.
 #[derive(Clone)]

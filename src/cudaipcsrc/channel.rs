@@ -11,13 +11,13 @@ use gst::prelude::*;
 use gst_base::prelude::*;
 
 use super::gstcuda_out::{self, GstCudaPath, SlotWrapper};
-use crate::cuda::Device;
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, ContextShare, CudaContext, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput};
-use crate::transport::{SubscriberError, TransportKind};
 use crate::video;
+use cudaipc_transport::cuda::Device;
+use cudaipc_transport::{SubscriberError, TransportKind};
 
 /// The channel attached to.
 #[derive(Clone)]
@@ -291,7 +291,7 @@ fn live_upstream_sink() -> Option<PathBuf> {
     let is_socket = std::fs::symlink_metadata(&address).is_ok_and(|m| m.file_type().is_socket());
     // Never a blocking connect: a listener that does not accept would hold
     // this source for good.
-    (is_socket && crate::ipc::socket::connect(&address).is_ok()).then_some(address)
+    (is_socket && cudaipc_channel::socket::connect(&address).is_ok()).then_some(address)
 }
 
 /// What to say about the other cudaipc protocol when `channel` has no
@@ -314,7 +314,7 @@ pub(super) fn mixed_with_upstream(
     channel: &str,
     channel_is_default: bool,
 ) -> Option<gst::ErrorMessage> {
-    if !channel_is_default || crate::ipc::shm::control_path(channel).exists() {
+    if !channel_is_default || cudaipc_channel::shm::control_path(channel).exists() {
         return None;
     }
     upstream_sink_note().map(|note| {

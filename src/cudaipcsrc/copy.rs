@@ -7,8 +7,8 @@
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{MappedCudaMemory, Ordered, StreamOrdering};
 use crate::memory::{self, CudaIpcMeta};
-use crate::transport::{HeldFrame, SlotMemory};
 use crate::video;
+use cudaipc_transport::{HeldFrame, SlotMemory};
 
 /// Where a frame is copied to.
 pub(super) enum CopyInto<'a> {

@@ -8,8 +8,8 @@ use gst::prelude::*;
 use super::channel::Output;
 use super::copy::{CopyInto, copy_frame};
 use crate::memory::{CudaAllocator, CudaIpcMeta};
-use crate::transport::{HeldFrame, SlotMemory};
 use crate::video;
+use cudaipc_transport::{HeldFrame, SlotMemory};
 
 /// Buffer flags that travel from the producer.
 const TRAVELLING_FLAGS: gst::BufferFlags = gst::BufferFlags::DISCONT

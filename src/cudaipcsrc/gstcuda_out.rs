@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::CAT;
-use crate::cuda::Device;
 use crate::gstcuda::{self, ApiLevel, CudaContext, CudaStream, StreamOrdering};
-use crate::transport::{HeldFrame, SlotMemory};
 use crate::video;
+use cudaipc_transport::cuda::Device;
+use cudaipc_transport::{HeldFrame, SlotMemory};
 
 /// How frames reach downstream as `GstCudaMemory`, chosen per caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +198,7 @@ impl Drop for SlotRelease {
             let synchronized = self.device.bind().and_then(|()| {
                 // SAFETY: the device's primary context is bound; waits for
                 // all its streams, GStreamer's included.
-                crate::cuda::check("cuCtxSynchronize", unsafe {
+                cudaipc_transport::cuda::check("cuCtxSynchronize", unsafe {
                     cudarc::driver::sys::cuCtxSynchronize()
                 })
             });

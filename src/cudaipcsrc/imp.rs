@@ -15,9 +15,9 @@ use super::stats::Stats;
 use super::{CAT, TimestampMode};
 use crate::enums::{self, OutputMemory, ProducerLost};
 use crate::gstcuda;
-use crate::ipc::ConsumerWaker;
-use crate::transport::Subscriber;
 use crate::video;
+use cudaipc_channel::ConsumerWaker;
+use cudaipc_transport::Subscriber;
 
 pub(super) const DEFAULT_CHANNEL: &str = "default";
 const DEFAULT_DEVICE_ID: i32 = -1;
@@ -305,9 +305,9 @@ impl ElementImpl for CudaIpcSrc {
 impl BaseSrcImpl for CudaIpcSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = self.settings.lock().unwrap().clone();
-        crate::ipc::shm::validate_channel_name(&settings.channel)
+        cudaipc_channel::shm::validate_channel_name(&settings.channel)
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
-        crate::ipc::socket::Peers::parse_ids(&settings.allowed_producers).map_err(|e| {
+        cudaipc_channel::socket::Peers::parse_ids(&settings.allowed_producers).map_err(|e| {
             gst::error_msg!(gst::ResourceError::Settings, ("allowed-producers: {}", e))
         })?;
         if settings.output_memory == OutputMemory::GstCuda && !gstcuda::available() {

@@ -3,7 +3,7 @@
 //! The `stats` property of cudaipcsrc.
 
 use super::frame::Delivery;
-use crate::ipc::stats::LatencyHistogram;
+use cudaipc_channel::stats::LatencyHistogram;
 
 #[derive(Default)]
 pub(super) struct Stats {

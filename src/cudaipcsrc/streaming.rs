@@ -17,11 +17,11 @@ use super::frame::{self, Failure, Timestamps};
 use super::gstcuda_out::GstCudaPath;
 use super::imp::{CudaIpcSrc, Settings};
 use crate::enums::ProducerLost;
-use crate::ipc::ProducerGone;
-use crate::transport::{
+use crate::video;
+use cudaipc_channel::ProducerGone;
+use cudaipc_transport::{
     Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
 };
-use crate::video;
 
 impl CudaIpcSrc {
     fn connect(&self) -> Result<Subscriber, gst::FlowError> {
@@ -49,8 +49,8 @@ impl CudaIpcSrc {
             }),
             ipc_mode: settings.ipc_mode.into(),
             // Checked in `start`.
-            producers: crate::ipc::socket::Peers {
-                uids: crate::ipc::socket::Peers::parse_ids(&settings.allowed_producers)
+            producers: cudaipc_channel::socket::Peers {
+                uids: cudaipc_channel::socket::Peers::parse_ids(&settings.allowed_producers)
                     .unwrap_or_default(),
                 gids: Vec::new(),
             },
@@ -222,7 +222,7 @@ impl CudaIpcSrc {
     }
 
     fn frame_to_buffer(&self, frame: HeldFrame) -> Result<gst::Buffer, gst::FlowError> {
-        let latency = crate::ipc::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
+        let latency = cudaipc_channel::shm::monotonic_ns().saturating_sub(frame.publish_time_ns);
         let (output, kind, discont) = {
             let mut state = self.state.lock().unwrap();
             let kind = state.channel.as_ref().map(|c| c.kind);

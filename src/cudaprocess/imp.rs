@@ -11,13 +11,13 @@ use gst_base::subclass::prelude::*;
 use gst_video::VideoFormat;
 
 use super::{Operation, brightness_delta, gamma_table};
-use crate::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion, Module};
 use crate::memory::{self, CudaAllocator};
 use crate::pattern;
 use crate::pattern::kernels::{
     self, Geometry, Planes, ROLE_KEEP, ROLE_LUMA3, ROLE_LUMA4, ROLE_NEUTRAL, Verifier, VerifyReport,
 };
 use crate::video;
+use cudaipc_transport::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion, Module};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(

@@ -8,7 +8,6 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use crate::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 use crate::enums::OutputMemory;
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{self, MappedCudaMemory, Ordered, StreamOrdering};
@@ -17,6 +16,7 @@ use crate::output_pool::{self, CudaOutput, SizedPool};
 use crate::pattern::kernels::{self, Geometry, Planes};
 use crate::pattern::{self, Pattern};
 use crate::video;
+use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -88,7 +88,7 @@ fn copy_error(e: String) -> gst::ErrorMessage {
     gst::error_msg!(gst::StreamError::Failed, ("Frame copy failed: {e}"))
 }
 
-fn gpu_error(e: crate::cuda::CudaError) -> gst::ErrorMessage {
+fn gpu_error(e: cudaipc_transport::cuda::CudaError) -> gst::ErrorMessage {
     gst::error_msg!(gst::StreamError::Failed, ("GPU work failed: {e}"))
 }
 
@@ -473,7 +473,7 @@ impl BaseSrcImpl for CudaTestSrc {
         let device = Device::get(id).map_err(|e| match e {
             // The generic advice names the sink's `transport` property,
             // which this element does not have.
-            crate::cuda::CudaError::NoDriver => gst::error_msg!(
+            cudaipc_transport::cuda::CudaError::NoDriver => gst::error_msg!(
                 gst::ResourceError::NotFound,
                 ("cudatestsrc needs CUDA device {id}, but the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver; without a GPU, use videotestsrc (cudaipcsink transport=host carries system memory)")
             ),

@@ -18,7 +18,7 @@
 //! When downstream proposes a pool whose buffers are this plugin's CUDA
 //! memory (`cudaipcsink` does: its shared slots), frames are written into
 //! it with no copy. All GPU work goes on the device's shared stream
-//! ([`crate::cuda::Device::stream`]); there is no per-frame host
+//! ([`cudaipc_transport::cuda::Device::stream`]); there is no per-frame host
 //! synchronisation in CUDA memory.
 
 use gst::glib;

@@ -17,7 +17,7 @@
 //! is 1.24's `gst_cuda_allocator_alloc_wrapped`), so frames cross into it with
 //! one device-to-device copy. Its `GstCudaMemory` has no stream either: its
 //! elements take memory as ready when pushed, so writers here synchronise.
-//! On 1.24 and later, [`stream`] orders work on the GPU instead and wraps
+//! On 1.24 and later, `stream` orders work on the GPU instead and wraps
 //! device memory without a copy; which library is there is found at run time
 //! ([`api_level`]).
 //!
@@ -25,9 +25,8 @@
 
 mod stream;
 
-pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
-#[cfg(any(test, feature = "test-support"))]
 pub use stream::needs_sync;
+pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -36,7 +35,7 @@ use gst::glib;
 use gst::glib::translate::{FromGlib, FromGlibPtrFull, FromGlibPtrNone, ToGlibPtr};
 use gst::prelude::*;
 
-use crate::cuda::Device;
+use cudaipc_transport::cuda::Device;
 
 /// `GstContext` type of a shared `GstCudaContext`.
 pub const CONTEXT_TYPE: &str = "gst.cuda.context";
@@ -175,7 +174,7 @@ static CUDA_READY: LazyLock<bool> = LazyLock::new(|| {
     let Some(lib) = LIBRARY.as_ref() else {
         return false;
     };
-    if !crate::cuda::is_available() {
+    if !cudaipc_transport::cuda::is_available() {
         return false;
     }
     // SAFETY: plain initialisers without arguments.
@@ -246,7 +245,6 @@ impl CudaContext {
     }
 
     /// The context a `gst.cuda.context` `GstContext` carries.
-    #[cfg(any(test, feature = "test-support"))]
     pub fn from_context(context: &gst::Context) -> Option<CudaContext> {
         if context.context_type() != CONTEXT_TYPE {
             return None;
@@ -526,20 +524,24 @@ impl<'a> MappedCudaMemory<'a> {
     }
 
     /// The CUDA device it lives on.
-    pub fn device(&self) -> Result<Arc<Device>, crate::cuda::CudaError> {
+    pub fn device(&self) -> Result<Arc<Device>, cudaipc_transport::cuda::CudaError> {
         Device::get(self.context.device_id())
     }
 
     /// The mapped memory as a region for `frame_copy`, which keeps the
     /// memory (not the map) alive: drop it before the map when writing.
-    pub fn region(&self) -> Result<crate::cuda::DeviceRegion, crate::cuda::CudaError> {
+    pub fn region(
+        &self,
+    ) -> Result<cudaipc_transport::cuda::DeviceRegion, cudaipc_transport::cuda::CudaError> {
         let device = self.device()?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(self.memory.to_owned());
         // SAFETY: a GstCudaMemory's device allocation is `size` bytes at
         // `ptr` in its context's device, and stays allocated while the
         // memory (a reference of which the region owns) lives.
         Ok(unsafe {
-            crate::cuda::DeviceRegion::from_raw_parts(&device, self.ptr, self.size, owner)
+            cudaipc_transport::cuda::DeviceRegion::from_raw_parts(
+                &device, self.ptr, self.size, owner,
+            )
         })
     }
 }
@@ -581,7 +583,10 @@ mod tests {
             assert!(pool_type.is_a(gst::BufferPool::static_type()));
         }
         // Without a usable driver nothing of it is used.
-        assert_eq!(available(), library_loaded() && crate::cuda::is_available());
+        assert_eq!(
+            available(),
+            library_loaded() && cudaipc_transport::cuda::is_available()
+        );
     }
 
     #[test]

@@ -35,8 +35,8 @@ use gst::glib;
 use gst::glib::translate::ToGlibPtr;
 
 use super::{CAT, CudaContext, LIBRARY, library};
-use crate::cuda::{CudaError, Device, Event, Stream, check};
-use crate::transport::WriterStream;
+use cudaipc_transport::WriterStream;
+use cudaipc_transport::cuda::{CudaError, Device, Event, Stream, check};
 
 /// `GST_CUDA_MEMORY_TRANSFER_NEED_SYNC` (`GST_MEMORY_FLAG_LAST << 2`, 1.24's
 /// `gstcudamemory.h`): work on the memory's stream may still be pending.
@@ -687,7 +687,7 @@ mod tests {
         assert!(!stream.handle().is_null());
 
         let info = video_info(gst_video::VideoFormat::Rgba, 64, 16);
-        let buffer = crate::cuda::DeviceBuffer::new(&device, info.size()).unwrap();
+        let buffer = cudaipc_transport::cuda::DeviceBuffer::new(&device, info.size()).unwrap();
         let ordering = StreamOrdering::new(device.clone());
         let ours = device.stream();
         // Written on our stream, read through GStreamer's stream: the order

@@ -11,7 +11,7 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 
 use super::DeviceMemoryInfo;
-use crate::cuda::{Device, DeviceBuffer, DeviceRegion};
+use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion};
 
 static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|| {
     gst::DebugCategory::new(

@@ -7,7 +7,7 @@
 //! or from the [`CudaIpcMeta`] custom meta on the buffer.
 //!
 //! GPU work on such memory is ordered on the plugin's per-device shared
-//! stream ([`crate::cuda::Device::stream`]): enqueue kernels that touch it
+//! stream ([`cudaipc_transport::cuda::Device::stream`]): enqueue kernels that touch it
 //! there, or synchronise with it.
 
 mod imp;
@@ -21,7 +21,7 @@ use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::ObjectSubclassIsExt;
 
-use crate::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion};
+use cudaipc_transport::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion};
 
 pub use meta::CudaIpcMeta;
 

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cuda::{self, Device, DeviceRegion, KernelArgs, MappedHostBuffer, Module};
 use crate::video;
+use cudaipc_transport::cuda::{self, Device, DeviceRegion, KernelArgs, MappedHostBuffer, Module};
 
 use super::Pattern;
 

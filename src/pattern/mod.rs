@@ -2,8 +2,8 @@
 
 //! The test patterns of `cudatestsrc` and `cudaprocess verify=true`: the
 //! GPU side in [`kernels`] (sources and launches), here the frame layouts
-//! they share, and in `reference` (tests, examples and the benchmark only:
-//! `test-support`) the CPU reference, byte for byte what the GPU writes
+//! they share, and in `reference` the CPU reference, byte for byte what the
+//! GPU writes
 //! (`kernels/common.cu`), so that frames read in system memory can be
 //! checked. Both test elements use this module; neither imports the other.
 //!
@@ -37,9 +37,7 @@ use gst::glib;
 use crate::video;
 
 pub mod kernels;
-#[cfg(any(test, feature = "test-support"))]
 mod reference;
-#[cfg(any(test, feature = "test-support"))]
 pub use reference::*;
 
 /// What `cudatestsrc` draws (its `pattern` property).
@@ -113,4 +111,3 @@ pub fn fitting_planes(
     video::layout_fits(info, &checked, size as u64)?;
     Ok(checked)
 }
-

@@ -148,7 +148,7 @@ pub fn encoded_frame_number(first_row: &[u8]) -> Option<u32> {
 }
 
 /// Checks a counter-pattern frame of `info` laid out as `planes` ((offset,
-/// stride) per plane, e.g. from [`buffer_planes`]) in `data`. Returns the
+/// stride) per plane, e.g. from [`buffer_planes`](super::buffer_planes)) in `data`. Returns the
 /// frame number it carries, or what is wrong: how many bytes differ, where
 /// the first one is, and whose row it looks like when a header is off.
 pub fn verify_frame(

@@ -17,10 +17,11 @@ mod proc;
 mod protocol;
 mod users;
 
-use std::sync::Once;
+use std::sync::{Arc, Once};
+
+use cudaipc_transport::cuda::Device;
 
 pub use children::*;
-pub use gstcudaipc::test_support::{gpu_or_skip, unique_channel};
 pub use kill_cycles::*;
 pub use namespaces::*;
 pub use pipelines::*;
@@ -43,4 +44,27 @@ pub fn init() {
 /// (see `gpu_or_skip`).
 pub fn gpu(test: &str) -> bool {
     gpu_or_skip(test).is_some()
+}
+
+/// The first CUDA device, or `None` after a loud SKIPPED line. With
+/// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
+pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {
+    match Device::get(0) {
+        Ok(device) => Some(device),
+        Err(e) => {
+            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
+            }
+            // Straight to stderr, past the test harness's output capture, so
+            // that a skipped GPU test is visible in every log.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
+            None
+        }
+    }
+}
+
+/// A channel name no other test uses.
+pub fn unique_channel(tag: &str) -> String {
+    format!("t-{tag}-{:x}", cudaipc_channel::shm::random_u64())
 }

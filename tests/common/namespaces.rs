@@ -42,7 +42,7 @@ impl OtherNamespaces {
         }
         let inside = std::env::temp_dir().join(format!(
             "cudaipc-chan-{:x}",
-            gstcudaipc::ipc::shm::random_u64()
+            cudaipc_channel::shm::random_u64()
         ));
         std::fs::create_dir(&inside).unwrap();
         Some(OtherNamespaces {

@@ -58,7 +58,7 @@ pub fn proc_maps(pid: u32) -> String {
 
 /// Waits until the channel's control file exists.
 pub fn wait_for_channel(channel: &str, limit: Duration) -> bool {
-    let path = gstcudaipc::ipc::shm::control_path(channel);
+    let path = cudaipc_channel::shm::control_path(channel);
     let start = Instant::now();
     while start.elapsed() < limit {
         if path.exists() {
@@ -82,7 +82,7 @@ pub fn wait_for_waiting_consumers(channel: &str, n: usize, limit: Duration) {
 /// Whether `n` consumers wait for a producer on `channel` within `limit`.
 pub fn consumers_wait(channel: &str, n: usize, limit: Duration) -> bool {
     let start = Instant::now();
-    while gstcudaipc::ipc::shm::count_live_waiters(channel) < n {
+    while cudaipc_channel::shm::count_live_waiters(channel) < n {
         if start.elapsed() >= limit {
             return false;
         }
@@ -93,8 +93,8 @@ pub fn consumers_wait(channel: &str, n: usize, limit: Duration) -> bool {
 
 /// Names of the host data files of `channel` in the shm folder.
 pub fn data_files(channel: &str) -> Vec<String> {
-    let prefix = gstcudaipc::ipc::shm::channel_data_file_prefix(channel);
-    let mut names: Vec<String> = std::fs::read_dir(gstcudaipc::ipc::shm::shm_dir())
+    let prefix = cudaipc_channel::shm::channel_data_file_prefix(channel);
+    let mut names: Vec<String> = std::fs::read_dir(cudaipc_channel::shm::shm_dir())
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -102,4 +102,18 @@ pub fn data_files(channel: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Holds the producer liveness lock of a file, as a live producer does, so
+/// that consumers take a hand-made control block for a live channel.
+pub fn hold_producer_lock(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    if cudaipc_channel::shm::try_lock_byte(&file, cudaipc_channel::layout::PRODUCER_LOCK_BYTE)? {
+        Ok(file)
+    } else {
+        Err(std::io::Error::other("the producer lock is already held"))
+    }
 }

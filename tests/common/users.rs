@@ -14,7 +14,7 @@ impl ShmDir {
     pub fn new(tag: &str) -> Self {
         let dir = PathBuf::from("/dev/shm").join(format!(
             "cudaipc-test-{tag}-{:x}",
-            gstcudaipc::ipc::shm::random_u64()
+            cudaipc_channel::shm::random_u64()
         ));
         std::fs::create_dir(&dir).unwrap();
         use std::os::unix::fs::PermissionsExt;

@@ -5,14 +5,37 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::*;
-use crate::ipc::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
-use crate::test_support::{gpu_or_skip, unique_channel};
+use cudaipc_channel::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
+
+/// A channel name no other test uses.
+pub(crate) fn unique_channel(tag: &str) -> String {
+    format!("t-{tag}-{:x}", cudaipc_channel::shm::random_u64())
+}
+
+/// The first CUDA device, or `None` after a loud SKIPPED line. With
+/// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
+fn gpu_or_skip(test: &str) -> Option<Arc<crate::cuda::Device>> {
+    match crate::cuda::Device::get(0) {
+        Ok(device) => Some(device),
+        Err(e) => {
+            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
+            }
+            // Straight to stderr, past the test harness's output capture, so
+            // that a skipped GPU test is visible in every log.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
+            None
+        }
+    }
+}
 
 fn write_slot(memory: &SlotMemory, data: &[u8]) {
     match memory {
         SlotMemory::Host(region) => {
             // SAFETY: the producer owns the reserved slot; nothing else views it.
-            let bytes = unsafe { region.as_mut_slice() }.expect("the producer's mapping is writable");
+            let bytes =
+                unsafe { region.as_mut_slice() }.expect("the producer's mapping is writable");
             bytes[..data.len()].copy_from_slice(data);
         }
         SlotMemory::Device(region) => {
@@ -41,23 +64,23 @@ fn frame_bytes(frame: u64, len: usize) -> Vec<u8> {
 
 const SIZE: usize = 10_000;
 const FRAMES: u64 = 40;
-const CHILD_TEST: &str = "transport::tests::contract_consumer_process";
+const CHILD_TEST: &str = "tests::contract_consumer_process";
 
 /// The producer side runs here; the consumers run in child processes (a
 /// process cannot open its own CUDA IPC handles, and this is the real use).
 fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
-    contract_in(kind, device, gpu_sync, crate::ipc::IpcMode::Legacy);
+    contract_in(kind, device, gpu_sync, cudaipc_channel::IpcMode::Legacy);
 }
 
 fn contract_in(
     kind: TransportKind,
     device: Option<Arc<crate::cuda::Device>>,
     gpu_sync: GpuSync,
-    ipc_mode: crate::ipc::IpcMode,
+    ipc_mode: cudaipc_channel::IpcMode,
 ) {
     let channel = unique_channel("transport");
     let no = AtomicBool::new(false);
-    let producer = crate::ipc::Producer::create(ProducerConfig {
+    let producer = cudaipc_channel::Producer::create(ProducerConfig {
         channel: channel.clone(),
         transport: kind.wire_value(),
         gpu_sync: gpu_sync.wire_value(),
@@ -166,9 +189,18 @@ impl StreamGate {
         let mut word = memmap2::MmapMut::map_anon(4096).unwrap();
         // SAFETY: a page-aligned, writable anonymous mapping that the gate
         // keeps (declared after the registration, so unmapped after it).
-        let registration = unsafe { crate::cuda::HostRegistration::new(device, word.as_mut_ptr(), 4096) }.unwrap();
-        let copy = crate::cuda::DeviceBuffer::new(device, SIZE).unwrap().into_region();
-        Self { registration, word, value: Default::default(), copy, device: device.clone() }
+        let registration =
+            unsafe { crate::cuda::HostRegistration::new(device, word.as_mut_ptr(), 4096) }.unwrap();
+        let copy = crate::cuda::DeviceBuffer::new(device, SIZE)
+            .unwrap()
+            .into_region();
+        Self {
+            registration,
+            word,
+            value: Default::default(),
+            copy,
+            device: device.clone(),
+        }
     }
 
     fn counter(&self) -> &std::sync::atomic::AtomicU64 {
@@ -179,7 +211,10 @@ impl StreamGate {
 
     /// Later work on the shared stream waits for `open`.
     fn close(&self) {
-        let next = self.value.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let next = self
+            .value
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         let address = self.registration.device_address(0).unwrap();
         // SAFETY: an aligned word of the registered page, which stays
         // registered until the gate goes (after `open`, the test waits for
@@ -189,7 +224,8 @@ impl StreamGate {
 
     fn open(&self) {
         let value = self.value.load(std::sync::atomic::Ordering::Relaxed);
-        self.counter().store(value, std::sync::atomic::Ordering::Release);
+        self.counter()
+            .store(value, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -213,15 +249,28 @@ fn contract_consumer_process() {
         TransportKind::Cuda => Some(crate::cuda::Device::get(0).unwrap()),
         TransportKind::Host => None,
     };
-    let view = open_consumer_slots(&channel, consumer.info(), &pool, device.as_ref(), consumer.index()).unwrap();
+    let view = open_consumer_slots(
+        &channel,
+        consumer.info(),
+        &pool,
+        device.as_ref(),
+        consumer.index(),
+    )
+    .unwrap();
     assert_eq!((view.slot_count(), view.slot_size()), (3, SIZE));
     match (view.kind(), consumer.info().descriptor_channel.is_some()) {
-        (TransportKind::Host, _) => assert!(view.is_read_only(), "a consumer's host slots are read-only"),
+        (TransportKind::Host, _) => {
+            assert!(view.is_read_only(), "a consumer's host slots are read-only")
+        }
         (TransportKind::Cuda, true) => {
             // Straight to stderr, past this child's output capture: the
             // parent reports it.
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "device slots mapped read-only: {}", view.is_read_only());
+            let _ = writeln!(
+                std::io::stderr(),
+                "device slots mapped read-only: {}",
+                view.is_read_only()
+            );
         }
         (TransportKind::Cuda, false) => {}
     }
@@ -230,7 +279,9 @@ fn contract_consumer_process() {
     // the stream): every other frame is read by a copy queued behind a
     // closed gate, and released before the gate opens.
     let gated = match (view.kind(), GpuSync::from_wire(consumer.info().gpu_sync)) {
-        (TransportKind::Cuda, Some(GpuSync::Event | GpuSync::Timeline)) => device.as_ref().map(StreamGate::new),
+        (TransportKind::Cuda, Some(GpuSync::Event | GpuSync::Timeline)) => {
+            device.as_ref().map(StreamGate::new)
+        }
         _ => None,
     };
     let mut seen = 0u64;
@@ -280,7 +331,12 @@ fn host_transport_meets_the_contract() {
 /// channel's socket and receive the control block and the slots' memory.
 #[test]
 fn host_transport_meets_the_contract_over_descriptors() {
-    contract_in(TransportKind::Host, None, GpuSync::Event, crate::ipc::IpcMode::Fd);
+    contract_in(
+        TransportKind::Host,
+        None,
+        GpuSync::Event,
+        cudaipc_channel::IpcMode::Fd,
+    );
 }
 
 #[test]
@@ -304,7 +360,12 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_the_timeline() {
     if let Some(device) =
         gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_the_timeline")
     {
-        contract_in(TransportKind::Cuda, Some(device), GpuSync::Timeline, crate::ipc::IpcMode::Fd);
+        contract_in(
+            TransportKind::Cuda,
+            Some(device),
+            GpuSync::Timeline,
+            cudaipc_channel::IpcMode::Fd,
+        );
     }
 }
 
@@ -321,14 +382,22 @@ fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
     if let Some(device) =
         gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_events")
     {
-        contract_in(TransportKind::Cuda, Some(device), GpuSync::Event, crate::ipc::IpcMode::Fd);
+        contract_in(
+            TransportKind::Cuda,
+            Some(device),
+            GpuSync::Event,
+            cudaipc_channel::IpcMode::Fd,
+        );
     }
 }
 
 #[test]
 fn auto_orders_the_cuda_transport_by_the_timeline() {
     if let Some(device) = gpu_or_skip("auto_orders_the_cuda_transport_by_the_timeline") {
-        assert!(device.has_stream_value_ops(), "the GPU hosts we test on have value operations");
+        assert!(
+            device.has_stream_value_ops(),
+            "the GPU hosts we test on have value operations"
+        );
         assert_eq!(
             GpuSync::resolve(None, TransportKind::Cuda, Some(&device)),
             Ok(GpuSync::Timeline)
@@ -347,8 +416,14 @@ fn the_timeline_needs_the_cuda_transport_and_value_operations() {
     // A device without value operations (here: none) cannot have it.
     assert!(refused(TransportKind::Cuda).contains("CAN_USE_64_BIT_STREAM_MEM_OPS"));
     // Without a device (or one without value operations) auto means events.
-    assert_eq!(GpuSync::resolve(None, TransportKind::Cuda, None), Ok(GpuSync::Event));
-    assert_eq!(GpuSync::resolve(None, TransportKind::Host, None), Ok(GpuSync::Event));
+    assert_eq!(
+        GpuSync::resolve(None, TransportKind::Cuda, None),
+        Ok(GpuSync::Event)
+    );
+    assert_eq!(
+        GpuSync::resolve(None, TransportKind::Host, None),
+        Ok(GpuSync::Event)
+    );
     assert_eq!(
         GpuSync::resolve(Some(GpuSync::Host), TransportKind::Cuda, None),
         Ok(GpuSync::Host)
@@ -357,13 +432,13 @@ fn the_timeline_needs_the_cuda_transport_and_value_operations() {
 
 #[test]
 fn host_data_file_names_are_confined_to_the_channel() {
-    let pool = crate::ipc::PoolInfo {
+    let pool = cudaipc_channel::PoolInfo {
         generation: 1,
         slot_size: 16,
         pool_descriptor: b"../../etc/passwd".to_vec(),
-        slot_descriptors: vec![[0; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]],
+        slot_descriptors: vec![[0; cudaipc_channel::layout::SLOT_DESCRIPTOR_BYTES]],
     };
-    let err = HostConsumerSlots::open("cam0", &pool, crate::ipc::shm::effective_uid())
+    let err = HostConsumerSlots::open("cam0", &pool, cudaipc_channel::shm::effective_uid())
         .err()
         .expect("must refuse");
     assert!(err.to_string().contains("does not belong"), "{err}");
@@ -407,8 +482,8 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
         slots: 3,
         permissions: 0o600,
         gpu_sync: GpuSync::Event,
-        when_full: crate::ipc::WhenFull::Block,
-        wait_mode: crate::ipc::WaitMode::Hybrid,
+        when_full: cudaipc_channel::WhenFull::Block,
+        wait_mode: cudaipc_channel::WaitMode::Hybrid,
         wait_for_consumers: 1,
         ipc_mode: Default::default(),
         peers: Default::default(),
@@ -421,8 +496,8 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
         let mut subscriber = Subscriber::attach(
             SubscriberConfig {
                 channel,
-                mode: crate::ipc::ConsumerMode::EveryFrame,
-                wait_mode: crate::ipc::WaitMode::Hybrid,
+                mode: cudaipc_channel::ConsumerMode::EveryFrame,
+                wait_mode: cudaipc_channel::WaitMode::Hybrid,
                 connect_timeout: Some(Duration::from_secs(10)),
                 device_id: None,
                 on_finish_read_error: Arc::new(|_, e| panic!("{e}")),

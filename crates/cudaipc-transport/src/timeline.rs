@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{SlotRequest, TransportError};
 use crate::cuda::{Device, HostRegistration, Stream};
-use crate::ipc::layout::{MAX_CONSUMERS, MAX_SLOTS};
-use crate::ipc::mapping::SharedMapping;
-use crate::ipc::shm::{self, SharedFile};
-use crate::ipc::socket;
+use cudaipc_channel::layout::{MAX_CONSUMERS, MAX_SLOTS};
+use cudaipc_channel::mapping::SharedMapping;
+use cudaipc_channel::shm::{self, SharedFile};
+use cudaipc_channel::socket;
 
 /// First word of the block: "CUIPCTL1".
 const MAGIC: u64 = u64::from_le_bytes(*b"CUIPCTL1");
@@ -80,8 +80,10 @@ impl Timeline {
     /// The producer's block, zeroed.
     pub fn create(device: &Arc<Device>, label: &Path) -> Result<Self, TransportError> {
         let size = timeline_size();
-        let SharedFile { file, map, .. } = SharedFile::create_sealed("cudaipc-timeline", label, size)
-            .map_err(|e| TransportError::Io(format!("cannot create the timeline block: {e}")))?;
+        let SharedFile { file, map, .. } =
+            SharedFile::create_sealed("cudaipc-timeline", label, size).map_err(|e| {
+                TransportError::Io(format!("cannot create the timeline block: {e}"))
+            })?;
         let timeline = Self::register(device, map, file)?;
         timeline.block().magic.store(MAGIC, Ordering::Release);
         Ok(timeline)
@@ -160,16 +162,22 @@ impl Timeline {
         }
         let path = shm::shm_dir().join(name);
         let file = shm::open_regular(&path, true).map_err(|e| {
-            TransportError::Io(format!("cannot open the timeline block {}: {e}", path.display()))
+            TransportError::Io(format!(
+                "cannot open the timeline block {}: {e}",
+                path.display()
+            ))
         })?;
         let owner = shm::owner_uid(&file).map_err(|e| TransportError::Io(e.to_string()))?;
         if owner != producer_uid {
-            return Err(TransportError::Channel(crate::ipc::ChannelError::Io {
+            return Err(TransportError::Channel(cudaipc_channel::ChannelError::Io {
                 context: path.display().to_string(),
                 source: shm::foreign_owner_error(&path, owner),
             }));
         }
-        let len = file.metadata().map_err(|e| TransportError::Io(e.to_string()))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| TransportError::Io(e.to_string()))?
+            .len();
         if len < timeline_size() as u64 {
             return Err(TransportError::Invalid(format!(
                 "the timeline block {} holds {len} bytes, {} needed",
@@ -180,7 +188,11 @@ impl Timeline {
         Self::map_received(device, file)
     }
 
-    fn register(device: &Arc<Device>, map: SharedMapping, file: File) -> Result<Self, TransportError> {
+    fn register(
+        device: &Arc<Device>,
+        map: SharedMapping,
+        file: File,
+    ) -> Result<Self, TransportError> {
         let host = map
             .as_mut_ptr()
             .ok_or_else(|| TransportError::Invalid("the timeline block is read-only".into()))?;
@@ -240,7 +252,8 @@ impl Timeline {
     /// Whether consumer `row`'s reads of `slot` that it released are done.
     pub fn reads_done(&self, row: usize, slot: usize) -> bool {
         let row = &self.block().rows[row];
-        row.released[slot].load(Ordering::Acquire) >= row.release_target[slot].load(Ordering::Acquire)
+        row.released[slot].load(Ordering::Acquire)
+            >= row.release_target[slot].load(Ordering::Acquire)
     }
 
     // Consumer side.
@@ -257,7 +270,12 @@ impl Timeline {
 
     /// Makes later work on `stream` wait until the frame of `target` in
     /// `slot` is written.
-    pub fn wait_ready_on(&self, slot: usize, target: u64, stream: &Stream) -> Result<(), TransportError> {
+    pub fn wait_ready_on(
+        &self,
+        slot: usize,
+        target: u64,
+        stream: &Stream,
+    ) -> Result<(), TransportError> {
         // SAFETY: an aligned word of the registered block; the producer
         // queued the write of `target` before publishing, and the consumer's
         // slots write it themselves before the block goes if the producer
@@ -269,7 +287,13 @@ impl Timeline {
     /// After queueing the last read of `slot`'s frame of `target` on
     /// `stream`: the producer may write the slot again once the GPU says
     /// the reads are done. Called before the slot is released.
-    pub fn mark_read(&self, row: usize, slot: usize, target: u64, stream: &Stream) -> Result<(), TransportError> {
+    pub fn mark_read(
+        &self,
+        row: usize,
+        slot: usize,
+        target: u64,
+        stream: &Stream,
+    ) -> Result<(), TransportError> {
         let row = &self.block().rows[row];
         row.release_target[slot].store(target, Ordering::Release);
         // SAFETY: an aligned word of the registered block; the consumer's

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError};
-use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use crate::ipc::mapping::SharedMapping;
-use crate::ipc::shm::{self, SharedFile};
-use crate::ipc::socket::{self, Peers};
-use crate::ipc::{ChannelError, IpcMode, PoolInfo, Producer};
+use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use cudaipc_channel::mapping::SharedMapping;
+use cudaipc_channel::shm::{self, SharedFile};
+use cudaipc_channel::socket::{self, Peers};
+use cudaipc_channel::{ChannelError, IpcMode, PoolInfo, Producer};
 
 /// The pool descriptor of a descriptor channel's host slots: consumers ask
 /// the producer's socket for the pool's memory (by generation).
@@ -52,7 +52,6 @@ impl HostRegion {
         self.len
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -112,7 +111,9 @@ impl HostProducerSlots {
             let name = format!("cudaipc-{}.{}", request.channel, request.generation);
             let label = socket::socket_path(&request.channel);
             let SharedFile { file, map, .. } = SharedFile::create_sealed(&name, &label, total)
-                .map_err(|e| TransportError::Io(format!("cannot create {total} bytes of slots: {e}")))?;
+                .map_err(|e| {
+                    TransportError::Io(format!("cannot create {total} bytes of slots: {e}"))
+                })?;
             return Ok(Self {
                 map: Arc::new(map),
                 path: None,
@@ -154,7 +155,9 @@ impl HostProducerSlots {
 impl HostProducerSlots {
     /// The slots' file, or the channel's socket for anonymous memory.
     fn label(&self) -> PathBuf {
-        self.path.clone().unwrap_or_else(|| PathBuf::from(&self.name))
+        self.path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&self.name))
     }
 }
 
@@ -184,12 +187,10 @@ impl Drop for HostProducerSlots {
 }
 
 impl ProducerSlots for HostProducerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Host
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize {
         self.count
     }
@@ -231,9 +232,10 @@ impl ProducerSlots for HostProducerSlots {
         if self.path.is_some() {
             return Ok(Vec::new());
         }
-        let file = self.file.try_clone().map_err(|e| {
-            TransportError::Io(format!("cannot share the slots' memory: {e}"))
-        })?;
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| TransportError::Io(format!("cannot share the slots' memory: {e}")))?;
         Ok(vec![OwnedFd::from(file)])
     }
 }
@@ -250,8 +252,16 @@ impl HostConsumerSlots {
     /// Receives the memory of `pool` from the producer of a descriptor
     /// channel, which must be one of `producers`: sealed (nobody can
     /// shrink it), and large enough for the pool.
-    pub fn receive(channel: &str, pool: &PoolInfo, producers: &Peers) -> Result<Self, TransportError> {
-        let descriptor = pool.pool_descriptor.split(|&b| b == 0).next().unwrap_or(&[]);
+    pub fn receive(
+        channel: &str,
+        pool: &PoolInfo,
+        producers: &Peers,
+    ) -> Result<Self, TransportError> {
+        let descriptor = pool
+            .pool_descriptor
+            .split(|&b| b == 0)
+            .next()
+            .unwrap_or(&[]);
         if descriptor != RECEIVED_POOL {
             return Err(TransportError::Invalid(
                 "a descriptor channel named a data file".into(),
@@ -341,7 +351,6 @@ impl HostConsumerSlots {
 }
 
 impl ConsumerSlots for HostConsumerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Host
     }
@@ -358,7 +367,6 @@ impl ConsumerSlots for HostConsumerSlots {
         SlotMemory::Host(self.regions[slot].clone())
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn is_read_only(&self) -> bool {
         self.map.as_mut_ptr().is_none()
     }

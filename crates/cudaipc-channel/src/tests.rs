@@ -377,7 +377,7 @@ fn the_first_frame_waits_for_consumers_still_waiting() {
 fn a_consumer_in_another_pid_namespace_is_refused() {
     let channel = unique_channel("pidns");
     let _p = producer(&channel, WhenFull::Block);
-    let block = crate::test_support::ControlBlock::open(&channel).unwrap();
+    let block = crate::ControlBlock::open(&channel).unwrap();
     block.header().producer_pid_namespace.store(
         shm::pid_namespace() + 1,
         std::sync::atomic::Ordering::SeqCst,

@@ -151,7 +151,6 @@ fn nvrtc() -> Result<&'static Nvrtc> {
 }
 
 /// Path and version of the NVRTC in use.
-#[cfg(any(test, feature = "test-support"))]
 pub fn describe() -> Result<(String, (i32, i32))> {
     let n = nvrtc()?;
     Ok((n.path.clone(), n.version))

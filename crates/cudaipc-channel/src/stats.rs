@@ -102,7 +102,6 @@ impl LatencyHistogram {
         self.max_ns
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn reset(&mut self) {
         *self = Self::default();
     }

@@ -6,6 +6,7 @@
 //! docs/protocol.md for the layout and the rules.
 
 mod consumer;
+mod control_block;
 pub mod directory;
 pub mod layout;
 pub mod mapping;
@@ -20,6 +21,7 @@ use std::fmt;
 pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
 };
+pub use control_block::ControlBlock;
 pub use producer::{
     ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
 };

@@ -28,12 +28,11 @@ use super::{
     TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
-use crate::ipc::wait::timed;
-use crate::ipc::layout::MAX_SLOTS;
-use crate::ipc::socket::Peers;
-use crate::ipc::{
-    ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode,
-    WhenFull,
+use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_channel::socket::Peers;
+use cudaipc_channel::wait::timed;
+use cudaipc_channel::{
+    ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode, WhenFull,
 };
 
 /// How often the wait for consumers (`wait_for_consumers`) looks again.
@@ -511,12 +510,13 @@ impl<T: Send + 'static> Publisher<T> {
     ) -> Result<Option<(usize, bool)>, PublishError> {
         let key = source.as_ref().map(|(key, _)| *key);
         // A free slot that holds the frame already, else any free slot.
-        let reserved = match key.and_then(|key| self.producer.reserve_one_of(self.slots_holding(key))) {
-            Some(slot) => Some(slot),
-            None => self
-                .reserve(&self.interrupt)
-                .map_err(PublishError::Channel)?,
-        };
+        let reserved =
+            match key.and_then(|key| self.producer.reserve_one_of(self.slots_holding(key))) {
+                Some(slot) => Some(slot),
+                None => self
+                    .reserve(&self.interrupt)
+                    .map_err(PublishError::Channel)?,
+            };
         let Some(slot) = reserved else {
             return Ok(None);
         };
@@ -533,10 +533,12 @@ impl<T: Send + 'static> Publisher<T> {
             Ok(())
         } else {
             self.forget_content(slot);
-            timed(&self.read_wait_ns, || set.slots.before_write(slot, &self.producer))
-                .map_err(|e| e.to_string())
-                .and_then(|()| fill(&set.slots.slot_memory(slot)))
-                .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()))
+            timed(&self.read_wait_ns, || {
+                set.slots.before_write(slot, &self.producer)
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|()| fill(&set.slots.slot_memory(slot)))
+            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()))
         };
         if let Err(error) = written {
             self.producer.cancel(slot);
@@ -745,7 +747,7 @@ impl<T: Send + 'static> Publisher<T> {
 
     /// How many buffers a pool whose buffers may be lent as slots should
     /// have: the slots set, or with `slots=0` the automatic count but at
-    /// least [`AUTO_LENT_SLOTS_MIN`]; two at least, since the sink keeps the
+    /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
     /// buffer it rendered last and upstream must have another to write into.
     pub fn lendable_count(&self) -> usize {
         match self.config.slots {

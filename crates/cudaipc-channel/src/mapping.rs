@@ -102,7 +102,6 @@ impl SharedMapping {
         self.map.len()
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.map.len() == 0
     }

@@ -20,8 +20,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{ProducerSlots, TransportError, WriterStream};
-use crate::ipc::wait::timed;
-use crate::ipc::{ChannelError, FrameMeta, Producer};
+use cudaipc_channel::wait::timed;
+use cudaipc_channel::{ChannelError, FrameMeta, Producer};
 
 pub struct LentSlots<K, T> {
     /// Which buffer each slot is, by a key of its memory; `None` for a
@@ -226,12 +226,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-    use crate::ipc::{
+    use crate::tests::unique_channel;
+    use crate::{SlotMemory, TransportKind};
+    use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+    use cudaipc_channel::{
         Consumer, ConsumerConfig, ConsumerMode, Item, ProducerConfig, WaitMode, WhenFull,
     };
-    use crate::test_support::unique_channel;
-    use crate::transport::{SlotMemory, TransportKind};
 
     /// Slots whose orderings are only recorded.
     #[derive(Default)]
@@ -349,9 +349,16 @@ mod tests {
         // The consumer has not taken the frame: nothing comes back, and
         // upstream still has two buffers, so this does not wait.
         assert!(
-            lent.take_released(&*slots, &producer, &no, &no_stream, &AtomicU64::new(0), None)
-                .unwrap()
-                .is_empty()
+            lent.take_released(
+                &*slots,
+                &producer,
+                &no,
+                &no_stream,
+                &AtomicU64::new(0),
+                None
+            )
+            .unwrap()
+            .is_empty()
         );
         // Writing into a buffer whose frame is still published is refused.
         assert!(
@@ -368,9 +375,17 @@ mod tests {
         // All three published: upstream would have none left, so giving
         // back waits for the consumer.
         let (l, s, p) = (lent.clone(), slots.clone(), producer.clone());
-        let waiting =
-            std::thread::spawn(move || l.take_released(&*s, &p, &AtomicBool::new(false), &no_stream, &AtomicU64::new(0), None)
-                .unwrap());
+        let waiting = std::thread::spawn(move || {
+            l.take_released(
+                &*s,
+                &p,
+                &AtomicBool::new(false),
+                &no_stream,
+                &AtomicU64::new(0),
+                None,
+            )
+            .unwrap()
+        });
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             !waiting.is_finished(),
@@ -422,7 +437,9 @@ mod tests {
                 .is_empty()
         );
         // Reads done: the rest comes back with no wait or ordering at all.
-        slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        slots
+            .reads_done
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let mut rest = lent
             .take_released(&*slots, &producer, &no, &b_writer, &AtomicU64::new(0), None)
             .unwrap();
@@ -441,14 +458,24 @@ mod tests {
     #[test]
     fn the_newest_frame_stays_published_for_consumers_of_the_latest() {
         let no = AtomicBool::new(false);
-        let (producer, mut consumer) = channel_with_consumer("lend-latest", 2, ConsumerMode::Latest);
+        let (producer, mut consumer) =
+            channel_with_consumer("lend-latest", 2, ConsumerMode::Latest);
         let slots = RecordedSlots::default();
         consumer.set_release_descriptors(&[[0; RELEASE_DESCRIPTOR_BYTES]; 2]);
-        slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        slots
+            .reads_done
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let lent = LentSlots::new(0, vec![100u64, 101], &producer).unwrap();
         let take_back = |newest| {
-            lent.take_released(&slots, &producer, &no, &no_stream, &AtomicU64::new(0), Some(newest))
-                .unwrap()
+            lent.take_released(
+                &slots,
+                &producer,
+                &no,
+                &no_stream,
+                &AtomicU64::new(0),
+                Some(newest),
+            )
+            .unwrap()
         };
         // Upstream writes into its two buffers in turn, each published and
         // the one before given back.
@@ -501,7 +528,9 @@ mod tests {
         consumer.release(new.slot);
         // The freed placeholder is parked, never given out; the lent one,
         // read, comes back.
-        slots.reads_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        slots
+            .reads_done
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
             lent.take_released(&slots, &producer, &no, &no_stream, &AtomicU64::new(0), None)
                 .unwrap(),

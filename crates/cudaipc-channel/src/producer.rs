@@ -237,7 +237,10 @@ impl Producer {
             control_size(),
         )
         .map_err(|e| ChannelError::io("cannot create the control block", e))?;
-        if !matches!(shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE), Ok(true)) {
+        if !matches!(
+            shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE),
+            Ok(true)
+        ) {
             return Err(ChannelError::Corrupt(
                 "cannot lock a fresh control block".into(),
             ));
@@ -322,7 +325,9 @@ impl Producer {
                 .map_err(|e| ChannelError::io("cannot test the producer lock", e))?;
             if !got_lock {
                 let pid = if existing.len() >= control_size() {
-                    control_header(&existing).producer_pid.load(Ordering::Relaxed)
+                    control_header(&existing)
+                        .producer_pid
+                        .load(Ordering::Relaxed)
                 } else {
                     0
                 };
@@ -348,12 +353,10 @@ impl Producer {
         self.session
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn config(&self) -> &ProducerConfig {
         &self.config
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn path(&self) -> &std::path::Path {
         &self.shared.path
     }
@@ -379,7 +382,6 @@ impl Producer {
         self.header().pool_generation.load(Ordering::Relaxed)
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn caps_generation(&self) -> u64 {
         self.header().caps_generation.load(Ordering::Relaxed)
     }

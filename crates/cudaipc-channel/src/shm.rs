@@ -105,7 +105,6 @@ impl Drop for WaiterMarker {
 
 /// Counts the consumers (of any user) waiting for a producer on `channel`,
 /// removing the markers of dead ones.
-#[cfg(any(test, feature = "test-support"))]
 pub fn count_live_waiters(channel: &str) -> usize {
     count_live_waiters_of(channel, true)
 }
@@ -367,7 +366,6 @@ impl SharedFile {
         self.map.len()
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -507,14 +505,20 @@ mod tests {
         let started = process_start_time(me).unwrap();
         assert!(process_runs(me, started));
         assert!(process_runs(me, 0), "start time not known");
-        assert!(!process_runs(me, started + 1), "another process under a reused pid");
+        assert!(
+            !process_runs(me, started + 1),
+            "another process under a reused pid"
+        );
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         let child_started = process_start_time(pid).unwrap_or(0);
         // Exited but not reaped: a zombie, which holds nothing any more.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while process_stat(pid).is_some_and(|(state, _)| state != 'Z') {
-            assert!(std::time::Instant::now() < deadline, "the child never exited");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never exited"
+            );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert!(!process_runs(pid, child_started), "a zombie");

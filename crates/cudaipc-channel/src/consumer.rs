@@ -632,7 +632,6 @@ impl Consumer {
     }
 
     /// Returns the next item if one is ready, without waiting.
-    #[cfg(any(test, feature = "test-support"))]
     pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
         loop {
             self.check_intact()?;
@@ -864,17 +863,14 @@ impl Consumer {
     }
 
     /// Gives back a held slot (same as through a `ReleaseHandle`).
-    #[cfg(any(test, feature = "test-support"))]
     pub fn release(&self, slot: usize) {
         self.release_handle().release(slot);
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_received(&self) -> u64 {
         self.received
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn frames_missed(&self) -> u64 {
         self.missed
     }

@@ -92,7 +92,8 @@ fn query_done(call: &'static str, code: sys::CUresult) -> Result<bool> {
     check(call, code).map(|()| true)
 }
 
-pub(crate) fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
+/// `Ok` for `CUDA_SUCCESS`, else the error of driver call `call`.
+pub fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
     if code == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -626,17 +627,14 @@ impl DeviceBuffer {
         })
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn size(&self) -> usize {
         self.size
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
@@ -782,13 +780,11 @@ impl ImportedMemory {
         Ok(memory)
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
     /// Bytes mapped from `ptr`, as the driver reports them.
-    #[cfg(any(test, feature = "test-support"))]
     pub fn size(&self) -> usize {
         self.size
     }

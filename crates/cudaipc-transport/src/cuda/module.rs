@@ -140,5 +140,4 @@ impl KernelArgs {
         self.values.push(value as u64);
         self
     }
-
 }

@@ -9,7 +9,7 @@ use super::ChannelError;
 
 /// Runs `f`, adding the time it took to `clock` (nanoseconds): the waits
 /// that the statistics report.
-pub(crate) fn timed<R>(clock: &AtomicU64, f: impl FnOnce() -> R) -> R {
+pub fn timed<R>(clock: &AtomicU64, f: impl FnOnce() -> R) -> R {
     let started = Instant::now();
     let result = f();
     clock.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -68,7 +68,8 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 
 /// Wakes every process sleeping on `word`.
 pub fn futex_wake_all(word: &AtomicU32) {
-    let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+    let _ =
+        rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
 }
 
 /// Where a waiter sleeps and how it announces itself.

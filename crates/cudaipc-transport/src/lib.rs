@@ -5,8 +5,12 @@
 //! with CUDA IPC, GPU-side ordering with interprocess events, or host
 //! synchronisation) and `host` (a shared host-memory file, for machines
 //! without a GPU and for CI).
+//!
+//! [`cuda`] holds the CUDA driver wrappers both use. Nothing here knows
+//! GStreamer.
 
-mod cuda;
+pub mod cuda;
+mod cuda_slots;
 mod host;
 mod lending;
 mod publisher;
@@ -19,13 +23,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::cuda::{CudaError, Device, DeviceRegion};
-use crate::ipc::layout::{
-    GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA,
-    TRANSPORT_HOST,
+use cudaipc_channel::layout::{
+    GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES,
+    SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST,
 };
-use crate::ipc::{ChannelError, ChannelInfo, PoolInfo, Producer};
+use cudaipc_channel::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
-pub use cuda::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
+pub use cuda_slots::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use lending::LentSlots;
 pub use publisher::{
@@ -196,9 +200,7 @@ impl WriterStream {
 }
 
 pub trait ProducerSlots: Send + Sync {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
-    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_descriptors(&self) -> Vec<[u8; SLOT_DESCRIPTOR_BYTES]>;
@@ -238,13 +240,11 @@ pub trait ProducerSlots: Send + Sync {
 
 /// A consumer's view of the producer's slots.
 pub trait ConsumerSlots: Send + Sync {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> TransportKind;
     fn slot_count(&self) -> usize;
     fn slot_size(&self) -> usize;
     fn slot_memory(&self, slot: usize) -> SlotMemory;
     /// Whether this process can only read the slots.
-    #[cfg(any(test, feature = "test-support"))]
     fn is_read_only(&self) -> bool;
     /// The memory of `slot` when it is host memory, borrowed from the
     /// slots (a held frame's bytes live as long as the frame).
@@ -283,7 +283,7 @@ pub struct SlotRequest {
     pub gpu_sync: GpuSync,
     /// `IpcMode::Fd`: host slots are anonymous memory handed over the
     /// channel's socket, not a named file.
-    pub ipc_mode: crate::ipc::IpcMode,
+    pub ipc_mode: cudaipc_channel::IpcMode,
 }
 
 pub fn create_producer_slots(
@@ -307,9 +307,9 @@ pub fn create_producer_slots(
 fn request_pool(
     channel: &str,
     generation: u64,
-    producers: &crate::ipc::socket::Peers,
+    producers: &cudaipc_channel::socket::Peers,
 ) -> Result<Vec<std::os::fd::OwnedFd>, TransportError> {
-    use crate::ipc::socket::{self, RequestError};
+    use cudaipc_channel::socket::{self, RequestError};
     socket::request(channel, socket::Request::Pool(generation), producers).map_err(|e| match e {
         RequestError::Channel(e) => TransportError::Channel(e),
         RequestError::NoProducer => TransportError::Channel(ChannelError::Io {
@@ -353,9 +353,7 @@ pub fn open_consumer_slots(
                     consumer_index,
                     sync,
                 )?,
-                None => {
-                    CudaConsumerSlots::open(device, channel, info, pool, consumer_index, sync)?
-                }
+                None => CudaConsumerSlots::open(device, channel, info, pool, consumer_index, sync)?,
             }))
         }
         None => Err(TransportError::Invalid(format!(

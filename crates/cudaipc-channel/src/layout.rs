@@ -176,7 +176,6 @@ pub struct ConsumerRecord {
 }
 
 impl ControlHeader {
-    #[cfg(any(test, feature = "test-support"))]
     pub fn slot(&self, index: usize) -> &SlotRecord {
         &self.slots[index]
     }

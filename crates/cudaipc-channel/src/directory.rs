@@ -226,7 +226,7 @@ pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipc::{Producer, ProducerConfig};
+    use crate::{Producer, ProducerConfig};
 
     #[test]
     fn a_live_channel_is_listed_and_not_removed() {
@@ -259,7 +259,7 @@ mod tests {
         let name = format!("listedfd-{:x}", shm::random_u64());
         let producer = Producer::create(ProducerConfig {
             channel: name.clone(),
-            ipc_mode: crate::ipc::IpcMode::Fd,
+            ipc_mode: crate::IpcMode::Fd,
             ..Default::default()
         })
         .unwrap();

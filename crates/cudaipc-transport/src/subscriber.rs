@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
 use crate::cuda::Device;
-use crate::ipc::{
+use cudaipc_channel::{
     ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Frame, Item,
     ProducerGone, ReleaseHandle, WaitMode,
 };
@@ -31,9 +31,9 @@ pub struct SubscriberConfig {
     pub device_id: Option<i32>,
     pub on_finish_read_error: FinishReadError,
     /// How the channel is reached; `None`: its socket if it has one.
-    pub ipc_mode: Option<crate::ipc::IpcMode>,
+    pub ipc_mode: Option<cudaipc_channel::IpcMode>,
     /// For a descriptor channel: the producers trusted beside the own user.
-    pub producers: crate::ipc::socket::Peers,
+    pub producers: cudaipc_channel::socket::Peers,
 }
 
 #[derive(Debug)]
@@ -463,9 +463,9 @@ fn open_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipc::{FrameMeta, Producer, ProducerConfig};
-    use crate::test_support::unique_channel;
-    use crate::transport::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
+    use crate::tests::unique_channel;
+    use crate::{GpuSync, ProducerSlots, SlotRequest, create_producer_slots};
+    use cudaipc_channel::{FrameMeta, Producer, ProducerConfig};
 
     const SIZE: usize = 64;
 

@@ -43,7 +43,7 @@ const MAGIC: &str = "CUDAIPC1";
 const MAX_LINE: usize = 128;
 /// Most descriptors one reply carries (the control block, or a pool's
 /// memory: one per slot of device memory, and its timeline block).
-const MAX_FDS: usize = crate::ipc::layout::MAX_SLOTS + 1;
+const MAX_FDS: usize = crate::layout::MAX_SLOTS + 1;
 /// How long either side waits for the other's line.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections served at once; more are closed at once.
@@ -137,14 +137,20 @@ impl Listener {
     /// all) and serves `control` to the `peers` allowed. A socket left by a
     /// dead producer of this user is replaced; a live one is `InUse`; one of
     /// another user is refused, naming its owner.
-    pub fn bind(channel: &str, mode: u32, peers: Peers, control: &File) -> Result<Self, ChannelError> {
+    pub fn bind(
+        channel: &str,
+        mode: u32,
+        peers: Peers,
+        control: &File,
+    ) -> Result<Self, ChannelError> {
         let path = socket_path(channel);
         let listener = bind_claiming(channel, &path)?;
         let meta = std::fs::symlink_metadata(&path)
             .map_err(|e| ChannelError::io(format!("cannot inspect {}", path.display()), e))?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| ChannelError::io(format!("cannot set the mode of {}", path.display()), e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+            ChannelError::io(format!("cannot set the mode of {}", path.display()), e)
+        })?;
         listener
             .set_nonblocking(true)
             .map_err(|e| ChannelError::io("cannot configure the channel's socket", e))?;
@@ -313,7 +319,12 @@ fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelErro
                     "cannot create channel '{channel}': {e}"
                 )));
             }
-            Err(e) => return Err(ChannelError::io(format!("cannot create channel '{channel}'"), e)),
+            Err(e) => {
+                return Err(ChannelError::io(
+                    format!("cannot create channel '{channel}'"),
+                    e,
+                ));
+            }
         }
     }
     Err(ChannelError::Io {
@@ -379,7 +390,11 @@ fn answer(stream: UnixStream, peers: &Peers, offer: &Mutex<Offer>) -> io::Result
                 .pools
                 .iter()
                 .find(|(g, _)| *g == generation)
-                .map(|(_, fds)| fds.iter().map(|fd| fd.try_clone()).collect::<io::Result<_>>())
+                .map(|(_, fds)| {
+                    fds.iter()
+                        .map(|fd| fd.try_clone())
+                        .collect::<io::Result<_>>()
+                })
                 .transpose()?,
         }
     };
@@ -450,7 +465,11 @@ impl From<ChannelError> for RequestError {
 
 /// The consumer's end: asks `channel`'s producer, which must be one of
 /// `producers`, for `request`; the descriptors of the reply.
-pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec<OwnedFd>, RequestError> {
+pub fn request(
+    channel: &str,
+    request: Request,
+    producers: &Peers,
+) -> Result<Vec<OwnedFd>, RequestError> {
     let path = socket_path(channel);
     let stream = match connect(&path) {
         Ok(stream) => stream,
@@ -477,12 +496,18 @@ pub fn request(channel: &str, request: Request, producers: &Peers) -> Result<Vec
             .into());
         }
         Err(e) => {
-            return Err(ChannelError::io(format!("cannot connect to {}", path.display()), e).into());
+            return Err(
+                ChannelError::io(format!("cannot connect to {}", path.display()), e).into(),
+            );
         }
     };
     let io_error = |e: io::Error| ChannelError::io(format!("channel '{channel}' socket"), e);
-    stream.set_read_timeout(Some(PEER_TIMEOUT)).map_err(io_error)?;
-    stream.set_write_timeout(Some(PEER_TIMEOUT)).map_err(io_error)?;
+    stream
+        .set_read_timeout(Some(PEER_TIMEOUT))
+        .map_err(io_error)?;
+    stream
+        .set_write_timeout(Some(PEER_TIMEOUT))
+        .map_err(io_error)?;
     let Credentials { uid, gid, .. } = peer_credentials(&stream).map_err(io_error)?;
     if !producers.allows(uid, gid) {
         return Err(ChannelError::PermissionDenied(format!(
@@ -593,8 +618,10 @@ pub fn receive_control_block(
     } else {
         File::from(fd)
     };
-    Ok(shm::SharedFile::from_file(file, &socket_path(channel), write)
-        .map_err(|e| ChannelError::io("cannot map the received control block", e))?)
+    Ok(
+        shm::SharedFile::from_file(file, &socket_path(channel), write)
+            .map_err(|e| ChannelError::io("cannot map the received control block", e))?,
+    )
 }
 
 /// Opens the file behind `file` again: a descriptor of its own (its own
@@ -613,9 +640,12 @@ pub fn reopen(file: &impl AsFd, write: bool) -> io::Result<File> {
 /// `min_len` bytes that nobody can shrink or grow (sealed).
 pub fn check_sealed(fd: &OwnedFd, min_len: u64) -> Result<(), ChannelError> {
     use rustix::fs::SealFlags;
-    let stat = rustix::fs::fstat(fd).map_err(|e| ChannelError::io("cannot inspect a received descriptor", e.into()))?;
+    let stat = rustix::fs::fstat(fd)
+        .map_err(|e| ChannelError::io("cannot inspect a received descriptor", e.into()))?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-        return Err(ChannelError::Corrupt("a received descriptor is not a memory file".into()));
+        return Err(ChannelError::Corrupt(
+            "a received descriptor is not a memory file".into(),
+        ));
     }
     let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| {
         ChannelError::Corrupt("a received memory file is not sealed (it could be truncated)".into())
@@ -642,8 +672,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::ipc::tests::unique_channel;
-    use crate::ipc::{
+    use crate::tests::unique_channel;
+    use crate::{
         Consumer, ConsumerConfig, IpcMode, Item, Producer, ProducerConfig, layout::control_size,
     };
 
@@ -688,14 +718,20 @@ mod tests {
         // Nobody can shrink or grow it.
         let file = File::from(fds.into_iter().next().unwrap());
         let err = file.set_len(0).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(rustix::io::Errno::PERM.raw_os_error()));
+        assert_eq!(
+            err.raw_os_error(),
+            Some(rustix::io::Errno::PERM.raw_os_error())
+        );
         assert!(file.set_len(control_size() as u64 * 2).is_err());
         // A consumer attaches through the socket.
         let c = consumer(&channel).unwrap();
         assert!(c.info().descriptor_channel.is_some());
         drop(c);
         drop(p);
-        assert!(!socket_path(&channel).exists(), "the socket goes with the producer");
+        assert!(
+            !socket_path(&channel).exists(),
+            "the socket goes with the producer"
+        );
     }
 
     #[test]
@@ -703,15 +739,20 @@ mod tests {
         let channel = unique_channel("fdframes");
         let no = AtomicBool::new(false);
         let p = producer(&channel);
-        p.configure_pool(64, &[[0u8; crate::ipc::layout::SLOT_DESCRIPTOR_BYTES]; 2], b"pool", &no)
-            .unwrap();
+        p.configure_pool(
+            64,
+            &[[0u8; crate::layout::SLOT_DESCRIPTOR_BYTES]; 2],
+            b"pool",
+            &no,
+        )
+        .unwrap();
         p.set_caps("video/x-raw", &no).unwrap();
         let mut c = consumer(&channel).unwrap();
         for pts in 0..5u64 {
             let slot = p.reserve(&no).unwrap().unwrap();
             p.publish(
                 slot,
-                &crate::ipc::FrameMeta {
+                &crate::FrameMeta {
                     size: 8,
                     pts: Some(pts),
                     planes: vec![(0, 8)],
@@ -736,7 +777,9 @@ mod tests {
         let channel = unique_channel("fdhostile");
         let p = producer(&channel);
         let path = socket_path(&channel);
-        let silent: Vec<UnixStream> = (0..4).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        let silent: Vec<UnixStream> = (0..4)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
         for garbage in [
             &b"hello\n"[..],
             b"CUDAIPC1 CONTROL extra\n",
@@ -759,7 +802,11 @@ mod tests {
         ));
         let start = Instant::now();
         let c = consumer(&channel).unwrap();
-        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
         drop((c, silent, p));
     }
 
@@ -830,7 +877,10 @@ mod tests {
             ipc_mode: IpcMode::Fd,
             ..Default::default()
         }));
-        assert!(matches!(err, ChannelError::InUse { pid, .. } if pid == std::process::id()), "{err}");
+        assert!(
+            matches!(err, ChannelError::InUse { pid, .. } if pid == std::process::id()),
+            "{err}"
+        );
         // A legacy producer of the name is refused too.
         let err = refused(Producer::create(ProducerConfig {
             channel: channel.clone(),
@@ -896,7 +946,11 @@ mod tests {
             &AtomicBool::new(false),
         );
         assert!(matches!(waited, Err(ChannelError::NoProducer { .. })));
-        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
         let _ = std::fs::remove_file(&path);
     }
 

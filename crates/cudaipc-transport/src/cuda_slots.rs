@@ -26,9 +26,9 @@ use crate::cuda::{
     Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory,
     SharedDeviceMemory, Stream,
 };
-use crate::ipc::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use crate::ipc::socket::{self, Peers};
-use crate::ipc::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
+use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use cudaipc_channel::socket::{self, Peers};
+use cudaipc_channel::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
 
 /// The pool descriptor of slots handed over a descriptor channel's socket.
 const RECEIVED_POOL: &[u8] = b"@socket";
@@ -210,8 +210,14 @@ impl CudaProducerSlots {
         let regions = (0..request.count)
             .map(|_| DeviceBuffer::new(device, request.size).map(DeviceBuffer::into_region))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut slots =
-            Self::with_memory(device, regions, request.size, request.gpu_sync, false, false)?;
+        let mut slots = Self::with_memory(
+            device,
+            regions,
+            request.size,
+            request.gpu_sync,
+            false,
+            false,
+        )?;
         slots.add_named_timeline(request)?;
         Ok(slots)
     }
@@ -457,12 +463,10 @@ impl CudaProducerSlots {
 }
 
 impl ProducerSlots for CudaProducerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Cuda
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn slot_count(&self) -> usize {
         self.regions.len()
     }
@@ -486,9 +490,11 @@ impl ProducerSlots for CudaProducerSlots {
     fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
         let mut fds = Vec::with_capacity(self.shared.len() + 1);
         if let Some(timeline) = &self.timeline {
-            fds.push(timeline.export().ok_or_else(|| {
-                TransportError::Io("cannot share the timeline block".into())
-            })?);
+            fds.push(
+                timeline
+                    .export()
+                    .ok_or_else(|| TransportError::Io("cannot share the timeline block".into()))?,
+            );
         }
         for memory in &self.shared {
             fds.push(memory.export()?);
@@ -629,7 +635,6 @@ pub struct CudaConsumerSlots {
     /// See [`waits_on_host`].
     host_waits: bool,
     /// Whether every slot is mapped for reading only.
-    #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     read_only: bool,
 }
 
@@ -656,9 +661,10 @@ impl CudaConsumerSlots {
                     .iter()
                     .position(|&b| b == 0)
                     .unwrap_or(pool.pool_descriptor.len());
-                let name = std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
-                    TransportError::Invalid("the timeline block's name is not UTF-8".into())
-                })?;
+                let name =
+                    std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
+                        TransportError::Invalid("the timeline block's name is not UTF-8".into())
+                    })?;
                 let block = Timeline::open_named(device, channel, name, info.producer_uid)?;
                 block.reset_row(row);
                 Some(ConsumerTimeline {
@@ -705,7 +711,11 @@ impl CudaConsumerSlots {
         row: usize,
         sync: GpuSync,
     ) -> Result<Self, TransportError> {
-        let descriptor = pool.pool_descriptor.split(|&b| b == 0).next().unwrap_or(&[]);
+        let descriptor = pool
+            .pool_descriptor
+            .split(|&b| b == 0)
+            .next()
+            .unwrap_or(&[]);
         if descriptor != RECEIVED_POOL {
             return Err(TransportError::Invalid(
                 "a descriptor channel announced slots it does not hand over".into(),
@@ -728,7 +738,9 @@ impl CudaConsumerSlots {
                 Some(ConsumerTimeline {
                     block,
                     row,
-                    targets: (0..pool.slot_descriptors.len()).map(|_| AtomicU64::new(0)).collect(),
+                    targets: (0..pool.slot_descriptors.len())
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
                 })
             }
             _ => None,
@@ -813,7 +825,6 @@ impl CudaConsumerSlots {
         })
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
@@ -825,7 +836,6 @@ fn pool_slot_size(pool: &PoolInfo) -> Result<usize, TransportError> {
 }
 
 impl ConsumerSlots for CudaConsumerSlots {
-    #[cfg(any(test, feature = "test-support"))]
     fn kind(&self) -> super::TransportKind {
         super::TransportKind::Cuda
     }
@@ -842,7 +852,6 @@ impl ConsumerSlots for CudaConsumerSlots {
         SlotMemory::Device(self.memory[slot].clone())
     }
 
-    #[cfg(any(test, feature = "test-support"))]
     fn is_read_only(&self) -> bool {
         self.read_only
     }
@@ -867,7 +876,9 @@ impl ConsumerSlots for CudaConsumerSlots {
                         || Ok(timeline.block.is_ready(slot, target)),
                         give_up,
                     )?,
-                    false => timeline.block.wait_ready_on(slot, target, &self.device.stream())?,
+                    false => timeline
+                        .block
+                        .wait_ready_on(slot, target, &self.device.stream())?,
                 }
             }
             (_, _) if on_host => wait_on_host(&self.ready[slot], &what(), give_up)?,
@@ -891,7 +902,9 @@ impl ConsumerSlots for CudaConsumerSlots {
                 if stream.is_idle()? {
                     timeline.block.mark_read_done(timeline.row, slot, target);
                 } else {
-                    timeline.block.mark_read(timeline.row, slot, target, &stream)?;
+                    timeline
+                        .block
+                        .mark_read(timeline.row, slot, target, &stream)?;
                 }
             }
             (_, _) => stream.record(&self.released[slot])?,

@@ -72,7 +72,7 @@ impl fmt::Debug for SharedDeviceMemory {
 }
 
 impl SharedDeviceMemory {
-    /// Allocates [`shareable_size`]`(size)` bytes on `device`, exportable as
+    /// Allocates `shareable_size(size)` bytes on `device`, exportable as
     /// a file descriptor.
     pub fn new(device: &Arc<Device>, size: usize) -> Result<Self> {
         let size = shareable_size(device, size)?;
@@ -87,7 +87,7 @@ impl SharedDeviceMemory {
     }
 
     /// Maps the allocation a producer exported as `fd`, `size` bytes
-    /// (its [`shareable_size`]; the driver refuses a larger mapping than the
+    /// (its `shareable_size`; the driver refuses a larger mapping than the
     /// allocation), for reading only where the driver allows it.
     pub fn import(device: &Arc<Device>, fd: &OwnedFd, size: usize) -> Result<Self> {
         device.bind()?;
@@ -131,7 +131,9 @@ impl SharedDeviceMemory {
         memory.ptr = ptr;
         // SAFETY: the reservation just made, `size` bytes of the allocation
         // (the driver checks that it has them).
-        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) })?;
+        check("cuMemMap", unsafe {
+            sys::cuMemMap(ptr, size, 0, handle, 0)
+        })?;
         memory.mapped = true;
         let grant = |flags| {
             let access = sys::CUmemAccessDesc {
@@ -143,8 +145,8 @@ impl SharedDeviceMemory {
                 sys::cuMemSetAccess(ptr, size, &access, 1)
             })
         };
-        memory.read_only = read_only
-            && grant(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ).is_ok();
+        memory.read_only =
+            read_only && grant(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ).is_ok();
         if !memory.read_only {
             grant(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)?;
         }

@@ -5,9 +5,13 @@
 # shows. gst-launch-1.0 alone runs first; what valgrind reports there (GLib
 # and GStreamer's own) becomes the suppressions for the two runs with the
 # plugin.
-# usage (repo root): scripts/valgrind.sh [PLUGIN_DIR]   (default target/debug)
+# usage (repo root): scripts/valgrind.sh [PLUGIN_DIR]   (default: built into target/debug)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -eq 0 ]; then
+  # `cargo test` leaves the plugin in target/debug/deps only.
+  cargo build --quiet --lib
+fi
 plugin_dir=$(cd "${1:-target/debug}" && pwd)
 [ -f "$plugin_dir/libgstcudaipc.so" ] || { echo "no libgstcudaipc.so in $plugin_dir: build first" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "valgrind missing: run scripts/setup.sh" >&2; exit 1; }

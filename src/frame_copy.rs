@@ -229,7 +229,8 @@ mod tests {
     #[test]
     fn frames_cross_between_host_and_device_in_every_direction() {
         gst::init().unwrap();
-        let Some(device) = crate::test_support::gpu_or_skip("frame_copy device directions") else {
+        let Some(device) = cudaipc_transport::cuda::gpu_or_skip("frame_copy device directions")
+        else {
             return;
         };
         let info = gst_video::VideoInfo::builder(VideoFormat::I420, 8, 4)

@@ -39,9 +39,6 @@ mod output_pool;
 mod periodic;
 mod video;
 
-#[cfg(test)]
-mod test_support;
-
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     memory::meta::register();
     cudaipcsink::register(plugin)?;

@@ -670,9 +670,9 @@ mod tests {
     #[test]
     fn wrapped_device_memory_is_read_in_place_and_released() {
         gst::init().unwrap();
-        let Some(device) =
-            crate::test_support::gpu_or_skip("wrapped_device_memory_is_read_in_place_and_released")
-        else {
+        let Some(device) = cudaipc_transport::cuda::gpu_or_skip(
+            "wrapped_device_memory_is_read_in_place_and_released",
+        ) else {
             return;
         };
         if api_level() < ApiLevel::V1_24 {

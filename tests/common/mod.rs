@@ -19,7 +19,7 @@ mod users;
 
 use std::sync::{Arc, Once};
 
-use cudaipc_transport::cuda::Device;
+pub use cudaipc_transport::cuda::gpu_or_skip;
 
 pub use children::*;
 pub use kill_cycles::*;
@@ -44,24 +44,6 @@ pub fn init() {
 /// (see `gpu_or_skip`).
 pub fn gpu(test: &str) -> bool {
     gpu_or_skip(test).is_some()
-}
-
-/// The first CUDA device, or `None` after a loud SKIPPED line. With
-/// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
-pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {
-    match Device::get(0) {
-        Ok(device) => Some(device),
-        Err(e) => {
-            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
-            }
-            // Straight to stderr, past the test harness's output capture, so
-            // that a skipped GPU test is visible in every log.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
-            None
-        }
-    }
 }
 
 /// A channel name no other test uses.

@@ -5,29 +5,12 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::*;
+use crate::cuda::gpu_or_skip;
 use cudaipc_channel::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig};
 
 /// A channel name no other test uses.
 pub(crate) fn unique_channel(tag: &str) -> String {
     format!("t-{tag}-{:x}", cudaipc_channel::shm::random_u64())
-}
-
-/// The first CUDA device, or `None` after a loud SKIPPED line. With
-/// `CUDAIPC_REQUIRE_GPU=1` a missing device fails the test instead.
-fn gpu_or_skip(test: &str) -> Option<Arc<crate::cuda::Device>> {
-    match crate::cuda::Device::get(0) {
-        Ok(device) => Some(device),
-        Err(e) => {
-            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
-            }
-            // Straight to stderr, past the test harness's output capture, so
-            // that a skipped GPU test is visible in every log.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
-            None
-        }
-    }
 }
 
 fn write_slot(memory: &SlotMemory, data: &[u8]) {

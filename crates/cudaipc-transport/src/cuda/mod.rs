@@ -182,6 +182,24 @@ thread_local! {
     static CURRENT: Cell<sys::CUcontext> = const { Cell::new(std::ptr::null_mut()) };
 }
 
+/// For GPU tests: the first CUDA device, or `None` after a loud
+/// `SKIPPED: no CUDA device (TEST: why)` line on stderr (past a test
+/// harness's output capture). With `CUDAIPC_REQUIRE_GPU=1` in the environment
+/// a missing device panics instead, so that a GPU host cannot skip silently.
+pub fn gpu_or_skip(test: &str) -> Option<Arc<Device>> {
+    match Device::get(0) {
+        Ok(device) => Some(device),
+        Err(e) => {
+            if std::env::var("CUDAIPC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: CUDAIPC_REQUIRE_GPU=1 but no CUDA device: {e}");
+            }
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: no CUDA device ({test}: {e})");
+            None
+        }
+    }
+}
+
 impl Device {
     /// The device with this ordinal, opened once per process.
     pub fn get(ordinal: i32) -> Result<Arc<Device>> {

@@ -15,10 +15,12 @@
 //! take), `--transport auto|cuda|host` (auto), `--ipc-mode legacy|fd`
 //! (legacy), `--wait-consumers N` (0: publish at once), `--loan` (write each
 //! frame in place into a loaned slot instead of copying it; host
-//! transport), `--fps F` (0: as fast as consumers take them).
+//! transport), `--fps F` (0: as fast as consumers take them), `--padding B`
+//! (rows B bytes longer than their pixels: strides other than GStreamer's
+//! default, which travel with each frame).
 //!
 //! Each frame is a counter pattern (byte i of frame n is `i + 3n`, modulo
-//! 256) in the format's default layout; the program prints
+//! 256) in the format's default layout (or the padded one); the program prints
 //! `frame=N pts=NS sha1=…` per frame, the SHA-1 of its bytes, which is what
 //! `checksumsink` prints for the buffer `cudaipcsrc` makes of it.
 
@@ -28,7 +30,7 @@ use cudaipc::{
     IpcMode, Published, Publisher, PublisherOptions, Transport, VideoFormat, VideoLayout,
 };
 
-const USAGE: &str = "usage: api_publish [--channel NAME] [--frames N] [--size WxH] [--format NAME] [--transport auto|cuda|host] [--ipc-mode legacy|fd] [--wait-consumers N] [--loan] [--fps F]";
+const USAGE: &str = "usage: api_publish [--channel NAME] [--frames N] [--size WxH] [--format NAME] [--transport auto|cuda|host] [--ipc-mode legacy|fd] [--wait-consumers N] [--loan] [--fps F] [--padding B]";
 
 struct Options {
     channel: String,
@@ -112,7 +114,7 @@ fn sha1_hex(bytes: &[u8]) -> String {
 
 fn parse(args: Vec<String>) -> Result<Options, String> {
     let (mut channel, mut frames, mut size) = ("demo".to_string(), 100, (320, 240));
-    let (mut format, mut loan, mut fps) = (VideoFormat::Rgb, false, 0);
+    let (mut format, mut loan, mut fps, mut padding) = (VideoFormat::Rgb, false, 0, 0);
     let mut publisher = PublisherOptions::default();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -129,6 +131,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             "--channel" => channel = value,
             "--frames" => frames = number(&value)?,
             "--fps" => fps = number(&value)?,
+            "--padding" => padding = number(&value)?,
             "--wait-consumers" => publisher.wait_for_consumers = number(&value)?,
             "--size" => {
                 let (w, h) = value.split_once('x').ok_or("--size: WIDTHxHEIGHT")?;
@@ -153,9 +156,19 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             _ => return Err(format!("unknown option {arg}")),
         }
     }
-    let layout = VideoLayout::new(format, size.0, size.1)
-        .and_then(|layout| layout.with_framerate(fps, 1))
-        .map_err(|e| e.to_string())?;
+    // With padding: each plane's rows that many bytes longer than its
+    // pixels, a layout other than GStreamer's default.
+    let layout = match padding {
+        0 => VideoLayout::new(format, size.0, size.1),
+        padding => {
+            let strides: Vec<u32> = (0..format.plane_count())
+                .map(|p| (format.row_bytes(p, size.0) as u32).saturating_add(padding))
+                .collect();
+            VideoLayout::with_strides(format, size.0, size.1, &strides)
+        }
+    }
+    .and_then(|layout| layout.with_framerate(fps, 1))
+    .map_err(|e| e.to_string())?;
     Ok(Options {
         channel,
         frames,

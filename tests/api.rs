@@ -82,6 +82,8 @@ struct PublishCase {
     transport: &'static str,
     ipc_mode: &'static str,
     loan: bool,
+    /// Bytes added to each row: a layout other than GStreamer's default.
+    padding: u32,
 }
 
 /// `api_publish` publishes; `rscudaipcsrc ! checksumsink` must print the
@@ -89,8 +91,14 @@ struct PublishCase {
 fn api_publish_to_cudaipcsrc(case: PublishCase) {
     let channel = unique_channel("api-publish");
     let what = format!(
-        "{} {}x{} transport={} ipc-mode={} loan={}",
-        case.format, case.size.0, case.size.1, case.transport, case.ipc_mode, case.loan
+        "{} {}x{} transport={} ipc-mode={} loan={} padding={}",
+        case.format,
+        case.size.0,
+        case.size.1,
+        case.transport,
+        case.ipc_mode,
+        case.loan,
+        case.padding
     );
     let consumer = launch(&format!(
         "rscudaipcsrc channel={channel} connect-timeout=30000 num-buffers={FRAMES} ! video/x-raw ! checksumsink"
@@ -116,6 +124,8 @@ fn api_publish_to_cudaipcsrc(case: PublishCase) {
     if case.loan {
         args.push("--loan");
     }
+    let padding = case.padding.to_string();
+    args.extend(["--padding", &padding]);
     let published = start("api_publish", &args).finish(LIMIT);
     published.assert_success(&format!("api_publish ({what})"));
     let read = consumer.finish(LIMIT);
@@ -130,18 +140,22 @@ fn api_publish_to_cudaipcsrc(case: PublishCase) {
 #[test]
 fn api_publish_frames_are_read_by_cudaipcsrc_on_the_host_transport() {
     let cases = [
-        ("RGB", (64, 48), "legacy", false),
-        ("I420", (62, 46), "legacy", true),
-        ("NV12", (64, 48), "fd", false),
-        ("BGRx", (30, 20), "fd", true),
+        ("RGB", (64, 48), "legacy", false, 0),
+        ("I420", (62, 46), "legacy", true, 0),
+        ("NV12", (64, 48), "fd", false, 0),
+        ("BGRx", (30, 20), "fd", true, 0),
+        // Strides other than GStreamer's travel with the frames.
+        ("RGB", (30, 20), "legacy", false, 6),
+        ("NV12", (62, 46), "fd", true, 10),
     ];
-    for (format, size, ipc_mode, loan) in cases {
+    for (format, size, ipc_mode, loan, padding) in cases {
         api_publish_to_cudaipcsrc(PublishCase {
             format,
             size,
             transport: "host",
             ipc_mode,
             loan,
+            padding,
         });
     }
 }
@@ -158,6 +172,7 @@ fn api_publish_frames_are_read_by_cudaipcsrc_on_cuda() {
             transport: "cuda",
             ipc_mode,
             loan: false,
+            padding: 0,
         });
     }
 }

@@ -14,7 +14,8 @@
 //! frames; 0, the default: at the end of the stream), `--timeout-ms MS`
 //! (wait that long for the producer, and for each frame; 10000), `--latest`
 //! (only the newest frames), `--ipc-mode legacy|fd` (default: the
-//! channel's own).
+//! channel's own), `--allowed-producers UID,...` (users trusted as the
+//! channel's owner beside this one).
 //!
 //! It prints `frame=N seq=S pts=NS format=F size=WxH planes=OFFSET:STRIDE,…
 //! sha1=…` per frame (the SHA-1 of its bytes: the same as `checksumsink`
@@ -27,7 +28,7 @@ use std::time::Duration;
 
 use cudaipc::{Frames, IpcMode, Subscriber, SubscriberOptions};
 
-const USAGE: &str = "usage: api_read [--channel NAME] [--frames N] [--timeout-ms MS] [--latest] [--ipc-mode legacy|fd]";
+const USAGE: &str = "usage: api_read [--channel NAME] [--frames N] [--timeout-ms MS] [--latest] [--ipc-mode legacy|fd] [--allowed-producers UID,...]";
 
 fn main() {
     let (channel, frames, options) = match parse(std::env::args().skip(1).collect()) {
@@ -109,6 +110,12 @@ fn parse(args: Vec<String>) -> Result<(String, u32, SubscriberOptions), String> 
             "--channel" => channel = value,
             "--frames" => frames = number(&value)? as u32,
             "--timeout-ms" => options.timeout = Some(Duration::from_millis(number(&value)?)),
+            "--allowed-producers" => {
+                options.allowed_producer_uids = value
+                    .split(',')
+                    .map(|uid| number(uid).map(|uid| uid as u32))
+                    .collect::<Result<_, _>>()?
+            }
             "--ipc-mode" => {
                 options.ipc_mode = Some(match value.as_str() {
                     "legacy" => IpcMode::Legacy,

@@ -4,7 +4,8 @@
 //! the `api_publish` example to `gst-launch-1.0 rscudaipcsrc`, and
 //! `gst-launch-1.0 ... rscudaipcsink` to the `api_read` example, on the
 //! host transport (and on CUDA where there is a GPU). Every frame's SHA-1
-//! must match on both ends. `cargo test` builds the examples into
+//! must match on both ends. Also: the errors of an unknown channel and of
+//! another user's channel, as `api_read` reports them. `cargo test` builds the examples into
 //! target/<profile>/examples/ before running this.
 
 mod common;
@@ -13,7 +14,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Finished, Launch, gpu, launch, reference_checksums, unique_channel};
+use common::{
+    Finished, Launch, OTHER_USER, ShmDir, gpu, launch, launch_with, other_user_or_skip,
+    reference_checksums, unique_channel,
+};
 use cudaipc::{VideoFormat, VideoLayout};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -41,9 +45,14 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn start(name: &str, args: &[&str]) -> Launch {
+    start_with(name, args, &[])
+}
+
+fn start_with(name: &str, args: &[&str], env: &[(&str, &str)]) -> Launch {
     let program = example(name);
     let child = Command::new(&program)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -284,4 +293,52 @@ fn api_read_of_an_unknown_channel_fails_with_the_no_producer_error() {
         "{}",
         read.stderr
     );
+}
+
+/// Another user's channel is refused (another user may have taken the
+/// name), and read once that user is allowed.
+#[test]
+fn api_read_refuses_another_users_channel_unless_that_user_is_allowed() {
+    const TEST: &str = "api_read_refuses_another_users_channel_unless_that_user_is_allowed";
+    if !other_user_or_skip(TEST) {
+        return;
+    }
+    let dir = ShmDir::new("api-owner");
+    let channel = unique_channel("api-owner");
+    let source = "videotestsrc num-buffers=5 ! video/x-raw,format=RGB,width=64,height=48";
+    let reference = reference_checksums(source);
+    // nobody's producer, whose files every user may open.
+    let producer = launch_with(
+        &OTHER_USER,
+        &dir.env(),
+        &format!(
+            "{source} ! rscudaipcsink channel={channel} transport=host permissions=0666 wait-for-connection=1"
+        ),
+    );
+    let timeout = ["--timeout-ms", "20000"];
+    let args = [&["--channel", &channel][..], &timeout].concat();
+    let refused = start_with("api_read", &args, &dir.env()).finish(LIMIT);
+    assert_eq!(
+        refused.code,
+        Some(1),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("channel '{channel}' may not be used"))
+            && refused.stderr.contains("does not trust"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(sha1s(&refused), Vec::<String>::new());
+    let nobody = Command::new("id").args(["-u", "nobody"]).output().unwrap();
+    let nobody = String::from_utf8_lossy(&nobody.stdout).trim().to_owned();
+    let args = [&args[..], &["--allowed-producers", &nobody]].concat();
+    let read = start_with("api_read", &args, &dir.env()).finish(LIMIT);
+    read.assert_success("api_read allowing nobody");
+    assert_eq!(sha1s(&read), reference);
+    producer.finish(LIMIT).assert_success("nobody's producer");
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
 use crate::cuda::Device;
@@ -300,14 +300,34 @@ impl Subscriber {
     /// Waits for the next event until `interrupt` is raised (and the waker
     /// woken). A frame with new caps comes after an `Event::Caps`.
     pub fn next(&mut self, interrupt: &AtomicBool) -> Result<Event, SubscriberError> {
-        if let Some(frame) = self.pending.take() {
-            return Ok(Event::Frame(frame));
-        }
         loop {
-            let frame = match self.consumer.next(interrupt, None) {
+            // Without a timeout, `next_within` returns only with an event.
+            if let Some(event) = self.next_within(interrupt, None)? {
+                return Ok(event);
+            }
+        }
+    }
+
+    /// Like [`next`](Self::next), giving up with `Ok(None)` once `timeout`
+    /// passed without an event (`None`: waits as long as `next`).
+    pub fn next_within(
+        &mut self,
+        interrupt: &AtomicBool,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Event>, SubscriberError> {
+        if let Some(frame) = self.pending.take() {
+            return Ok(Some(Event::Frame(frame)));
+        }
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        loop {
+            let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            let frame = match self.consumer.next(interrupt, left) {
                 Ok(Item::Frame(frame)) => frame,
-                Ok(Item::Eos) => return Ok(Event::Eos),
-                Err(ChannelError::ProducerGone(gone)) => return Ok(Event::ProducerGone(gone)),
+                Ok(Item::Eos) => return Ok(Some(Event::Eos)),
+                Err(ChannelError::ProducerGone(gone)) => {
+                    return Ok(Some(Event::ProducerGone(gone)));
+                }
+                Err(ChannelError::Timeout) if deadline.is_some() => return Ok(None),
                 Err(e) => return Err(e.into()),
             };
             // From here on the slot goes back on every path.
@@ -325,7 +345,7 @@ impl Subscriber {
                     self.stale.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Refresh::Gone(gone) => return Ok(Event::ProducerGone(gone)),
+                Refresh::Gone(gone) => return Ok(Some(Event::ProducerGone(gone))),
             };
             let new_caps = if frame.caps_generation != self.caps_generation {
                 let Some(caps) = self.consumer.frame_caps(frame.caps_generation) else {
@@ -353,7 +373,7 @@ impl Subscriber {
                     // A producer that died before its writes finished, or a
                     // stop while waiting for them.
                     if let Some(gone) = self.consumer.producer_gone() {
-                        return Ok(Event::ProducerGone(gone));
+                        return Ok(Some(Event::ProducerGone(gone)));
                     }
                     if interrupt.load(Ordering::Relaxed) {
                         return Err(SubscriberError::Interrupted);
@@ -363,13 +383,13 @@ impl Subscriber {
             }
             frame.slots = Some(slots);
             self.held.fetch_add(1, Ordering::SeqCst);
-            return Ok(match new_caps {
+            return Ok(Some(match new_caps {
                 Some(caps) => {
                     self.pending = Some(frame);
                     Event::Caps(caps)
                 }
                 None => Event::Frame(frame),
-            });
+            }));
         }
     }
 
@@ -661,6 +681,28 @@ mod tests {
         assert_eq!(producer.reserve_now(), None);
         drop(subscriber);
         assert!(producer.reserve_now().is_some(), "the slot came back");
+    }
+
+    #[test]
+    fn a_wait_with_a_timeout_ends_without_an_event_and_a_later_frame_still_comes() {
+        let no = AtomicBool::new(false);
+        let (producer, slots, mut subscriber) = pair();
+        let start = std::time::Instant::now();
+        assert!(matches!(
+            subscriber.next_within(&no, Some(Duration::from_millis(50))),
+            Ok(None)
+        ));
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        publish(&producer, &*slots, 3);
+        let timeout = Some(Duration::from_secs(5));
+        assert!(matches!(
+            subscriber.next_within(&no, timeout),
+            Ok(Some(Event::Caps(_)))
+        ));
+        let Ok(Some(Event::Frame(frame))) = subscriber.next_within(&no, timeout) else {
+            panic!("the frame after its caps")
+        };
+        assert_eq!(frame.host_bytes(), Some(&[3u8; SIZE][..]));
     }
 
     #[test]

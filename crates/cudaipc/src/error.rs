@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! What can go wrong, by cause, with the channel's and the transport's
+//! errors kept as sources.
+
+use std::fmt;
+use std::time::Duration;
+
+use cudaipc_channel::ChannelError;
+use cudaipc_transport::{SubscriberError, TransportError};
+
+/// Everything the API's calls can fail with. Bad input is an error, never a
+/// panic.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A layout that cannot describe a frame: a stride below its row's
+    /// bytes, a plane outside the frame, a zero size, the wrong number of
+    /// planes.
+    InvalidLayout(String),
+    /// A format the elements do not handle (the caps name).
+    UnsupportedFormat(String),
+    /// A caps string that is not a fixed `video/x-raw` of a supported
+    /// format.
+    InvalidCaps {
+        /// The caps string.
+        caps: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Bytes given for a frame that are not the layout's frame size.
+    FrameSize {
+        /// The layout's frame size.
+        expected: usize,
+        /// Bytes given.
+        given: usize,
+    },
+    /// A channel name that cannot be used (empty, too long, a `/` in it).
+    InvalidChannelName(String),
+    /// Another live producer owns the channel.
+    ChannelInUse {
+        /// The channel's name.
+        channel: String,
+        /// The process id of the producer that owns it.
+        pid: u32,
+    },
+    /// No producer appeared on the channel within the timeout (`None`:
+    /// none was running and the attach did not wait).
+    NoProducer {
+        /// The channel's name.
+        channel: String,
+        /// How long the attach waited.
+        timeout: Option<Duration>,
+    },
+    /// The channel exists but may not be used by this process: its files'
+    /// permissions, or an owner that is neither this user nor one of the
+    /// allowed producers (another user may have taken the name).
+    PermissionDenied {
+        /// The channel's name.
+        channel: String,
+        /// Which file or owner, and what to change.
+        reason: String,
+    },
+    /// The producer closed the channel (`died: false`) or its process
+    /// ended without closing it (`died: true`).
+    ProducerGone {
+        /// The channel's name.
+        channel: String,
+        /// Whether its process ended without closing the channel.
+        died: bool,
+    },
+    /// No frame came within this time.
+    Timeout(Duration),
+    /// `when_full: Drop` and every slot is held by consumers: no loan now.
+    NoFreeSlot,
+    /// The channel is closed (the publisher was stopped).
+    Closed,
+    /// The cuda transport was asked for where no CUDA device is usable, or
+    /// the channel's device cannot be opened here.
+    Device(String),
+    /// Any other failure of the channel (shared memory, sockets, a corrupt
+    /// control block): what was being done, and the channel's error.
+    Channel {
+        /// What was being done.
+        what: &'static str,
+        /// The channel's error.
+        source: ChannelError,
+    },
+    /// Any other failure of the slots (allocating, mapping, GPU ordering).
+    Transport {
+        /// What was being done.
+        what: &'static str,
+        /// The transport's error.
+        source: TransportError,
+    },
+    /// A frame could not be read (the subscriber's error).
+    Read(SubscriberError),
+}
+
+impl Error {
+    /// The channel's error, as the cause that the variants above name.
+    pub(crate) fn channel(channel: &str, what: &'static str, e: ChannelError) -> Self {
+        match e {
+            ChannelError::InvalidName(name) => Self::InvalidChannelName(name),
+            ChannelError::InUse { channel, pid } => Self::ChannelInUse { channel, pid },
+            ChannelError::NoProducer { channel } => Self::NoProducer {
+                channel,
+                timeout: None,
+            },
+            ChannelError::PermissionDenied(reason) => Self::PermissionDenied {
+                channel: channel.to_owned(),
+                reason,
+            },
+            ChannelError::ProducerGone(gone) => Self::ProducerGone {
+                channel: channel.to_owned(),
+                died: gone == cudaipc_channel::ProducerGone::Died,
+            },
+            ChannelError::Interrupted => Self::Closed,
+            source => Self::Channel { what, source },
+        }
+    }
+
+    pub(crate) fn transport(channel: &str, what: &'static str, e: TransportError) -> Self {
+        match e {
+            TransportError::Channel(e) => Self::channel(channel, what, e),
+            source => Self::Transport { what, source },
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidLayout(why) => write!(f, "invalid frame layout: {why}"),
+            Self::UnsupportedFormat(name) => write!(
+                f,
+                "unsupported video format '{name}' (supported: RGB, RGBA, BGRA, RGBx, BGRx, GRAY8, NV12, I420)"
+            ),
+            Self::InvalidCaps { caps, reason } => {
+                write!(f, "unusable caps \"{caps}\": {reason}")
+            }
+            Self::FrameSize { expected, given } => write!(
+                f,
+                "a frame of this layout has {expected} bytes, {given} were given"
+            ),
+            Self::InvalidChannelName(why) => write!(f, "invalid channel name: {why}"),
+            Self::ChannelInUse { channel, pid } => write!(
+                f,
+                "channel '{channel}' is in use by a live producer (pid {pid})"
+            ),
+            Self::NoProducer {
+                channel,
+                timeout: Some(timeout),
+            } => write!(
+                f,
+                "no producer on channel '{channel}' within {} ms",
+                timeout.as_millis()
+            ),
+            Self::NoProducer {
+                channel,
+                timeout: None,
+            } => write!(f, "no producer on channel '{channel}'"),
+            Self::PermissionDenied { channel, reason } => {
+                write!(f, "channel '{channel}' may not be used: {reason}")
+            }
+            Self::ProducerGone {
+                channel,
+                died: false,
+            } => write!(f, "the producer of channel '{channel}' closed it"),
+            Self::ProducerGone {
+                channel,
+                died: true,
+            } => write!(f, "the producer of channel '{channel}' died"),
+            Self::Timeout(timeout) => {
+                write!(f, "no frame within {} ms", timeout.as_millis())
+            }
+            Self::NoFreeSlot => f.write_str("every slot is held by consumers"),
+            Self::Closed => f.write_str("the channel is closed"),
+            Self::Device(why) => write!(f, "CUDA device: {why}"),
+            Self::Channel { what, source } => write!(f, "cannot {what}: {source}"),
+            Self::Transport { what, source } => write!(f, "cannot {what}: {source}"),
+            Self::Read(e) => write!(f, "cannot read a frame: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Channel { source, .. } => Some(source),
+            Self::Transport { source, .. } => Some(source),
+            Self::Read(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,424 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! The producer end: creates a channel, announces the layout's caps, and
+//! publishes frames copied from host memory or written into a loaned slot.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use cudaipc_channel::socket::Peers;
+use cudaipc_channel::{ChannelError, FrameMeta, IpcMode, WaitMode, WhenFull};
+use cudaipc_transport::cuda::Device;
+use cudaipc_transport::{
+    ConfigureError, GpuSync, PublishError, PublisherConfig, ReserveError, SlotMemory,
+    TransportError, TransportKind, WriterReservation,
+};
+
+use crate::{Error, VideoLayout};
+
+type Inner = cudaipc_transport::Publisher<()>;
+
+/// Where a publisher's slots live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// CUDA device memory when a device is usable, else host memory.
+    #[default]
+    Auto,
+    /// CUDA device memory, shared with CUDA IPC; consumers read it on the
+    /// GPU.
+    Cuda,
+    /// Shared host memory: no GPU needed on either side.
+    Host,
+}
+
+/// How a [`Publisher`] is set up; [`Default`] gives the elements' defaults.
+#[derive(Debug, Clone)]
+pub struct PublisherOptions {
+    /// Where the slots live.
+    pub transport: Transport,
+    /// How consumers reach the channel: named files in the shm folder
+    /// (`Legacy`) or descriptors handed over its socket (`Fd`).
+    pub ipc_mode: IpcMode,
+    /// Slots in the ring; 0 lets the transport choose.
+    pub slots: usize,
+    /// What `publish` and `loan` do when consumers hold every slot.
+    pub when_full: WhenFull,
+    /// File mode of the channel's shared files (`0o600`: this user only).
+    pub permissions: u32,
+    /// Consumers to wait for before the first frame is published (0: none),
+    /// so that they get every frame.
+    pub wait_for_consumers: u32,
+    /// `IpcMode::Fd`: user ids whose consumers may attach beside this user.
+    pub allowed_uids: Vec<u32>,
+    /// `IpcMode::Fd`: group ids whose consumers may attach.
+    pub allowed_gids: Vec<u32>,
+    /// CUDA device ordinal of the slots (cuda transport).
+    pub device: i32,
+}
+
+impl Default for PublisherOptions {
+    fn default() -> Self {
+        Self {
+            transport: Transport::Auto,
+            ipc_mode: IpcMode::Legacy,
+            slots: 0,
+            when_full: WhenFull::Block,
+            permissions: 0o600,
+            wait_for_consumers: 0,
+            allowed_uids: Vec::new(),
+            allowed_gids: Vec::new(),
+            device: 0,
+        }
+    }
+}
+
+/// What became of a frame given to [`Publisher::publish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Copied into a slot and published.
+    Sent,
+    /// Dropped: `when_full: Drop` and every slot was held by consumers.
+    Dropped,
+}
+
+/// The producer end of a channel: what `cudaipcsink` is to a pipeline.
+/// Consumers (`cudaipcsrc`, a [`Subscriber`](crate::Subscriber)) read its
+/// frames. Dropping it ends the channel; after [`eos`](Self::eos) it first
+/// gives consumers up to 5 s to take what was published.
+///
+/// ```
+/// use cudaipc::{Publisher, PublisherOptions, Transport, VideoFormat, VideoLayout};
+/// use std::time::Duration;
+///
+/// let layout = VideoLayout::new(VideoFormat::Rgba, 64, 48)?;
+/// let options = PublisherOptions { transport: Transport::Host, ..Default::default() };
+/// let channel = format!("doc-publisher-{}", std::process::id());
+/// let publisher = Publisher::create(&channel, layout.clone(), options)?;
+///
+/// // Copied from host memory.
+/// let frame = vec![0x80u8; layout.frame_size()];
+/// publisher.publish(&frame, Some(Duration::ZERO))?;
+///
+/// // Written in place into a loaned slot.
+/// let mut loan = publisher.loan()?;
+/// if let Some(bytes) = loan.host_bytes_mut() {
+///     bytes.fill(0x40);
+/// }
+/// loan.publish(Some(Duration::from_millis(33)))?;
+/// publisher.eos();
+/// # Ok::<(), cudaipc::Error>(())
+/// ```
+pub struct Publisher {
+    inner: Arc<Inner>,
+    channel: Arc<str>,
+    layout: Arc<VideoLayout>,
+    when_full: WhenFull,
+    /// Never set: a loan waits for a slot as long as the channel is open.
+    no_interrupt: AtomicBool,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("channel", &self.channel)
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// Creates `channel` for frames of `layout` and announces their caps.
+    /// Fails if the name is taken by a live producer or not usable, if the
+    /// cuda transport is asked for without a usable device, or if the slots
+    /// cannot be allocated.
+    pub fn create(
+        channel: &str,
+        layout: VideoLayout,
+        options: PublisherOptions,
+    ) -> Result<Self, Error> {
+        let kind = match options.transport {
+            Transport::Auto => TransportKind::resolve(None),
+            Transport::Cuda => TransportKind::Cuda,
+            Transport::Host => TransportKind::Host,
+        };
+        let device = match kind {
+            TransportKind::Cuda => Some(Device::get(options.device).map_err(|e| {
+                Error::Device(format!(
+                    "the cuda transport needs CUDA device {}: {e}",
+                    options.device
+                ))
+            })?),
+            TransportKind::Host => None,
+        };
+        let gpu_sync = GpuSync::resolve(None, kind, device.as_deref()).map_err(Error::Device)?;
+        let inner = Inner::create(PublisherConfig {
+            channel: channel.to_owned(),
+            kind,
+            device,
+            slots: options.slots,
+            permissions: options.permissions,
+            gpu_sync,
+            when_full: options.when_full,
+            wait_mode: WaitMode::Hybrid,
+            wait_for_consumers: options.wait_for_consumers,
+            ipc_mode: options.ipc_mode,
+            peers: Peers {
+                uids: options.allowed_uids,
+                gids: options.allowed_gids,
+            },
+        })
+        .map_err(|e| Error::channel(channel, "create the channel", e))?;
+        let publisher = Self {
+            inner: Arc::new(inner),
+            channel: channel.into(),
+            layout: Arc::new(layout),
+            when_full: options.when_full,
+            no_interrupt: AtomicBool::new(false),
+        };
+        publisher
+            .inner
+            .configure(publisher.layout.frame_size())
+            .map_err(|e| match e {
+                ConfigureError::Allocate { error, .. } => {
+                    Error::transport(channel, "allocate the slots", error)
+                }
+                ConfigureError::Install(why) => Error::Transport {
+                    what: "publish the slots",
+                    source: TransportError::Invalid(why),
+                },
+            })?;
+        publisher
+            .inner
+            .set_caps(&publisher.layout.caps())
+            .map_err(|e| Error::channel(channel, "announce the caps", e))?;
+        Ok(publisher)
+    }
+
+    /// The channel's name.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// The layout of every frame published.
+    pub fn layout(&self) -> &VideoLayout {
+        &self.layout
+    }
+
+    /// Whether the slots are CUDA device memory (else shared host memory).
+    pub fn is_cuda(&self) -> bool {
+        self.inner.kind() == TransportKind::Cuda
+    }
+
+    /// Consumers attached now.
+    pub fn consumer_count(&self) -> u32 {
+        self.inner.stats().producer.consumers
+    }
+
+    /// Copies `frame` (exactly [`VideoLayout::frame_size`] bytes in the
+    /// layout) into a free slot and publishes it with `pts` (its time in
+    /// the stream). With `when_full: Block` it waits while consumers hold
+    /// every slot; with `Drop` it drops the frame instead.
+    pub fn publish(&self, frame: &[u8], pts: Option<Duration>) -> Result<Published, Error> {
+        let expected = self.layout.frame_size();
+        if frame.len() != expected {
+            return Err(Error::FrameSize {
+                expected,
+                given: frame.len(),
+            });
+        }
+        let fill = |memory: &SlotMemory| match memory {
+            // SAFETY: `publish_copy_of` calls this with a slot it reserved,
+            // which no consumer reads before it is published, and this is
+            // the only view of it.
+            SlotMemory::Host(region) => match unsafe { region.as_mut_slice() } {
+                Some(bytes) if bytes.len() >= frame.len() => {
+                    bytes[..frame.len()].copy_from_slice(frame);
+                    Ok(())
+                }
+                Some(bytes) => Err(format!(
+                    "a slot of {} bytes cannot hold a frame of {}",
+                    bytes.len(),
+                    frame.len()
+                )),
+                None => Err("the slot's mapping is read-only".into()),
+            },
+            SlotMemory::Device(region) => region.upload(frame).map_err(|e| e.to_string()),
+        };
+        match self
+            .inner
+            .publish_copy_of(None, &frame_meta(&self.layout, pts), fill)
+        {
+            Ok(Some(_)) => Ok(Published::Sent),
+            Ok(None) => Ok(Published::Dropped),
+            Err(e) => Err(publish_error(&self.channel, e)),
+        }
+    }
+
+    /// Lends a free slot to write the next frame into in place: no copy.
+    /// [`FrameLoan::publish`] publishes it; a loan dropped unpublished
+    /// gives the slot back. With `when_full: Block` it waits while
+    /// consumers hold every slot; with `Drop` that is
+    /// [`Error::NoFreeSlot`].
+    pub fn loan(&self) -> Result<FrameLoan, Error> {
+        let reservation = self
+            .inner
+            .reserve_for_writer(self.layout.frame_size(), &self.no_interrupt)
+            .map_err(|e| match e {
+                ReserveError::Flushing if self.inner.is_closed() => Error::Closed,
+                ReserveError::Flushing if self.when_full == WhenFull::Drop => Error::NoFreeSlot,
+                ReserveError::Flushing => Error::Closed,
+                ReserveError::TooSmall => Error::Transport {
+                    what: "lend a slot",
+                    source: TransportError::Invalid("the slots are smaller than the frame".into()),
+                },
+                ReserveError::Channel(e) => Error::channel(&self.channel, "lend a slot", e),
+                ReserveError::Transport(e) => Error::transport(&self.channel, "lend a slot", e),
+            })?;
+        // The loan is found again by its token: nothing else registers keys
+        // with this publisher.
+        let key = reservation.token() as usize;
+        self.inner.register_reservation(reservation.slot(), key);
+        Ok(FrameLoan {
+            reservation,
+            inner: self.inner.clone(),
+            channel: self.channel.clone(),
+            layout: self.layout.clone(),
+            key,
+        })
+    }
+
+    /// Ends the stream: consumers get an end of stream after the frames
+    /// published so far.
+    pub fn eos(&self) {
+        self.inner.eos();
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        // After an EOS the close lets consumers take the frames first.
+        self.inner.close(Duration::ZERO);
+    }
+}
+
+/// A slot lent by [`Publisher::loan`] to write one frame into in place.
+/// Owned: it may go to another thread. [`publish`](Self::publish) consumes
+/// it; dropping it unpublished gives the slot back to the ring.
+///
+/// On the host transport the slot is [`host_bytes_mut`](Self::host_bytes_mut).
+/// On the cuda transport it is device memory at
+/// [`device_ptr`](Self::device_ptr): write it on the GPU, on
+/// [`cuda_stream`](Self::cuda_stream), which orders the writes after the
+/// consumers' reads of the slot's previous frame and before `publish`.
+pub struct FrameLoan {
+    reservation: WriterReservation<()>,
+    inner: Arc<Inner>,
+    channel: Arc<str>,
+    layout: Arc<VideoLayout>,
+    key: usize,
+}
+
+impl std::fmt::Debug for FrameLoan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameLoan")
+            .field("channel", &self.channel)
+            .field("slot", &self.reservation.slot())
+            .finish()
+    }
+}
+
+impl FrameLoan {
+    /// The layout the frame must be written in.
+    pub fn layout(&self) -> &VideoLayout {
+        &self.layout
+    }
+
+    /// The frame's bytes to write (exactly the layout's frame size), on the
+    /// host transport; `None` on the cuda transport.
+    pub fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let size = self.layout.frame_size();
+        match self.reservation.memory() {
+            // SAFETY: the slot is reserved for this loan and not published,
+            // so no consumer reads it; `&mut self` makes this slice the only
+            // view of it while it lives.
+            SlotMemory::Host(region) => unsafe { region.as_mut_slice() }?.get_mut(..size),
+            SlotMemory::Device(_) => None,
+        }
+    }
+
+    /// The device address of the slot, on the cuda transport: the layout's
+    /// frame size in bytes from there are this frame's.
+    pub fn device_ptr(&self) -> Option<u64> {
+        match self.reservation.memory() {
+            SlotMemory::Device(region) => Some(region.ptr()),
+            SlotMemory::Host(_) => None,
+        }
+    }
+
+    /// The ordinal of the CUDA device holding the slot (cuda transport).
+    pub fn device_ordinal(&self) -> Option<i32> {
+        match self.reservation.memory() {
+            SlotMemory::Device(region) => Some(region.device().ordinal()),
+            SlotMemory::Host(_) => None,
+        }
+    }
+
+    /// The `CUstream` (of the device's primary context) to queue the writes
+    /// of the frame on, on the cuda transport. Writes queued elsewhere are
+    /// not ordered: finish them before [`publish`](Self::publish) and do not
+    /// start them before the loan was made.
+    pub fn cuda_stream(&self) -> Option<*mut std::ffi::c_void> {
+        match self.reservation.memory() {
+            SlotMemory::Device(region) => Some(region.device().stream().raw().cast()),
+            SlotMemory::Host(_) => None,
+        }
+    }
+
+    /// Publishes the frame written into the slot, with `pts`.
+    pub fn publish(self, pts: Option<Duration>) -> Result<(), Error> {
+        let meta = frame_meta(&self.layout, pts);
+        match self.inner.publish_reserved(self.key, &meta) {
+            Some(Ok(_slot)) => Ok(()),
+            Some(Err(e)) => Err(publish_error(&self.channel, e)),
+            // The reservation ended without a publication: the channel
+            // closed meanwhile.
+            None => Err(Error::Closed),
+        }
+    }
+}
+
+/// The channel's metadata of a frame of `layout`.
+fn frame_meta(layout: &VideoLayout, pts: Option<Duration>) -> FrameMeta {
+    FrameMeta {
+        size: layout.frame_size() as u64,
+        // u64::MAX stands for "none" on the wire.
+        pts: pts.map(|t| {
+            u64::try_from(t.as_nanos())
+                .unwrap_or(u64::MAX - 1)
+                .min(u64::MAX - 1)
+        }),
+        dts: None,
+        duration: None,
+        // GStreamer's "no offset".
+        offset: u64::MAX,
+        offset_end: u64::MAX,
+        flags: 0,
+        planes: layout.wire_planes(),
+    }
+}
+
+fn publish_error(channel: &str, e: PublishError) -> Error {
+    match e {
+        PublishError::Channel(ChannelError::Interrupted)
+        | PublishError::Transport(TransportError::Channel(ChannelError::Interrupted)) => {
+            Error::Closed
+        }
+        PublishError::Channel(e) => Error::channel(channel, "publish the frame", e),
+        PublishError::Transport(e) => Error::transport(channel, "publish the frame", e),
+        PublishError::Copy { error, .. } => Error::Transport {
+            what: "copy the frame into its slot",
+            source: TransportError::Invalid(error),
+        },
+    }
+}

@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! The consumer end: attaches to a channel and hands out its frames, each
+//! holding its slot until dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use cudaipc_channel::socket::Peers;
+use cudaipc_channel::{ConsumerMode, IpcMode, WaitMode};
+use cudaipc_transport::{
+    Event, HeldFrame, SlotMemory, SubscriberConfig, SubscriberError, TransportKind,
+};
+
+use crate::{Error, VideoLayout};
+
+/// Which frames a [`Subscriber`] gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Frames {
+    /// Every frame, in order; a producer with `when_full: Block` waits for
+    /// this subscriber, so nothing is lost.
+    #[default]
+    Every,
+    /// Only the newest frame; never holds the producer back.
+    Latest,
+}
+
+/// How a [`Subscriber`] attaches; [`Default`] gives the elements'
+/// defaults.
+#[derive(Debug, Clone)]
+pub struct SubscriberOptions {
+    /// How long [`Subscriber::attach`] waits for a producer to appear
+    /// (`None`: forever).
+    pub timeout: Option<Duration>,
+    /// Every frame, or only the newest.
+    pub frames: Frames,
+    /// How the channel is reached; `None`: through its socket if it has
+    /// one, else by its files' names.
+    pub ipc_mode: Option<IpcMode>,
+    /// User ids trusted as the channel's producer beside this user (a
+    /// channel owned by anyone else is refused: another user may have
+    /// taken the name).
+    pub allowed_producer_uids: Vec<u32>,
+    /// Group ids trusted as the channel's producer.
+    pub allowed_producer_gids: Vec<u32>,
+    /// CUDA device to read a cuda channel on; `None`: the producer's own.
+    pub device: Option<i32>,
+}
+
+impl Default for SubscriberOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Some(Duration::from_secs(10)),
+            frames: Frames::Every,
+            ipc_mode: None,
+            allowed_producer_uids: Vec::new(),
+            allowed_producer_gids: Vec::new(),
+            device: None,
+        }
+    }
+}
+
+/// The consumer end of a channel: what `cudaipcsrc` is to a pipeline. It
+/// reads what a [`Publisher`](crate::Publisher) or `cudaipcsink` publishes.
+///
+/// ```
+/// use cudaipc::{Publisher, PublisherOptions, Subscriber, SubscriberOptions, Transport,
+///               VideoFormat, VideoLayout};
+/// use std::time::Duration;
+///
+/// let channel = format!("doc-subscriber-{}", std::process::id());
+/// let layout = VideoLayout::new(VideoFormat::Gray8, 32, 16)?;
+/// let host = PublisherOptions { transport: Transport::Host, ..Default::default() };
+/// let publisher = Publisher::create(&channel, layout.clone(), host)?;
+/// let mut subscriber = Subscriber::attach(&channel, SubscriberOptions::default())?;
+///
+/// let pixels: Vec<u8> = (0..layout.frame_size()).map(|i| i as u8).collect();
+/// publisher.publish(&pixels, Some(Duration::from_millis(40)))?;
+/// publisher.eos();
+///
+/// let timeout = Some(Duration::from_secs(5));
+/// let frame = subscriber.next_frame(timeout)?.expect("a frame before the end");
+/// assert_eq!(frame.host_bytes(), Some(&pixels[..]));
+/// assert_eq!(frame.pts(), Some(Duration::from_millis(40)));
+/// assert_eq!(frame.layout(), &layout);
+/// drop(frame); // the slot goes back to the publisher
+/// assert!(subscriber.next_frame(timeout)?.is_none(), "the end of the stream");
+/// # Ok::<(), cudaipc::Error>(())
+/// ```
+pub struct Subscriber {
+    inner: cudaipc_transport::Subscriber,
+    channel: String,
+    /// The layout the producer's caps announced last.
+    layout: Option<VideoLayout>,
+    /// Never set: waits end by their timeout.
+    no_interrupt: AtomicBool,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("channel", &self.channel)
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    /// Attaches to `channel`, waiting up to `options.timeout` for its
+    /// producer. [`Error::NoProducer`] if none appeared;
+    /// [`Error::PermissionDenied`] if the channel belongs to a user that
+    /// is not trusted, or its files may not be opened.
+    pub fn attach(channel: &str, options: SubscriberOptions) -> Result<Self, Error> {
+        let config = SubscriberConfig {
+            channel: channel.to_owned(),
+            mode: match options.frames {
+                Frames::Every => ConsumerMode::EveryFrame,
+                Frames::Latest => ConsumerMode::Latest,
+            },
+            wait_mode: WaitMode::Hybrid,
+            connect_timeout: options.timeout,
+            device_id: options.device,
+            // The slot is released all the same, and a frame already
+            // dropped has nobody left to tell.
+            on_finish_read_error: Arc::new(|_, _| {}),
+            ipc_mode: options.ipc_mode,
+            producers: Peers {
+                uids: options.allowed_producer_uids,
+                gids: options.allowed_producer_gids,
+            },
+        };
+        let no_interrupt = AtomicBool::new(false);
+        let inner = cudaipc_transport::Subscriber::attach(config, &no_interrupt, || {}).map_err(
+            |e| match e {
+                SubscriberError::NoProducer(_) => Error::NoProducer {
+                    channel: channel.to_owned(),
+                    timeout: options.timeout,
+                },
+                SubscriberError::Attach(e) => Error::channel(channel, "attach to the channel", e),
+                SubscriberError::Device(why) => Error::Device(why),
+                e => Error::Read(e),
+            },
+        )?;
+        Ok(Self {
+            inner,
+            channel: channel.to_owned(),
+            layout: None,
+            no_interrupt,
+        })
+    }
+
+    /// The channel's name.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Whether the channel's frames are in CUDA device memory (else shared
+    /// host memory).
+    pub fn is_cuda(&self) -> bool {
+        self.inner.kind() == TransportKind::Cuda
+    }
+
+    /// The layout the producer announced last (`None` before its caps came
+    /// with the first frame).
+    pub fn layout(&self) -> Option<&VideoLayout> {
+        self.layout.as_ref()
+    }
+
+    /// Waits up to `timeout` (`None`: as long as it takes) for the next
+    /// frame. `Ok(None)` at the end of the stream; [`Error::Timeout`] when
+    /// none came in time; [`Error::ProducerGone`] once the producer closed
+    /// the channel without an end of stream, or died.
+    pub fn next_frame(&mut self, timeout: Option<Duration>) -> Result<Option<Frame>, Error> {
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        loop {
+            let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            let event = self
+                .inner
+                .next_within(&self.no_interrupt, left)
+                .map_err(Error::Read)?;
+            match event {
+                None => return Err(Error::Timeout(timeout.unwrap_or_default())),
+                Some(Event::Caps(caps)) => self.layout = Some(VideoLayout::from_caps(&caps)?),
+                Some(Event::Frame(held)) => return self.frame(held).map(Some),
+                Some(Event::Eos) => return Ok(None),
+                Some(Event::ProducerGone(gone)) => {
+                    return Err(Error::ProducerGone {
+                        channel: self.channel.clone(),
+                        died: gone == cudaipc_channel::ProducerGone::Died,
+                    });
+                }
+            }
+        }
+    }
+
+    /// `held` with its layout: the caps' format and size with the planes
+    /// the frame carries (the caps' default layout where it carries none).
+    fn frame(&self, held: HeldFrame) -> Result<Frame, Error> {
+        let caps = self.layout.as_ref().ok_or_else(|| Error::InvalidCaps {
+            caps: String::new(),
+            reason: "a frame came before any caps".into(),
+        })?;
+        let size = usize::try_from(held.size).unwrap_or(usize::MAX);
+        let layout = if held.planes.is_empty() && size >= caps.frame_size() {
+            Some(caps.clone())
+        } else {
+            caps.with_wire_planes(&held.planes, size)
+        };
+        let layout = layout.ok_or_else(|| {
+            Error::InvalidLayout(format!(
+                "frame {} of {size} bytes with planes {:?} does not fit the caps' {}x{} {}",
+                held.seq,
+                held.planes,
+                caps.width(),
+                caps.height(),
+                caps.format()
+            ))
+        })?;
+        Ok(Frame { held, layout })
+    }
+}
+
+/// A frame read by a [`Subscriber`]. It holds its slot: the producer does
+/// not write the slot again until the frame is dropped, so keep it only as
+/// long as it is read.
+///
+/// On the host transport its bytes are [`host_bytes`](Self::host_bytes), a
+/// view of the shared memory (no copy). On the cuda transport it is device
+/// memory at [`device_ptr`](Self::device_ptr): read it on
+/// [`cuda_stream`](Self::cuda_stream), which is ordered after the
+/// producer's writes; dropping the frame releases the slot after the work
+/// queued on that stream so far.
+pub struct Frame {
+    held: HeldFrame,
+    layout: VideoLayout,
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame")
+            .field("seq", &self.held.seq)
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl Frame {
+    /// The frame's format, size, strides and offsets.
+    pub fn layout(&self) -> &VideoLayout {
+        &self.layout
+    }
+
+    /// The frame's sequence number in the channel (counts every frame
+    /// published, and the end of a stream).
+    pub fn seq(&self) -> u64 {
+        self.held.seq
+    }
+
+    /// The frame's time in the stream, as its producer stamped it.
+    pub fn pts(&self) -> Option<Duration> {
+        self.held.pts.map(Duration::from_nanos)
+    }
+
+    /// Frames an every-frame subscriber lost right before this one (a
+    /// producer with `when_full: Drop` overwrote them). A latest-frame
+    /// subscriber skips frames by design and counts none.
+    pub fn missed_before(&self) -> u64 {
+        self.held.missed_before
+    }
+
+    /// The frame's bytes ([`VideoLayout::frame_size`] of them), on the host
+    /// transport; `None` on the cuda transport.
+    pub fn host_bytes(&self) -> Option<&[u8]> {
+        self.held
+            .host_bytes()
+            .and_then(|bytes| bytes.get(..self.layout.frame_size()))
+    }
+
+    /// Copies the frame's bytes into `dst` (exactly
+    /// [`VideoLayout::frame_size`] bytes): from the shared memory on the
+    /// host transport, or downloaded after the producer's writes on the
+    /// cuda transport (waiting for the download).
+    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<(), Error> {
+        let expected = self.layout.frame_size();
+        if dst.len() != expected {
+            return Err(Error::FrameSize {
+                expected,
+                given: dst.len(),
+            });
+        }
+        match self.held.memory() {
+            SlotMemory::Host(_) => {
+                let bytes = self.host_bytes().ok_or_else(|| {
+                    Error::InvalidLayout("the frame is larger than its slot".into())
+                })?;
+                dst.copy_from_slice(bytes);
+                Ok(())
+            }
+            SlotMemory::Device(region) => region.download(dst).map_err(|e| Error::Transport {
+                what: "download the frame",
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// The device address of the frame, on the cuda transport.
+    pub fn device_ptr(&self) -> Option<u64> {
+        match self.held.memory() {
+            SlotMemory::Device(region) => Some(region.ptr()),
+            SlotMemory::Host(_) => None,
+        }
+    }
+
+    /// The ordinal of the CUDA device the frame is read on (cuda
+    /// transport).
+    pub fn device_ordinal(&self) -> Option<i32> {
+        match self.held.memory() {
+            SlotMemory::Device(region) => Some(region.device().ordinal()),
+            SlotMemory::Host(_) => None,
+        }
+    }
+
+    /// The `CUstream` (of the device's primary context) to read the frame
+    /// on, on the cuda transport: ordered after the producer's writes.
+    /// Reads queued elsewhere must first wait for this stream, and end
+    /// before the frame is dropped.
+    pub fn cuda_stream(&self) -> Option<*mut std::ffi::c_void> {
+        match self.held.memory() {
+            SlotMemory::Device(region) => Some(region.device().stream().raw().cast()),
+            SlotMemory::Host(_) => None,
+        }
+    }
+}

@@ -39,6 +39,9 @@ mod output_pool;
 mod periodic;
 mod video;
 
+/// The video formats every element of the plugin takes.
+pub use video::FORMATS;
+
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     memory::meta::register();
     cudaipcsink::register(plugin)?;

@@ -10,39 +10,17 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    Finished, Launch, OTHER_USER, ShmDir, gpu, launch, launch_with, other_user_or_skip,
+    Finished, Launch, OTHER_USER, ShmDir, example, gpu, launch, launch_with, other_user_or_skip,
     reference_checksums, unique_channel,
 };
 use cudaipc::{VideoFormat, VideoLayout};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const FRAMES: u32 = 12;
-
-/// A Rust example: in target/<profile>/examples/ as `cargo test` builds it,
-/// or beside this binary where the GPU host's staging puts both.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap();
-    let candidates = [
-        here.parent().unwrap().join("examples").join(name),
-        here.join(name),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
-                candidates[0].display()
-            )
-        })
-        .clone()
-}
 
 fn start(name: &str, args: &[&str]) -> Launch {
     start_with(name, args, &[])
@@ -341,4 +319,16 @@ fn api_read_refuses_another_users_channel_unless_that_user_is_allowed() {
     read.assert_success("api_read allowing nobody");
     assert_eq!(sha1s(&read), reference);
     producer.finish(LIMIT).assert_success("nobody's producer");
+}
+
+/// The API crate cannot link GStreamer, so it lists the formats itself: the
+/// same ones the elements take, in the same order.
+#[test]
+fn the_api_speaks_every_format_of_the_elements() {
+    let api: Vec<&str> = VideoFormat::ALL.iter().map(|f| f.name()).collect();
+    let elements: Vec<&str> = gstcudaipc::FORMATS
+        .iter()
+        .map(|f| f.to_str().as_str())
+        .collect();
+    assert_eq!(api, elements);
 }

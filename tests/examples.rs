@@ -17,31 +17,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Finished, Launch, plugin_dir, unique_channel};
+use common::{Finished, Launch, example, plugin_dir, unique_channel};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);
-
-/// A Rust example: in target/<profile>/examples/ as `cargo test` builds it,
-/// or beside this binary where the GPU host's staging puts both.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap();
-    let candidates = [
-        here.parent().unwrap().join("examples").join(name),
-        here.join(name),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
-                candidates[0].display()
-            )
-        })
-        .clone()
-}
 
 fn start(program: impl Into<PathBuf>, args: &[&str]) -> Launch {
     let program = program.into();

@@ -834,11 +834,7 @@ fn other_user(t: Transport) {
 /// names its owner, and says whose it is. The real producer is told whose
 /// the name is.
 fn a_channel_of_another_user_is_refused(t: Transport) {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "SKIPPED: a_channel_of_another_user_is_refused needs root to run a producer as nobody"
-        );
+    if !other_user_or_skip("a_channel_of_another_user_is_refused") {
         return;
     }
     let (_dir, env) = nobody_env();

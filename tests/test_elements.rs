@@ -22,20 +22,9 @@ use gst_video::prelude::*;
 
 use common::*;
 use cudaipc_transport::cuda::Device;
+use gstcudaipc::FORMATS;
 use gstcudaipc::memory::{self, CudaAllocator};
 use gstcudaipc::pattern::{self, Pattern, PlaneLayout};
-
-/// The formats docs/elements.md promises: every element takes each of them.
-const FORMATS: [VideoFormat; 8] = [
-    VideoFormat::Rgb,
-    VideoFormat::Rgba,
-    VideoFormat::Bgra,
-    VideoFormat::Rgbx,
-    VideoFormat::Bgrx,
-    VideoFormat::Gray8,
-    VideoFormat::Nv12,
-    VideoFormat::I420,
-];
 
 fn video_info(format: VideoFormat, width: u32, height: u32) -> gst_video::VideoInfo {
     gst_video::VideoInfo::builder(format, width, height)

@@ -11,6 +11,27 @@ use std::time::{Duration, Instant};
 
 use super::protocol::{CHILD_ENTRY, Report};
 
+/// A Rust example: in target/<profile>/examples/ as `cargo test` builds it,
+/// or beside this binary where the GPU host's staging puts both.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let here = exe.parent().unwrap();
+    let candidates = [
+        here.parent().unwrap().join("examples").join(name),
+        here.join(name),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
+                candidates[0].display()
+            )
+        })
+        .clone()
+}
+
 /// Folder holding libgstcudaipc.so: `$CUDAIPC_PLUGIN_DIR`, else
 /// `$GST_PLUGIN_PATH` (as the GPU host's env.sh sets it), else the cargo
 /// target folder this test binary was built in.

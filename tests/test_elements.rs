@@ -504,7 +504,7 @@ fn upload(
     let region = memory::device_region(&memory).unwrap();
     region.upload(bytes).unwrap();
     let in_buffer = if readonly {
-        allocator.wrap(region, Box::new(memory.clone()), true)
+        allocator.wrap(region, Some(Box::new(memory.clone())), true)
     } else {
         memory.clone()
     };

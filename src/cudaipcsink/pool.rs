@@ -3,12 +3,84 @@
 //! The buffer pool `cudaipcsink` proposes upstream: every buffer it hands
 //! out wraps a free slot, so upstream writes the frame straight into shared
 //! memory and the sink publishes it without a copy.
+//!
+//! The buffer's memory carries the slot's loan (as qdata, which copies of
+//! the buffer share with their memory): `render` takes it from the buffer
+//! it gets and publishes it; memory freed unrendered gives the slot back
+//! through the loan's `Drop`.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use gst::glib;
+use gst::glib::translate::IntoGlib;
 
 use super::SinkPublisher;
+
+/// A slot lent to upstream through a buffer of the pool.
+type SinkLoan = cudaipc_transport::SlotLoan<gst::Buffer>;
+
+// The qdata's destroy notify runs on whatever thread frees the memory.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<SinkLoan>()
+};
+
+static LOAN_QUARK: LazyLock<glib::Quark> =
+    LazyLock::new(|| glib::Quark::from_str("GstRsCudaIpcSlotLoan"));
+
+unsafe extern "C" fn drop_loan(data: glib::ffi::gpointer) {
+    // SAFETY: `data` is a boxed SinkLoan set by `attach_loan` or
+    // `take_loan`; GStreamer calls this once, when it drops the qdata.
+    drop(unsafe { Box::from_raw(data as *mut SinkLoan) });
+}
+
+/// Lets `memory` carry `loan` until `take_loan` takes it or the memory is
+/// freed (which gives the slot back).
+fn attach_loan(memory: &gst::MemoryRef, loan: Box<SinkLoan>) {
+    // SAFETY: the memory is valid (borrowed); GstMiniObject's qdata is
+    // guarded by GStreamer's own lock, so setting it on a memory others
+    // hold too is sound; `drop_loan` frees exactly what is set here.
+    unsafe {
+        gst::ffi::gst_mini_object_set_qdata(
+            memory.as_ptr() as *mut gst::ffi::GstMiniObject,
+            LOAN_QUARK.into_glib(),
+            Box::into_raw(loan) as glib::ffi::gpointer,
+            Some(drop_loan),
+        );
+    }
+}
+
+/// The loan of `publisher`'s slot that the only memory of `buffer` wraps,
+/// unless it was published already (a buffer pushed again). The memory no
+/// longer carries it.
+pub(super) fn take_loan(
+    buffer: &gst::BufferRef,
+    publisher: &Arc<SinkPublisher>,
+) -> Option<SinkLoan> {
+    if buffer.n_memory() != 1 {
+        return None;
+    }
+    let memory = buffer.peek_memory(0);
+    // SAFETY: as in `attach_loan`; stealing leaves the destroy notify
+    // uncalled, so the loan is ours alone from here.
+    let data = unsafe {
+        gst::ffi::gst_mini_object_steal_qdata(
+            memory.as_ptr() as *mut gst::ffi::GstMiniObject,
+            LOAN_QUARK.into_glib(),
+        )
+    };
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: only `attach_loan` sets this quark, with a boxed SinkLoan.
+    let loan = unsafe { Box::from_raw(data as *mut SinkLoan) };
+    if loan.is_of(publisher) {
+        return Some(*loan);
+    }
+    // Another sink's slot (one buffer rendered by two sinks): left to it.
+    attach_loan(memory, loan);
+    None
+}
 
 glib::wrapper! {
     pub struct SlotPool(ObjectSubclass<imp::SlotPool>) @extends gst::BufferPool, gst::Object;
@@ -36,13 +108,13 @@ mod imp {
 
     use super::super::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
-    use cudaipc_transport::{HostRegion, ReserveError, SlotMemory, WriterReservation};
+    use cudaipc_transport::{HostRegion, ReserveError, SlotMemory};
 
-    /// A reserved host slot as writable buffer memory, `len` bytes of it.
+    /// A lent host slot as writable buffer memory, `len` bytes of it; the
+    /// region keeps the slot's mapping.
     struct HostSlot {
         region: HostRegion,
         len: usize,
-        _reservation: WriterReservation<gst::Buffer>,
     }
 
     impl AsRef<[u8]> for HostSlot {
@@ -53,7 +125,7 @@ mod imp {
 
     impl AsMut<[u8]> for HostSlot {
         fn as_mut(&mut self) -> &mut [u8] {
-            // SAFETY: the reserved slot is ours alone until it is published,
+            // SAFETY: the lent slot is ours alone until it is published,
             // and `&mut self` makes this the only view of it in this process.
             let bytes = unsafe { self.region.as_mut_slice() };
             &mut bytes.expect("a producer's slot is writable")[..self.len]
@@ -152,8 +224,9 @@ mod imp {
                 gst::warning!(CAT, imp = self, "the slots are lent by the other pool");
                 return Err(gst::FlowError::NotNegotiated);
             }
-            let reservation = publisher
-                .reserve_for_writer(info.size(), &self.flushing)
+            // Dropped on an error below: the slot goes back.
+            let loan = publisher
+                .loan(info.size(), &self.flushing)
                 .map_err(|e| match e {
                     ReserveError::Flushing => gst::FlowError::Flushing,
                     ReserveError::TooSmall => gst::FlowError::NotNegotiated,
@@ -163,34 +236,27 @@ mod imp {
                     ReserveError::Transport(e) => self
                         .post_error(&format!("cannot prepare a slot for upstream to write: {e}")),
                 })?;
-            let (slot, token) = (reservation.slot(), reservation.token());
-            let memory = match reservation.memory().clone() {
+            let slot = loan.slot();
+            let memory = match loan.memory().clone() {
                 SlotMemory::Device(slot) => {
                     let device = slot.device().clone();
                     // The slot size was checked against the caps above.
                     let Some(frame) = slot.sub(0, info.size()) else {
                         return Err(gst::FlowError::NotNegotiated);
                     };
-                    CudaAllocator::for_device(&device).wrap(frame, Box::new(reservation), false)
+                    CudaAllocator::for_device(&device).wrap(frame, None, false)
                 }
                 SlotMemory::Host(region) if region.is_writable() && region.len() >= info.size() => {
                     gst::Memory::from_mut_slice(HostSlot {
                         region,
                         len: info.size(),
-                        _reservation: reservation,
                     })
                 }
                 SlotMemory::Host(_) => return Err(gst::FlowError::NotNegotiated),
             };
-            // Render recognises the frame by its memory.
-            publisher.register_reservation(slot, memory.as_ptr() as usize);
-            gst::trace!(
-                CAT,
-                imp = self,
-                "slot {} reserved for upstream (token {})",
-                slot,
-                token
-            );
+            // Render takes the loan from the memory.
+            super::attach_loan(&memory, Box::new(loan));
+            gst::trace!(CAT, imp = self, "slot {} lent to upstream", slot);
             let mut buffer = gst::Buffer::new();
             {
                 let buffer = buffer.get_mut().unwrap();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use gst::prelude::*;
 
-use super::pool::SlotPool;
+use super::pool::{self, SlotPool};
 use super::{CAT, SinkPublisher};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
@@ -157,11 +157,9 @@ pub(super) fn render(
             }
         })?;
     }
-    // Upstream wrote into a slot of our pool: recognised by its memory.
-    if let Some(published) =
-        memory_key(buffer).and_then(|key| publisher.publish_reserved(key, &meta))
-    {
-        let slot = published.map_err(|e| flow_error(sink, e))?;
+    // Upstream wrote into a slot of our pool: its memory carries the loan.
+    if let Some(loan) = pool::take_loan(buffer, publisher) {
+        let slot = loan.publish(&meta).map_err(|e| flow_error(sink, e))?;
         gst::trace!(CAT, obj = sink, "published slot {} without a copy", slot);
         return Ok(gst::FlowSuccess::Ok);
     }
@@ -176,7 +174,7 @@ pub(super) fn render(
     // Our reference keeps the memory unchanged (GStreamer lets nobody write
     // memory that others hold): pushed again, it is published again from a
     // slot that still holds it.
-    let source = memory_key(buffer).map(|key| (key, buffer.clone()));
+    let source = source_identity(buffer).map(|key| (key, buffer.clone()));
     match publisher
         .publish_copy_of(source, &meta, copy)
         .map_err(|e| flow_error(sink, e))?
@@ -318,9 +316,10 @@ fn frame_meta(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> FrameMeta
     }
 }
 
-/// The key under which the slot pool registered the memory of `buffer`
-/// (see `SlotPool`): its only memory's address.
-fn memory_key(buffer: &gst::BufferRef) -> Option<usize> {
+/// What tells the frame of `buffer` apart as a source to publish again
+/// (see `publish_copy_of`): its only memory, by address, which the
+/// reference kept with it keeps from being freed or written.
+fn source_identity(buffer: &gst::BufferRef) -> Option<usize> {
     (buffer.n_memory() == 1).then(|| buffer.peek_memory(0).as_ptr() as usize)
 }
 

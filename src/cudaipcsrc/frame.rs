@@ -112,7 +112,7 @@ pub(super) fn to_buffer(
             // A frame larger than the slot's mapping is cut to it (the
             // channel refuses those before they get here).
             let frame_memory = slot.sub(0, size.min(slot.len())).unwrap_or(slot);
-            b.append_memory(allocator.wrap(frame_memory, Box::new(frame), true));
+            b.append_memory(allocator.wrap(frame_memory, Some(Box::new(frame)), true));
             CudaIpcMeta::add(b, meta);
         }
         SlotMemory::Host(_) => b.append_memory(gst::Memory::from_slice(HostSlot(frame))),

@@ -105,7 +105,7 @@ struct CudaMemory {
     /// The (parent's) whole allocation, `maxsize` bytes from offset 0; it
     /// keeps the device memory alive, shares included.
     whole: DeviceRegion,
-    /// Kept until the memory is freed: a slot's reservation or hold.
+    /// Kept until the memory is freed: a held frame, say.
     _guard: Option<Box<dyn Any + Send + Sync>>,
     staging: Mutex<Option<Staging>>,
 }

@@ -74,17 +74,17 @@ impl CudaAllocator {
     }
 
     /// Wraps the device memory of `region` (on this allocator's device)
-    /// without copying; the memory keeps the region, and `guard` (a slot's
-    /// reservation, say), until it is freed, on whatever thread frees it.
+    /// without copying; the memory keeps the region, and `guard` (a held
+    /// frame, say), until it is freed, on whatever thread frees it.
     /// `readonly` memory cannot be mapped for writing (shared frames).
     pub fn wrap(
         &self,
         region: DeviceRegion,
-        guard: Box<dyn Any + Send + Sync>,
+        guard: Option<Box<dyn Any + Send + Sync>>,
         readonly: bool,
     ) -> gst::Memory {
         debug_assert_eq!(region.device().ordinal(), self.device().ordinal());
-        imp::wrap(self, region, Some(guard), readonly)
+        imp::wrap(self, region, guard, readonly)
     }
 }
 

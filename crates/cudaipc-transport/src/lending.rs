@@ -20,6 +20,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{ProducerSlots, TransportError, WriterStream};
+use crate::reservation::Reservation;
 use cudaipc_channel::wait::timed;
 use cudaipc_channel::{ChannelError, FrameMeta, Producer};
 
@@ -55,17 +56,18 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             .map(|_| None)
             .chain(keys.into_iter().map(Some))
             .collect();
+        // Given back if one is busy.
         let mut reserved = Vec::new();
         while let Some(slot) = producer.reserve_now() {
-            reserved.push(slot);
+            reserved.push(Reservation::new(producer, slot));
         }
         if let Some(busy) = (placeholders..keys.len()).find(|&slot| !producer.is_reserved(slot)) {
-            for slot in reserved {
-                producer.cancel(slot);
-            }
             return Err(TransportError::Invalid(format!(
                 "slot {busy} of a freshly published pool is busy"
             )));
+        }
+        for reservation in reserved {
+            reservation.keep();
         }
         Ok(Self {
             held: Mutex::new((0..keys.len()).map(|_| None).collect()),
@@ -79,26 +81,30 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         self.keys.iter().position(|k| k.as_ref() == Some(key))
     }
 
-    /// Publishes the frame upstream wrote into the memory of `slot`, and
-    /// keeps `buffer` until the consumers are done with it. The caller
-    /// ordered our stream after upstream's writes.
-    pub fn publish(
+    /// Lent `slot` as a reservation, if it waits (reserved) for the frame
+    /// upstream writes into its buffer; `None` while its frame is published.
+    pub(crate) fn waiting_for_frame<'a>(
         &self,
         slot: usize,
+        producer: &'a Producer,
+    ) -> Option<Reservation<'a>> {
+        (self.keys.get(slot)?.is_some() && producer.is_reserved(slot))
+            .then(|| Reservation::new(producer, slot))
+    }
+
+    /// Publishes the frame upstream wrote into the memory of the reserved
+    /// slot, and keeps `buffer` until the consumers are done with it. The
+    /// caller ordered our stream after upstream's writes. On an error the
+    /// slot is given back (as a new pool would).
+    pub(crate) fn publish(
+        &self,
+        reservation: Reservation<'_>,
         buffer: T,
         meta: &FrameMeta,
         slots: &dyn ProducerSlots,
-        producer: &Producer,
     ) -> Result<u64, TransportError> {
-        if !producer.is_reserved(slot) {
-            return Err(TransportError::Invalid(format!(
-                "upstream wrote into lent slot {slot} while its frame was still published"
-            )));
-        }
-        slots
-            .after_write(slot)
-            .inspect_err(|_| producer.cancel(slot))?;
-        let seq = producer.publish(slot, meta)?;
+        let slot = reservation.slot();
+        let seq = reservation.publish(Some(slots), meta)?;
         self.published_at[slot].store(seq, Ordering::Relaxed);
         self.held.lock().unwrap()[slot] = Some(buffer);
         Ok(seq)
@@ -204,7 +210,8 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         let held = self.held.lock().unwrap();
         for (slot, buffer) in held.iter().enumerate() {
             if (buffer.is_none() || pending.contains(&slot)) && producer.is_reserved(slot) {
-                producer.cancel(slot);
+                // Given back as it goes.
+                drop(Reservation::new(producer, slot));
             }
         }
         pending.clear();
@@ -284,6 +291,22 @@ mod tests {
         }
     }
 
+    /// Publishes the frame upstream wrote into lent `slot`, as
+    /// `Publisher::publish_lent` does.
+    fn publish<T>(
+        lent: &LentSlots<u64, T>,
+        slot: usize,
+        buffer: T,
+        meta: &FrameMeta,
+        slots: &dyn ProducerSlots,
+        producer: &Producer,
+    ) -> Result<u64, TransportError> {
+        let reservation = lent
+            .waiting_for_frame(slot, producer)
+            .ok_or_else(|| TransportError::Invalid(format!("slot {slot} waits for no frame")))?;
+        lent.publish(reservation, buffer, meta, slots)
+    }
+
     /// No buffer names the stream its next write goes to.
     fn no_stream<T>(_: &T) -> Option<WriterStream> {
         None
@@ -344,8 +367,7 @@ mod tests {
         let lent = Arc::new(LentSlots::new(0, vec![100u64, 101, 102], &producer).unwrap());
         assert_eq!(producer.reserve_now(), None, "every slot is upstream's");
         let slot_a = lent.slot_of(&100).unwrap();
-        lent.publish(slot_a, "a", &meta(0), &*slots, &producer)
-            .unwrap();
+        publish(&lent, slot_a, "a", &meta(0), &*slots, &producer).unwrap();
         // The consumer has not taken the frame: nothing comes back, and
         // upstream still has two buffers, so this does not wait.
         assert!(
@@ -360,15 +382,11 @@ mod tests {
             .unwrap()
             .is_empty()
         );
-        // Writing into a buffer whose frame is still published is refused.
-        assert!(
-            lent.publish(slot_a, "a again", &meta(1), &*slots, &producer)
-                .is_err()
-        );
+        // A buffer whose frame is still published waits for no frame.
+        assert!(lent.waiting_for_frame(slot_a, &producer).is_none());
         for (key, name, pts) in [(101, "b", 1), (102, "c", 2)] {
             let slot = lent.slot_of(&key).unwrap();
-            lent.publish(slot, name, &meta(pts), &*slots, &producer)
-                .unwrap();
+            publish(&lent, slot, name, &meta(pts), &*slots, &producer).unwrap();
         }
         assert_eq!(*slots.after_write.lock().unwrap(), vec![slot_a, 1, 2]);
 
@@ -406,8 +424,7 @@ mod tests {
         // waits reserved for upstream's next frame in that buffer.
         assert_eq!(*slots.before_write.lock().unwrap(), vec![slot_a]);
         assert!(producer.is_reserved(slot_a));
-        lent.publish(slot_a, "a2", &meta(3), &*slots, &producer)
-            .unwrap();
+        publish(&lent, slot_a, "a2", &meta(3), &*slots, &producer).unwrap();
         for pts in 1..4 {
             let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
                 panic!("expected a frame");
@@ -482,8 +499,15 @@ mod tests {
         let mut upstream_writes_into = 100u64;
         for pts in 0..6 {
             let slot = lent.slot_of(&upstream_writes_into).unwrap();
-            lent.publish(slot, upstream_writes_into, &meta(pts), &slots, &producer)
-                .unwrap();
+            publish(
+                &lent,
+                slot,
+                upstream_writes_into,
+                &meta(pts),
+                &slots,
+                &producer,
+            )
+            .unwrap();
             let back = take_back(slot);
             if pts > 0 {
                 assert_eq!(back, vec![upstream_writes_into ^ 1], "frame {pts}");
@@ -519,7 +543,7 @@ mod tests {
         assert_eq!(lent.slot_of(&7), Some(2));
         assert!((2..5).all(|slot| producer.is_reserved(slot)));
         assert!(!producer.is_reserved(old.slot), "held by the consumer");
-        lent.publish(2, "x", &meta(1), &slots, &producer).unwrap();
+        publish(&lent, 2, "x", &meta(1), &slots, &producer).unwrap();
         let Item::Frame(new) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
             panic!("expected a frame");
         };
@@ -559,7 +583,7 @@ mod tests {
             .configure_pool(64, &slots.slot_descriptors(), &[], &no)
             .unwrap();
         let lent = LentSlots::new(0, vec![1u64, 2, 3], &producer).unwrap();
-        lent.publish(0, (), &meta(0), &slots, &producer).unwrap();
+        publish(&lent, 0, (), &meta(0), &slots, &producer).unwrap();
         lent.cancel_reservations(&producer);
         assert!((0..3).all(|slot| !producer.is_reserved(slot)));
         // Without reservations a new pool goes in at once.

@@ -14,6 +14,7 @@ mod cuda_slots;
 mod host;
 mod lending;
 mod publisher;
+mod reservation;
 mod subscriber;
 #[cfg(test)]
 mod tests;
@@ -34,7 +35,7 @@ pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use lending::LentSlots;
 pub use publisher::{
     Allocated, ConfigureError, Learned, LendableFrame, PublishError, Publisher, PublisherConfig,
-    PublisherStats, ReserveError, WriterReservation,
+    PublisherStats, ReserveError, SlotLoan,
 };
 pub use subscriber::{Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError};
 

@@ -5,21 +5,26 @@
 //! of writers that fill a slot themselves, and the buffers an upstream pool
 //! lends as slots. `cudaipcsink` only translates between GStreamer and this.
 //!
-//! A frame reaches a slot in one of three ways:
-//! - copied: [`Publisher::publish_copy`] reserves a free slot, lets the
+//! A frame reaches a slot in one of four ways:
+//! - copied: [`Publisher::publish_copy_of`] reserves a free slot, lets the
 //!   caller fill it, and publishes it;
-//! - written in place: a writer holds a [`WriterReservation`] (the sink's
-//!   buffer pool hands one out per buffer), writes into its slot, and the
-//!   frame is published by [`Publisher::publish_reserved`] with the key the
-//!   writer's memory was registered under;
+//! - published again: the same call finds a free slot that still holds a
+//!   copy of the same source and publishes it without writing;
+//! - written in place: a writer holds a [`SlotLoan`] (the sink's buffer
+//!   pool hands one out per buffer, carried by the buffer's memory), writes
+//!   into its slot, and publishes it with [`SlotLoan::publish`];
 //! - lent: once every buffer of an upstream pool went through
 //!   ([`Publisher::learn`]), those buffers become the slots
 //!   ([`Publisher::lend`], [`Publisher::publish_lent`]).
 //!
+//! Each ends the same way: the reserved slot is a `Reservation` (a
+//! `SlotLoan` holds one) that publishing consumes and that gives the slot
+//! back when dropped unpublished, on every error path alike.
+//!
 //! Locks: `current`, `retired` and `learned` are leaves (none is held while
 //! another is taken, and none across a wait).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +33,7 @@ use super::{
     TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
+use crate::reservation::Reservation;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::wait::timed;
@@ -199,11 +205,6 @@ pub struct Publisher<T> {
     interrupt: AtomicBool,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
-    /// Per slot: token of the writer reservation that holds it (0: none)
-    /// and the key its memory was registered under.
-    tokens: [AtomicU64; MAX_SLOTS],
-    keys: [AtomicUsize; MAX_SLOTS],
-    next_token: AtomicU64,
     /// Buffers of the lendable upstream pool seen so far.
     learned: Mutex<Vec<LendableFrame>>,
     /// Set once `wait_for_consumers` consumers were attached.
@@ -255,9 +256,6 @@ impl<T: Send + 'static> Publisher<T> {
             interrupt: AtomicBool::new(false),
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
-            tokens: std::array::from_fn(|_| AtomicU64::new(0)),
-            keys: std::array::from_fn(|_| AtomicUsize::new(0)),
-            next_token: AtomicU64::new(0),
             learned: Mutex::new(Vec::new()),
             zero_copy: AtomicU64::new(0),
             copied: AtomicU64::new(0),
@@ -321,7 +319,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// `grace` (at least `END_OF_STREAM_GRACE` after an EOS: a lossless
     /// consumer then gets the whole stream, however slow its start), then
     /// removes the channel's name and drops the slots (their memory goes
-    /// once the last writer reservation is gone). Returns whether the
+    /// once the last loan, and the last buffer wrapping a slot, is gone). Returns whether the
     /// consumers were done in time.
     pub fn close(&self, grace: Duration) -> bool {
         self.interrupt();
@@ -520,33 +518,29 @@ impl<T: Send + 'static> Publisher<T> {
         let Some(slot) = reserved else {
             return Ok(None);
         };
+        // From here on an early return gives the slot back.
+        let reservation = Reservation::new(&self.producer, slot);
         let Some(set) = self.current_set() else {
-            self.producer.cancel(slot);
             return Err(PublishError::Channel(ChannelError::Interrupted));
         };
         let holds = key.is_some_and(|key| self.slots_holding(key) & (1 << slot) != 0);
-        let written = if holds {
-            // Nothing to write, nor to signal: the slot's ready event was
-            // last recorded after its copy (consumers' waits on it pass at
-            // once), and no GPU work of ours means no turn on the GPU for
-            // this process without MPS.
-            Ok(())
-        } else {
+        // Holding it, there is nothing to write, nor to signal: the slot's
+        // ready event was last recorded after its copy (consumers' waits on
+        // it pass at once), and no GPU work of ours means no turn on the
+        // GPU for this process without MPS.
+        if !holds {
             self.forget_content(slot);
             timed(&self.read_wait_ns, || {
                 set.slots.before_write(slot, &self.producer)
             })
             .map_err(|e| e.to_string())
             .and_then(|()| fill(&set.slots.slot_memory(slot)))
-            .and_then(|()| set.slots.after_write(slot).map_err(|e| e.to_string()))
-        };
-        if let Err(error) = written {
-            self.producer.cancel(slot);
-            return Err(PublishError::Copy { slot, error });
+            .map_err(|error| PublishError::Copy { slot, error })?;
         }
-        self.producer
-            .publish(slot, meta)
-            .map_err(PublishError::Channel)?;
+        let written = (!holds).then_some(&*set.slots);
+        reservation
+            .publish(written, meta)
+            .map_err(PublishError::Transport)?;
         let counter = if holds { &self.repeated } else { &self.copied };
         counter.fetch_add(1, Ordering::Relaxed);
         if let Some((key, keeper)) = source {
@@ -602,103 +596,52 @@ impl<T: Send + 'static> Publisher<T> {
         }
     }
 
-    /// Reserves a free slot for a writer that fills it in place (waiting
-    /// unless `interrupt` is set), for a frame of `frame_size` bytes.
-    pub fn reserve_for_writer(
+    /// Lends a free slot to a writer that fills it in place (waiting
+    /// unless `interrupt` is set), for a frame of `frame_size` bytes; the
+    /// writer's later writes are ordered after the consumers' reads of the
+    /// slot's previous frame.
+    pub fn loan(
         self: &Arc<Self>,
         frame_size: usize,
         interrupt: &AtomicBool,
-    ) -> Result<WriterReservation<T>, ReserveError> {
+    ) -> Result<SlotLoan<T>, ReserveError> {
         let slot = match self.reserve(interrupt) {
             Ok(Some(slot)) => slot,
             Ok(None) | Err(ChannelError::Interrupted) => return Err(ReserveError::Flushing),
             Err(e) => return Err(ReserveError::Channel(e)),
         };
+        // From here on an early return gives the slot back.
+        let reservation = Reservation::new(&self.producer, slot);
         // The writer's memory may itself be a noted source (a slot of ours
         // that a downstream element holds and pushes again): forget all.
         self.forget_all_content();
         let Some(set) = self.current_set() else {
-            self.producer.cancel(slot);
             return Err(ReserveError::Flushing);
         };
         if set.slots.slot_size() < frame_size {
-            self.producer.cancel(slot);
             return Err(ReserveError::TooSmall);
         }
-        if let Err(e) = timed(&self.read_wait_ns, || {
+        timed(&self.read_wait_ns, || {
             set.slots.before_write(slot, &self.producer)
-        }) {
-            self.producer.cancel(slot);
-            return Err(ReserveError::Transport(e));
-        }
-        let token = self.next_token.fetch_add(1, Ordering::Relaxed) + 1;
-        self.tokens[slot].store(token, Ordering::SeqCst);
-        Ok(WriterReservation {
+        })
+        .map_err(ReserveError::Transport)?;
+        Ok(SlotLoan {
             memory: set.slots.slot_memory(slot),
             publisher: self.clone(),
-            _set: set,
+            set,
             slot,
-            token,
+            generation: reservation.keep(),
+            published: false,
         })
     }
 
-    /// Registers the memory the writer of reserved `slot` writes into by
-    /// `key` (an address), to recognise it in `publish_reserved`.
-    pub fn register_reservation(&self, slot: usize, key: usize) {
-        self.keys[slot].store(key, Ordering::SeqCst);
-    }
-
-    /// Publishes the frame a writer wrote into the slot its memory (`key`)
-    /// reserved; `None` if no live reservation has that key.
-    pub fn publish_reserved(
-        &self,
-        key: usize,
-        meta: &FrameMeta,
-    ) -> Option<Result<usize, PublishError>> {
-        let slot = self.take_reservation(key)?;
-        let Some(set) = self.current_set() else {
-            self.producer.cancel(slot);
-            return Some(Err(PublishError::Channel(ChannelError::Interrupted)));
-        };
-        if let Err(e) = set.slots.after_write(slot) {
-            self.producer.cancel(slot);
-            return Some(Err(PublishError::Transport(e)));
-        }
-        Some(
-            self.producer
-                .publish(slot, meta)
-                .map(|_| {
-                    self.zero_copy.fetch_add(1, Ordering::Relaxed);
-                    slot
-                })
-                .map_err(PublishError::Channel),
-        )
-    }
-
-    /// The slot reserved under `key`, if that reservation is still live; it
-    /// then passes to the caller.
-    fn take_reservation(&self, key: usize) -> Option<usize> {
-        // Addresses are reused once freed, so only live reservations
-        // (non-zero token) count.
-        let slot = (0..MAX_SLOTS).find(|&s| {
-            self.keys[s].load(Ordering::SeqCst) == key && self.tokens[s].load(Ordering::SeqCst) != 0
-        })?;
-        if self.tokens[slot].swap(0, Ordering::SeqCst) == 0 {
-            return None;
-        }
-        self.keys[slot].store(0, Ordering::SeqCst);
-        Some(slot)
-    }
-
-    /// Cancels a writer's reservation unless it was published.
-    fn end_reservation(&self, slot: usize, token: u64) {
-        if self.tokens[slot]
-            .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            self.keys[slot].store(0, Ordering::SeqCst);
-            self.producer.cancel(slot);
-        }
+    /// Whether `set` is the current slot set (not closed, not replaced).
+    fn is_current(&self, set: &Arc<SlotSet<T>>) -> bool {
+        self.current
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, set))
     }
 
     /// Forgets the lendable buffers seen so far (a new pool was proposed).
@@ -818,13 +761,14 @@ impl<T: Send + 'static> Publisher<T> {
         let Some(lent) = &set.lent else {
             return Ok(None);
         };
-        let Some(slot) = lent
+        let Some(reservation) = lent
             .slot_of(key)
-            .filter(|&slot| self.producer.is_reserved(slot))
+            .and_then(|slot| lent.waiting_for_frame(slot, &self.producer))
         else {
             return Ok(None);
         };
-        lent.publish(slot, buffer, meta, &*set.slots, &self.producer)?;
+        let slot = reservation.slot();
+        lent.publish(reservation, buffer, meta, &*set.slots)?;
         self.zero_copy.fetch_add(1, Ordering::Relaxed);
         lent.take_released(
             &*set.slots,
@@ -838,36 +782,66 @@ impl<T: Send + 'static> Publisher<T> {
     }
 }
 
-/// A slot reserved for a writer that fills it in place; given back unless
-/// its frame was published (`Publisher::publish_reserved`) by the time it
-/// is dropped. Keeps the slot's memory alive.
-pub struct WriterReservation<T: Send + 'static> {
+/// A free slot lent to a writer that fills it in place (see
+/// [`Publisher::loan`]). Owned: it may travel with the writer's buffer to
+/// another thread. [`publish`](Self::publish) consumes it; dropped
+/// unpublished (the buffer was never rendered, an error), it gives the slot
+/// back. Keeps the slot's memory alive.
+pub struct SlotLoan<T: Send + 'static> {
     publisher: Arc<Publisher<T>>,
-    // The slot memory must outlive the writer's use of it.
-    _set: Arc<SlotSet<T>>,
+    set: Arc<SlotSet<T>>,
     memory: SlotMemory,
     slot: usize,
-    token: u64,
+    /// The pool generation the slot was reserved in.
+    generation: u64,
+    /// Set once `publish` took the slot over.
+    published: bool,
 }
 
-impl<T: Send + 'static> WriterReservation<T> {
+impl<T: Send + 'static> SlotLoan<T> {
     pub fn slot(&self) -> usize {
         self.slot
     }
 
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// Where the slot's bytes are; valid while the reservation lives.
+    /// Where the slot's bytes are; valid while the loan or a clone of the
+    /// memory lives.
     pub fn memory(&self) -> &SlotMemory {
         &self.memory
     }
+
+    /// Whether this loan is a slot of `publisher`.
+    pub fn is_of(&self, publisher: &Arc<Publisher<T>>) -> bool {
+        Arc::ptr_eq(&self.publisher, publisher)
+    }
+
+    /// Publishes the frame written into the slot with `meta`; returns the
+    /// slot. On an error the slot goes back to the ring.
+    pub fn publish(mut self, meta: &FrameMeta) -> Result<usize, PublishError> {
+        self.published = true;
+        let publisher = &self.publisher;
+        let reservation =
+            Reservation::of_generation(&publisher.producer, self.slot, self.generation);
+        if !publisher.is_current(&self.set) {
+            // Closed (a new set waits for every loan to end).
+            return Err(PublishError::Channel(ChannelError::Interrupted));
+        }
+        reservation
+            .publish(Some(&*self.set.slots), meta)
+            .map_err(PublishError::Transport)?;
+        publisher.zero_copy.fetch_add(1, Ordering::Relaxed);
+        Ok(self.slot)
+    }
 }
 
-impl<T: Send + 'static> Drop for WriterReservation<T> {
+impl<T: Send + 'static> Drop for SlotLoan<T> {
     fn drop(&mut self) {
-        self.publisher.end_reservation(self.slot, self.token);
+        if !self.published {
+            drop(Reservation::of_generation(
+                &self.publisher.producer,
+                self.slot,
+                self.generation,
+            ));
+        }
     }
 }
 

@@ -11,8 +11,8 @@ use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{ChannelError, FrameMeta, IpcMode, WaitMode, WhenFull};
 use cudaipc_transport::cuda::Device;
 use cudaipc_transport::{
-    ConfigureError, GpuSync, PublishError, PublisherConfig, ReserveError, SlotMemory,
-    TransportError, TransportKind, WriterReservation,
+    ConfigureError, GpuSync, PublishError, PublisherConfig, ReserveError, SlotLoan, SlotMemory,
+    TransportError, TransportKind,
 };
 
 use crate::{Error, VideoLayout};
@@ -261,9 +261,9 @@ impl Publisher {
     /// consumers hold every slot; with `Drop` that is
     /// [`Error::NoFreeSlot`].
     pub fn loan(&self) -> Result<FrameLoan, Error> {
-        let reservation = self
+        let loan = self
             .inner
-            .reserve_for_writer(self.layout.frame_size(), &self.no_interrupt)
+            .loan(self.layout.frame_size(), &self.no_interrupt)
             .map_err(|e| match e {
                 ReserveError::Flushing if self.inner.is_closed() => Error::Closed,
                 ReserveError::Flushing if self.when_full == WhenFull::Drop => Error::NoFreeSlot,
@@ -275,16 +275,10 @@ impl Publisher {
                 ReserveError::Channel(e) => Error::channel(&self.channel, "lend a slot", e),
                 ReserveError::Transport(e) => Error::transport(&self.channel, "lend a slot", e),
             })?;
-        // The loan is found again by its token: nothing else registers keys
-        // with this publisher.
-        let key = reservation.token() as usize;
-        self.inner.register_reservation(reservation.slot(), key);
         Ok(FrameLoan {
-            reservation,
-            inner: self.inner.clone(),
+            loan,
             channel: self.channel.clone(),
             layout: self.layout.clone(),
-            key,
         })
     }
 
@@ -312,18 +306,16 @@ impl Drop for Publisher {
 /// [`cuda_stream`](Self::cuda_stream), which orders the writes after the
 /// consumers' reads of the slot's previous frame and before `publish`.
 pub struct FrameLoan {
-    reservation: WriterReservation<()>,
-    inner: Arc<Inner>,
+    loan: SlotLoan<()>,
     channel: Arc<str>,
     layout: Arc<VideoLayout>,
-    key: usize,
 }
 
 impl std::fmt::Debug for FrameLoan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FrameLoan")
             .field("channel", &self.channel)
-            .field("slot", &self.reservation.slot())
+            .field("slot", &self.loan.slot())
             .finish()
     }
 }
@@ -338,7 +330,7 @@ impl FrameLoan {
     /// host transport; `None` on the cuda transport.
     pub fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
         let size = self.layout.frame_size();
-        match self.reservation.memory() {
+        match self.loan.memory() {
             // SAFETY: the slot is reserved for this loan and not published,
             // so no consumer reads it; `&mut self` makes this slice the only
             // view of it while it lives.
@@ -350,7 +342,7 @@ impl FrameLoan {
     /// The device address of the slot, on the cuda transport: the layout's
     /// frame size in bytes from there are this frame's.
     pub fn device_ptr(&self) -> Option<u64> {
-        match self.reservation.memory() {
+        match self.loan.memory() {
             SlotMemory::Device(region) => Some(region.ptr()),
             SlotMemory::Host(_) => None,
         }
@@ -358,7 +350,7 @@ impl FrameLoan {
 
     /// The ordinal of the CUDA device holding the slot (cuda transport).
     pub fn device_ordinal(&self) -> Option<i32> {
-        match self.reservation.memory() {
+        match self.loan.memory() {
             SlotMemory::Device(region) => Some(region.device().ordinal()),
             SlotMemory::Host(_) => None,
         }
@@ -369,7 +361,7 @@ impl FrameLoan {
     /// not ordered: finish them before [`publish`](Self::publish) and do not
     /// start them before the loan was made.
     pub fn cuda_stream(&self) -> Option<*mut std::ffi::c_void> {
-        match self.reservation.memory() {
+        match self.loan.memory() {
             SlotMemory::Device(region) => Some(region.device().stream().raw().cast()),
             SlotMemory::Host(_) => None,
         }
@@ -378,12 +370,9 @@ impl FrameLoan {
     /// Publishes the frame written into the slot, with `pts`.
     pub fn publish(self, pts: Option<Duration>) -> Result<(), Error> {
         let meta = frame_meta(&self.layout, pts);
-        match self.inner.publish_reserved(self.key, &meta) {
-            Some(Ok(_slot)) => Ok(()),
-            Some(Err(e)) => Err(publish_error(&self.channel, e)),
-            // The reservation ended without a publication: the channel
-            // closed meanwhile.
-            None => Err(Error::Closed),
+        match self.loan.publish(&meta) {
+            Ok(_slot) => Ok(()),
+            Err(e) => Err(publish_error(&self.channel, e)),
         }
     }
 }

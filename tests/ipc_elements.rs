@@ -297,6 +297,79 @@ fn the_sink_proposes_a_pool_whose_buffers_are_the_slots() {
     pool.set_active(false).unwrap();
 }
 
+/// The slot a buffer of the sink's pool wraps travels with the buffer's
+/// memory: a copy of the buffer (an element that changes its timestamps)
+/// is still published without a copy, and another sink that gets the buffer
+/// (behind a tee) copies the frame and leaves the slot to the sink it is of.
+#[test]
+fn a_pool_buffers_slot_travels_with_its_memory_to_the_sink_it_is_of() {
+    init();
+    let lender_channel = unique_channel("lender");
+    let other_channel = unique_channel("other");
+    let sink = |channel: &str| {
+        harness(&format!(
+            "rscudaipcsink channel={channel} transport=host slots=2 sync=false"
+        ))
+    };
+    let (mut lender, mut other) = (sink(&lender_channel), sink(&other_channel));
+    let caps = caps("GRAY8", 32, 16);
+    for h in [&mut lender, &mut other] {
+        h.set_src_caps(caps.clone());
+        h.play();
+    }
+    let mut query = gst::query::Allocation::new(Some(&caps), true);
+    assert!(lender.srcpad().unwrap().peer_query(&mut query));
+    let (pool, ..) = query.allocation_pools().next().expect("a proposed pool");
+    let pool = pool.expect("a pool object");
+    pool.set_active(true).unwrap();
+    let no = AtomicBool::new(false);
+    let mut lender_consumer = attach(&lender_channel);
+    let mut other_consumer = attach(&other_channel);
+
+    let mut buffer = pool.acquire_buffer(None).unwrap();
+    buffer.get_mut().unwrap().map_writable().unwrap().fill(7);
+    assert_eq!(other.push(buffer.clone()), Ok(gst::FlowSuccess::Ok));
+    let mut retimed = buffer.copy();
+    drop(buffer);
+    retimed
+        .get_mut()
+        .unwrap()
+        .set_pts(gst::ClockTime::from_mseconds(40));
+    assert_eq!(lender.push(retimed), Ok(gst::FlowSuccess::Ok));
+
+    for (consumer, pts) in [
+        (&mut other_consumer, None),
+        (&mut lender_consumer, Some(40)),
+    ] {
+        let Item::Frame(f) = consumer.next(&no, Some(Duration::from_secs(5))).unwrap() else {
+            panic!("expected a frame");
+        };
+        assert_eq!((f.size, f.pts), (32 * 16, pts.map(|ms| ms * 1_000_000)));
+        consumer.release(f.slot);
+    }
+    let (l, o) = (
+        stats(&lender.element().unwrap()),
+        stats(&other.element().unwrap()),
+    );
+    assert_eq!(
+        (
+            l.get::<u64>("zero-copy").unwrap(),
+            l.get::<u64>("copied").unwrap()
+        ),
+        (1, 0),
+        "{l}"
+    );
+    assert_eq!(
+        (
+            o.get::<u64>("zero-copy").unwrap(),
+            o.get::<u64>("copied").unwrap()
+        ),
+        (0, 1),
+        "{o}"
+    );
+    pool.set_active(false).unwrap();
+}
+
 #[test]
 fn drop_mode_drops_and_counts_instead_of_waiting() {
     init();

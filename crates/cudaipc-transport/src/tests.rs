@@ -539,3 +539,98 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
     assert!(publisher.close(Duration::from_secs(1)));
     assert_eq!(Arc::strong_count(&keepers[2]), 1);
 }
+
+/// A writer's loan of a slot: published, a consumer reads what was written
+/// into it; dropped unpublished, its slot goes back to the ring (with
+/// `when_full=drop` a slot kept would show as no slot to lend); after the
+/// channel closed, publishing it is an error, not a panic.
+#[test]
+fn a_loan_is_published_by_its_owner_or_given_back_when_dropped() {
+    const SLOTS: usize = 2;
+    let channel = unique_channel("loan");
+    let publisher: Arc<Publisher<()>> = Arc::new(
+        Publisher::create(PublisherConfig {
+            channel: channel.clone(),
+            kind: TransportKind::Host,
+            device: None,
+            slots: SLOTS,
+            permissions: 0o600,
+            gpu_sync: GpuSync::Event,
+            when_full: cudaipc_channel::WhenFull::Drop,
+            wait_mode: cudaipc_channel::WaitMode::Hybrid,
+            wait_for_consumers: 0,
+            ipc_mode: Default::default(),
+            peers: Default::default(),
+        })
+        .unwrap(),
+    );
+    publisher.configure(SIZE).unwrap();
+    publisher.set_caps("application/x-test").unwrap();
+    let no = AtomicBool::new(false);
+    let mut subscriber = Subscriber::attach(
+        SubscriberConfig {
+            channel,
+            mode: cudaipc_channel::ConsumerMode::EveryFrame,
+            wait_mode: cudaipc_channel::WaitMode::Hybrid,
+            connect_timeout: Some(Duration::from_secs(10)),
+            device_id: None,
+            on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
+            ipc_mode: None,
+            producers: Default::default(),
+        },
+        &no,
+        || {},
+    )
+    .unwrap();
+    let meta = |pts| FrameMeta {
+        size: SIZE as u64,
+        pts: Some(pts),
+        ..Default::default()
+    };
+
+    // Every slot lent: no more to lend.
+    let loans: Vec<_> = (0..SLOTS)
+        .map(|_| publisher.loan(SIZE, &no).unwrap())
+        .collect();
+    assert!(matches!(
+        publisher.loan(SIZE, &no),
+        Err(ReserveError::Flushing)
+    ));
+    // Dropped unpublished (an unrendered buffer, an error): given back,
+    // again and again.
+    drop(loans);
+    for _ in 0..3 * SLOTS {
+        let loans: Vec<_> = (0..SLOTS)
+            .map(|_| publisher.loan(SIZE, &no).expect("a dropped loan's slot"))
+            .collect();
+        drop(loans);
+    }
+    // A frame too big for the slots gets none (and keeps none).
+    assert!(matches!(
+        publisher.loan(SIZE + 1, &no),
+        Err(ReserveError::TooSmall)
+    ));
+
+    for pts in 0..3 * SLOTS as u64 {
+        let loan = publisher.loan(SIZE, &no).unwrap();
+        write_slot(loan.memory(), &frame_bytes(pts, SIZE));
+        // One dropped beside it is never seen by the consumer.
+        drop(publisher.loan(SIZE, &no).unwrap());
+        loan.publish(&meta(pts)).unwrap();
+        let frame = loop {
+            match subscriber.next(&no).unwrap() {
+                Event::Frame(frame) => break frame,
+                Event::Caps(_) => {}
+                _ => panic!("the stream ended before frame {pts}"),
+            }
+        };
+        assert_eq!(frame.pts, Some(pts));
+        assert!(frame.host_bytes().unwrap() == frame_bytes(pts, SIZE));
+    }
+    assert_eq!(publisher.stats().zero_copy, 3 * SLOTS as u64);
+
+    let late = publisher.loan(SIZE, &no).unwrap();
+    publisher.close(Duration::ZERO);
+    let error = late.publish(&meta(99)).unwrap_err();
+    assert!(error.is_interrupted(), "{error}");
+}

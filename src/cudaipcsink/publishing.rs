@@ -364,22 +364,13 @@ fn copy_into_slot(
         let input = buffer.peek_memory(0);
         // GStreamer 1.24+: upstream's writes may still be queued on its
         // stream; read after them.
-        if let Some(ordering) = ordering {
-            ordering
-                .wait_for_upstream(input, &stream)
-                .map_err(|e| e.to_string())?;
-        }
+        let access = gstcuda::OrderedAccess::begin(ordering, input, &stream, gstcuda::Access::Read)
+            .map_err(|e| e.to_string())?;
         let src = mapped.region().map_err(|e| e.to_string())?;
         copy(Source::Device(&src), target)?;
         // Upstream rewrites its memory once we return the buffer: on its
         // stream, ordered after the copy (1.24+), or after a host wait.
-        return match ordering {
-            Some(ordering) => ordering
-                .release_to_upstream(input, &stream)
-                .map(drop)
-                .map_err(|e| e.to_string()),
-            None => stream.synchronize().map_err(|e| e.to_string()),
-        };
+        return access.finish(input).map_err(|e| e.to_string());
     }
     if let Some(src) = memory::buffer_device_region(buffer) {
         return copy(Source::Device(&src), target);

@@ -5,7 +5,7 @@
 //! that leave the producer its slot.
 
 use crate::frame_copy::{self, Source, StreamOf, Target};
-use crate::gstcuda::{MappedCudaMemory, Ordered, StreamOrdering};
+use crate::gstcuda::{Access, MappedCudaMemory, OrderedAccess, StreamOrdering};
 use crate::memory::{self, CudaIpcMeta};
 use crate::video;
 use cudaipc_transport::{HeldFrame, SlotMemory};
@@ -89,19 +89,15 @@ fn copy_to_gst_cuda(
         return Err("GstCudaMemory output needs the cuda transport".into());
     };
     let stream = slot.device().stream();
-    if let Some(ordering) = ordering {
-        // The pool's memory may still be read by downstream's work queued on
-        // its stream: write after it.
-        ordering
-            .wait_for_upstream(buffer.peek_memory(0), &stream)
-            .map_err(|e| e.to_string())?;
-    }
+    // The pool's memory may still be read by downstream's work queued on
+    // its stream: written after it.
+    let access = OrderedAccess::begin(ordering, buffer.peek_memory(0), &stream, Access::Write)
+        .map_err(|e| e.to_string())?;
     {
         let mapped = MappedCudaMemory::of_buffer(buffer, true)
             .ok_or("the output buffer holds no GstCudaMemory that maps")?;
         let dst = mapped.region().map_err(|e| e.to_string())?;
-        // On the slot's stream, which `ordering` and the synchronisation
-        // below are about.
+        // On the slot's stream, which the ordering is about.
         frame_copy::copy_frame(
             info,
             Source::Device(&slot),
@@ -111,14 +107,8 @@ fn copy_to_gst_cuda(
             StreamOf::Source,
         )?;
     }
-    let ordered = match ordering {
-        Some(ordering) => ordering
-            .order_readers_after(buffer.peek_memory(0), &stream)
-            .map_err(|e| e.to_string())?,
-        None => Ordered::Unordered,
-    };
-    if ordered == Ordered::Unordered {
-        stream.synchronize().map_err(|e| e.to_string())?;
-    }
+    access
+        .finish(buffer.peek_memory(0))
+        .map_err(|e| e.to_string())?;
     Ok(())
 }

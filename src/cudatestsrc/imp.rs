@@ -10,7 +10,7 @@ use gst_base::subclass::prelude::*;
 
 use crate::enums::OutputMemory;
 use crate::frame_copy::{self, Source, StreamOf, Target};
-use crate::gstcuda::{self, MappedCudaMemory, Ordered, StreamOrdering};
+use crate::gstcuda::{self, Access, MappedCudaMemory, OrderedAccess, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput, SizedPool};
 use crate::pattern::kernels::{self, Geometry, Planes};
@@ -206,13 +206,15 @@ impl CudaTestSrc {
         if buffer.n_memory() == 1 && gstcuda::is_cuda_memory(buffer.peek_memory(0)) {
             // GstCudaMemory of GStreamer's CUDA library.
             let stream = gpu.device.stream();
-            if let Some(ordering) = &gpu.ordering {
-                // Downstream's reads of the memory's last frame may still be
-                // queued on its stream: write after them.
-                ordering
-                    .wait_for_upstream(buffer.peek_memory(0), &stream)
-                    .map_err(gpu_error)?;
-            }
+            // Downstream's reads of the memory's last frame may still be
+            // queued on its stream: written after them.
+            let access = OrderedAccess::begin(
+                gpu.ordering.as_ref(),
+                buffer.peek_memory(0),
+                &stream,
+                Access::Write,
+            )
+            .map_err(gpu_error)?;
             let mapped = MappedCudaMemory::of_buffer(buffer, true).ok_or_else(|| {
                 gst::error_msg!(
                     gst::StreamError::Failed,
@@ -245,7 +247,7 @@ impl CudaTestSrc {
                     frame,
                 )?;
                 let dst = mapped.region().map_err(gpu_error)?;
-                // On our stream, which the ordering below is about.
+                // On our stream, which the ordering is about.
                 frame_copy::copy_frame(
                     info,
                     Source::Device(generated),
@@ -260,15 +262,7 @@ impl CudaTestSrc {
             // Memory with a stream (1.24+) is pushed with the writes still
             // queued, its readers ordered after them; GStreamer 1.22's CUDA
             // elements take pushed memory as ready.
-            let ordered = match &gpu.ordering {
-                Some(ordering) => ordering
-                    .order_readers_after(buffer.peek_memory(0), &stream)
-                    .map_err(gpu_error)?,
-                None => Ordered::Unordered,
-            };
-            if ordered == Ordered::Unordered {
-                stream.synchronize().map_err(gpu_error)?;
-            }
+            access.finish(buffer.peek_memory(0)).map_err(gpu_error)?;
             return Ok(());
         }
         let layout = pattern::buffer_planes(info, buffer).map_err(layout_error)?;

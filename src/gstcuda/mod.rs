@@ -26,7 +26,10 @@
 mod stream;
 
 pub use stream::needs_sync;
-pub use stream::{CudaStream, Ordered, StreamOrdering, wrap_device_memory, wrappable_layout};
+pub use stream::{
+    Access, CudaStream, Ordered, OrderedAccess, StreamOrdering, wrap_device_memory,
+    wrappable_layout,
+};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};

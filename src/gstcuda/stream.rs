@@ -438,6 +438,68 @@ impl StreamOrdering {
     }
 }
 
+/// What our work does with a `GstCudaMemory` (see [`OrderedAccess`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads it: the sink copying upstream's frame out.
+    Read,
+    /// Writes it: a source filling memory of downstream's pool.
+    Write,
+}
+
+/// The one ordering of our work on a `GstCudaMemory` against the memory's
+/// own stream (GStreamer 1.24+): [`begin`](Self::begin) before the work is
+/// queued on our stream, [`finish`](Self::finish) after it, so that the
+/// buffer moves on with the work still queued. Without a
+/// [`StreamOrdering`] (GStreamer 1.22), or where the GPU cannot order the
+/// two streams, our stream is synchronised on the host instead.
+pub struct OrderedAccess<'a> {
+    ordering: Option<&'a StreamOrdering>,
+    ours: &'a Stream<'a>,
+    access: Access,
+}
+
+impl<'a> OrderedAccess<'a> {
+    /// Orders `ours` after the work still pending on `memory`'s stream:
+    /// upstream's writes before a read, downstream's reads of the memory's
+    /// last frame before a write.
+    pub fn begin(
+        ordering: Option<&'a StreamOrdering>,
+        memory: &gst::MemoryRef,
+        ours: &'a Stream<'a>,
+        access: Access,
+    ) -> Result<Self, CudaError> {
+        if let Some(ordering) = ordering {
+            ordering.wait_for_upstream(memory, ours)?;
+        }
+        Ok(Self {
+            ordering,
+            ours,
+            access,
+        })
+    }
+
+    /// After the work on `memory` is queued on `ours`: orders the memory's
+    /// stream after it (a read: the owner's next write into it waits for
+    /// it; a write: its readers see the frame), or synchronises `ours` on
+    /// the host where that cannot be (1.22; memory without a stream or of
+    /// another context), as 1.22's CUDA elements expect.
+    pub fn finish(self, memory: &gst::MemoryRef) -> Result<(), CudaError> {
+        match (self.ordering, self.access) {
+            (None, _) => self.ours.synchronize(),
+            (Some(ordering), Access::Read) => {
+                ordering.release_to_upstream(memory, self.ours).map(drop)
+            }
+            (Some(ordering), Access::Write) => {
+                match ordering.order_readers_after(memory, self.ours)? {
+                    Ordered::Unordered => self.ours.synchronize(),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}
+
 /// Whether `gst_cuda_allocator_alloc_wrapped` describes memory of layout
 /// `info` faithfully. It keeps one pitch (`stride[0]`) and `size / pitch`
 /// rows of plane 0's width, which its host copies (system-memory maps,

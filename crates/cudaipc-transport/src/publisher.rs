@@ -150,6 +150,15 @@ impl PublishError {
     }
 }
 
+impl From<TransportError> for PublishError {
+    fn from(e: TransportError) -> Self {
+        match e {
+            TransportError::Channel(e) => Self::Channel(e),
+            e => Self::Transport(e),
+        }
+    }
+}
+
 impl std::fmt::Display for PublishError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -319,8 +328,8 @@ impl<T: Send + 'static> Publisher<T> {
     /// `grace` (at least `END_OF_STREAM_GRACE` after an EOS: a lossless
     /// consumer then gets the whole stream, however slow its start), then
     /// removes the channel's name and drops the slots (their memory goes
-    /// once the last loan, and the last buffer wrapping a slot, is gone). Returns whether the
-    /// consumers were done in time.
+    /// once the last loan, and the last buffer wrapping a slot, is gone).
+    /// Returns whether the consumers were done in time.
     pub fn close(&self, grace: Duration) -> bool {
         self.interrupt();
         let grace = if self.ended.load(Ordering::SeqCst) {
@@ -540,7 +549,7 @@ impl<T: Send + 'static> Publisher<T> {
         let written = (!holds).then_some(&*set.slots);
         reservation
             .publish(written, meta)
-            .map_err(PublishError::Transport)?;
+            .map_err(PublishError::from)?;
         let counter = if holds { &self.repeated } else { &self.copied };
         counter.fetch_add(1, Ordering::Relaxed);
         if let Some((key, keeper)) = source {
@@ -827,7 +836,7 @@ impl<T: Send + 'static> SlotLoan<T> {
         }
         reservation
             .publish(Some(&*self.set.slots), meta)
-            .map_err(PublishError::Transport)?;
+            .map_err(PublishError::from)?;
         publisher.zero_copy.fetch_add(1, Ordering::Relaxed);
         Ok(self.slot)
     }

@@ -315,9 +315,12 @@ fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelErro
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(ChannelError::PermissionDenied(format!(
-                    "cannot create channel '{channel}': {e}"
-                )));
+                return Err(ChannelError::NameTaken {
+                    channel: channel.to_owned(),
+                    path: path.to_owned(),
+                    owner_uid: std::fs::symlink_metadata(path).ok().map(|m| m.uid()),
+                    source: Some(e),
+                });
             }
             Err(e) => {
                 return Err(ChannelError::io(
@@ -487,12 +490,13 @@ pub fn request(
         }
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             let owner = std::fs::metadata(&path)
-                .map(|m| format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777))
-                .unwrap_or_default();
-            return Err(ChannelError::PermissionDenied(format!(
-                "no permission to connect to channel '{channel}' at {}{owner}: the producer must widen its 'permissions'",
-                path.display()
-            ))
+                .ok()
+                .map(|m| (m.uid(), m.mode() & 0o777));
+            return Err(ChannelError::NoAccess {
+                channel: channel.to_owned(),
+                endpoint: crate::Endpoint::Socket(path),
+                owner,
+            }
             .into());
         }
         Err(e) => {
@@ -510,9 +514,13 @@ pub fn request(
         .map_err(io_error)?;
     let Credentials { uid, gid, .. } = peer_credentials(&stream).map_err(io_error)?;
     if !producers.allows(uid, gid) {
-        return Err(ChannelError::PermissionDenied(format!(
-            "channel '{channel}' is served by a process of uid {uid} (gid {gid}), which this consumer does not trust: another user may have taken the name; allow it with 'allowed-producers'",
-        ))
+        return Err(ChannelError::UntrustedProducer {
+            channel: channel.to_owned(),
+            endpoint: crate::Endpoint::Socket(path),
+            uid,
+            gid,
+            consumer_uid: shm::effective_uid(),
+        }
         .into());
     }
     (&stream)
@@ -533,10 +541,10 @@ pub fn request(
         (Some("OK"), Some(n), None) if n.parse() == Ok(fds.len()) => {}
         (Some("GONE"), None, None) if fds.is_empty() => return Err(RequestError::Gone),
         (Some("DENIED"), ..) if fds.is_empty() => {
-            return Err(ChannelError::PermissionDenied(format!(
-                "the producer of channel '{channel}' refused this consumer: {}",
-                line.trim_start_matches("DENIED").trim()
-            ))
+            return Err(ChannelError::Refused {
+                channel: channel.to_owned(),
+                reason: line.trim_start_matches("DENIED").trim().to_owned(),
+            }
             .into());
         }
         _ => {

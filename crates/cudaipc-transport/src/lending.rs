@@ -63,9 +63,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             for slot in reserved {
                 producer.cancel(slot);
             }
-            return Err(TransportError::Invalid(format!(
-                "slot {busy} of a freshly published pool is busy"
-            )));
+            return Err(TransportError::LentSlotBusy { slot: busy });
         }
         Ok(Self {
             held: Mutex::new((0..keys.len()).map(|_| None).collect()),
@@ -91,9 +89,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
         producer: &Producer,
     ) -> Result<u64, TransportError> {
         if !producer.is_reserved(slot) {
-            return Err(TransportError::Invalid(format!(
-                "upstream wrote into lent slot {slot} while its frame was still published"
-            )));
+            return Err(TransportError::LentSlotRewritten { slot });
         }
         slots
             .after_write(slot)

@@ -319,7 +319,14 @@ impl fmt::Display for TransportError {
                 object,
                 channel,
                 name,
-            } => write!(f, "{object} {name:?} does not belong to channel '{channel}'"),
+            } => match object {
+                SharedObject::Slots => {
+                    write!(f, "data file name {name:?} does not belong to channel '{channel}'")
+                }
+                SharedObject::TimelineBlock => {
+                    write!(f, "timeline block {name:?} does not belong to channel '{channel}'")
+                }
+            },
             TransportError::NotRegular { object, source } => write!(f, "{object}: {source}"),
             TransportError::WrongOwner {
                 path,
@@ -335,11 +342,18 @@ impl fmt::Display for TransportError {
                 path,
                 len,
                 needed,
-            } => write!(
-                f,
-                "{object} {} holds {len} bytes, {needed} needed",
-                path.display()
-            ),
+            } => match object {
+                SharedObject::Slots => write!(
+                    f,
+                    "data file {} holds {len} bytes, the pool needs {needed}",
+                    path.display()
+                ),
+                SharedObject::TimelineBlock => write!(
+                    f,
+                    "the timeline block {} holds {len} bytes, {needed} needed",
+                    path.display()
+                ),
+            },
             TransportError::NotTimelineBlock => {
                 f.write_str("the producer's timeline block is not one")
             }

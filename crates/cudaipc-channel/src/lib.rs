@@ -162,6 +162,8 @@ pub enum ChannelError {
     Truncated(std::path::PathBuf),
     /// A wait mode name other than spin, hybrid or sleep.
     UnknownWaitMode(String),
+    /// A user or group id that is not a number.
+    NotAnId(String),
 }
 
 impl ChannelError {
@@ -288,6 +290,7 @@ impl fmt::Display for ChannelError {
                 "{} was truncated by another process; the channel cannot go on",
                 path.display()
             ),
+            ChannelError::NotAnId(id) => write!(f, "'{id}' is not a numeric user or group id"),
             ChannelError::UnknownWaitMode(name) => {
                 write!(f, "unknown wait mode {name:?} (spin, hybrid or sleep)")
             }

@@ -72,13 +72,13 @@ impl Peers {
     }
 
     /// `"1000,1001"` (empty: nobody beside the own user).
-    pub fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
+    pub fn parse_ids(text: &str) -> Result<Vec<u32>, ChannelError> {
         text.split(',')
             .map(str::trim)
             .filter(|id| !id.is_empty())
             .map(|id| {
                 id.parse::<u32>()
-                    .map_err(|_| format!("'{id}' is not a numeric user or group id"))
+                    .map_err(|_| ChannelError::NotAnId(id.to_owned()))
             })
             .collect()
     }
@@ -907,7 +907,10 @@ mod tests {
     #[test]
     fn ids_parse_and_the_own_user_is_always_allowed() {
         assert_eq!(Peers::parse_ids("1000, 1001,").unwrap(), vec![1000, 1001]);
-        assert!(Peers::parse_ids("bob").is_err());
+        assert!(matches!(
+            Peers::parse_ids("bob"),
+            Err(ChannelError::NotAnId(id)) if id == "bob"
+        ));
         let peers = Peers {
             uids: vec![1000],
             gids: vec![20],

@@ -35,6 +35,7 @@ mod cudaprocess;
 mod cudatestsrc;
 mod enums;
 mod frame_copy;
+mod hints;
 mod output_pool;
 mod periodic;
 mod video;

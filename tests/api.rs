@@ -311,6 +311,15 @@ fn api_read_refuses_another_users_channel_unless_that_user_is_allowed() {
         "{}",
         refused.stderr
     );
+    // The API names its own option, not the element's property.
+    assert!(
+        refused
+            .stderr
+            .contains("SubscriberOptions::allowed_producer_uids")
+            && !refused.stderr.contains("'allowed-producers'"),
+        "{}",
+        refused.stderr
+    );
     assert_eq!(sha1s(&refused), Vec::<String>::new());
     let nobody = Command::new("id").args(["-u", "nobody"]).output().unwrap();
     let nobody = String::from_utf8_lossy(&nobody.stdout).trim().to_owned();

@@ -349,7 +349,10 @@ impl BaseSinkImpl for CudaIpcSink {
         let ipc_mode = settings.ipc_mode.into();
         let gpu_sync =
             transport::GpuSync::resolve(settings.gpu_sync.into(), kind, device.as_deref())
-                .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+                .map_err(|e| match crate::hints::gpu_sync(&e) {
+                    Some(message) => gst::error_msg!(gst::ResourceError::Settings, ("{}", message)),
+                    None => gst::error_msg!(gst::ResourceError::Settings, ("{}", e)),
+                })?;
         let publisher = publishing::open(PublisherConfig {
             channel: settings.channel.clone(),
             kind,

@@ -58,7 +58,12 @@ pub(super) fn device_for(
         TransportKind::Cuda => cuda::Device::get(device_id).map(Some).map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenWrite,
-                ("transport=cuda needs CUDA device {}: {}", device_id, e)
+                (
+                    "transport=cuda needs CUDA device {}: {}{}",
+                    device_id,
+                    e,
+                    crate::hints::cuda(&e)
+                )
             )
         }),
         TransportKind::Host => Ok(None),
@@ -92,7 +97,9 @@ pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorM
     let channel = config.channel.clone();
     SinkPublisher::create(config).map_err(|e| match e {
         ChannelError::InUse { .. } => gst::error_msg!(gst::ResourceError::Busy, ("{}", e)),
-        ChannelError::InvalidName(_) => gst::error_msg!(gst::ResourceError::Settings, ("{}", e)),
+        ChannelError::InvalidName { .. } => {
+            gst::error_msg!(gst::ResourceError::Settings, ("{}", e))
+        }
         e => gst::error_msg!(
             gst::ResourceError::OpenWrite,
             ("cannot create channel '{}': {}", channel, e)
@@ -437,7 +444,7 @@ fn learn(
     pool: &gst::BufferPool,
     frame: LendableFrame,
     info: &gst_video::VideoInfo,
-) -> Result<(), String> {
+) -> Result<(), cudaipc_transport::TransportError> {
     // A pool of at most `max` buffers (decoders set `min` to 0: they
     // allocate on demand) hands each of them out in turn.
     let count = pool.config().params().and_then(|(_, _, _, max)| {

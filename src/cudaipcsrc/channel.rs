@@ -82,6 +82,7 @@ pub(super) fn error_message(
     connect_timeout_ms: i64,
 ) -> Result<gst::ErrorMessage, gst::FlowError> {
     use gst::{ResourceError, StreamError};
+    let hint = crate::hints::subscriber(&e);
     Ok(match e {
         SubscriberError::Interrupted => return Err(gst::FlowError::Flushing),
         SubscriberError::NoProducer(e) => gst::error_msg!(
@@ -98,17 +99,21 @@ pub(super) fn error_message(
         ),
         SubscriberError::Attach(e) => gst::error_msg!(
             ResourceError::OpenRead,
-            ("cannot attach to channel '{}': {}", channel, e)
+            ("cannot attach to channel '{}': {}{}", channel, e, hint)
         ),
-        SubscriberError::Device(e) => gst::error_msg!(ResourceError::OpenRead, ("{}", e)),
+        e @ (SubscriberError::NoCuda { .. }
+        | SubscriberError::ProducerGpuNotVisible
+        | SubscriberError::Device { .. }) => {
+            gst::error_msg!(ResourceError::OpenRead, ("{}{}", e, hint))
+        }
         SubscriberError::Corrupt(what) => {
             gst::error_msg!(StreamError::Decode, ("corrupt control block: {}", what))
         }
         SubscriberError::OpenSlots(e) => gst::error_msg!(
             ResourceError::OpenRead,
-            ("cannot open the channel's slots: {}", e)
+            ("cannot open the channel's slots: {}{}", e, hint)
         ),
-        SubscriberError::Read(e) => gst::error_msg!(ResourceError::Read, ("{}", e)),
+        SubscriberError::Read(e) => gst::error_msg!(ResourceError::Read, ("{}{}", e, hint)),
         e @ SubscriberError::Truncated(_) => gst::error_msg!(ResourceError::Read, ("{}", e)),
     })
 }

@@ -251,7 +251,10 @@ impl CudaIpcSrc {
         let (buffer, delivery) = frame::to_buffer(frame, &output, wrap, timestamps, discont)
             .map_err(|e| match e {
                 Failure::Pool(flow) => flow,
-                Failure::Failed(e) => self.failed(SubscriberError::Read(e)),
+                Failure::Failed(e) => {
+                    self.post_error_message(gst::error_msg!(gst::ResourceError::Read, ("{}", e)));
+                    gst::FlowError::Error
+                }
             })?;
         gst::trace!(
             CAT,

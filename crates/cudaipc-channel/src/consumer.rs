@@ -268,17 +268,15 @@ impl Consumer {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                        let owner = std::fs::metadata(&path)
-                            .map(|m| {
-                                use std::os::unix::fs::MetadataExt;
-                                format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777)
-                            })
-                            .unwrap_or_default();
-                        return Err(ChannelError::PermissionDenied(format!(
-                            "no permission to open channel '{}' at {}{owner}: the producer must widen its 'permissions'",
-                            config.channel,
-                            path.display()
-                        )));
+                        let owner = std::fs::metadata(&path).ok().map(|m| {
+                            use std::os::unix::fs::MetadataExt;
+                            (m.uid(), m.mode() & 0o777)
+                        });
+                        return Err(ChannelError::NoAccess {
+                            channel: config.channel.clone(),
+                            endpoint: crate::Endpoint::File(path),
+                            owner,
+                        });
                     }
                     Err(e) => {
                         return Err(ChannelError::io(
@@ -328,18 +326,11 @@ impl Consumer {
             descriptors && (info.transport == TRANSPORT_HOST || info.gpu_sync != GPU_SYNC_EVENT);
         let ns = h.producer_pid_namespace.load(Ordering::Relaxed);
         if ns != shm::pid_namespace() && !crosses {
-            let how = match descriptors {
-                true => {
-                    "a descriptor channel of the cuda transport crosses PID namespaces with gpu-sync=timeline (its default) or host on the sink, not with events"
-                }
-                false => {
-                    "a channel named in the shm folder works only between processes of one PID namespace: run both in the same container, share the host PID namespace, or use ipc-mode=fd"
-                }
-            };
-            return Err(ChannelError::Incompatible(format!(
-                "the producer (pid {} in its namespace) runs in another PID namespace; {how}",
-                info.producer_pid
-            )));
+            return Err(ChannelError::OtherPidNamespace {
+                channel: config.channel.clone(),
+                producer_pid: info.producer_pid,
+                descriptor_channel: descriptors,
+            });
         }
         for index in 0..MAX_CONSUMERS {
             let lock_byte = CONSUMER_LOCK_BASE + index as i64;
@@ -915,11 +906,13 @@ fn check_owner(shared: &SharedFile, channel: &str, producers: &Peers) -> Result<
     if producers.allows(uid, gid) {
         return Ok(());
     }
-    Err(ChannelError::PermissionDenied(format!(
-        "channel '{channel}' ({}) belongs to uid {uid} (gid {gid}), which this consumer (uid {}) does not trust: another user may have taken the name; allow it with 'allowed-producers'",
-        shared.path.display(),
-        shm::effective_uid()
-    )))
+    Err(ChannelError::UntrustedProducer {
+        channel: channel.to_owned(),
+        endpoint: crate::Endpoint::File(shared.path.clone()),
+        uid,
+        gid,
+        consumer_uid: shm::effective_uid(),
+    })
 }
 
 fn producer_alive(shared: &SharedFile) -> bool {
@@ -944,9 +937,10 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
     }
     let version = version_word as u32;
     if version != PROTOCOL_VERSION {
-        return Err(ChannelError::Incompatible(format!(
-            "protocol version {version}, this build speaks {PROTOCOL_VERSION}"
-        )));
+        return Err(ChannelError::ProtocolVersion {
+            found: version,
+            supported: PROTOCOL_VERSION,
+        });
     }
     if shared.len() < control_size() {
         return Err(ChannelError::Corrupt(format!(

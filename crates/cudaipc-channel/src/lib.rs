@@ -58,9 +58,26 @@ pub enum ProducerGone {
     Died,
 }
 
+/// Where a permission check met a channel: its control block (a file in
+/// the shm folder) or its socket (a descriptor channel).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The control block at this path.
+    File(std::path::PathBuf),
+    /// The channel's unix socket at this path.
+    Socket(std::path::PathBuf),
+}
+
+/// Everything the channel can fail with. Each variant carries the facts (the
+/// channel, the file, the owner, the limit); what a user should change is
+/// said by the caller, which knows its own options (an element names its
+/// properties, the Rust API its option fields).
 #[derive(Debug)]
 pub enum ChannelError {
-    InvalidName(String),
+    /// A channel name outside 1 to `MAX_CHANNEL_NAME` of `[A-Za-z0-9_-]`.
+    InvalidName {
+        name: String,
+    },
     /// A live producer already owns the channel.
     InUse {
         channel: String,
@@ -70,15 +87,72 @@ pub enum ChannelError {
     NoProducer {
         channel: String,
     },
-    PermissionDenied(String),
+    /// The channel's file or socket exists, but its mode does not let this
+    /// user open it (the producer's permissions are too narrow).
+    /// `owner`: (uid, mode) of the file, where it could be read.
+    NoAccess {
+        channel: String,
+        endpoint: Endpoint,
+        owner: Option<(u32, u32)>,
+    },
+    /// The channel is owned (control block) or served (socket) by a user and
+    /// group this consumer does not trust: another user may have taken the
+    /// name.
+    UntrustedProducer {
+        channel: String,
+        endpoint: Endpoint,
+        uid: u32,
+        gid: u32,
+        consumer_uid: u32,
+    },
+    /// A file of another user holds one of the channel's names, so this
+    /// producer cannot create it. `owner_uid`: that user, where known;
+    /// `source`: the refused system call, where one was.
+    NameTaken {
+        channel: String,
+        path: std::path::PathBuf,
+        owner_uid: Option<u32>,
+        source: Option<std::io::Error>,
+    },
+    /// The producer of a descriptor channel refused this consumer, for the
+    /// reason it gave.
+    Refused {
+        channel: String,
+        reason: String,
+    },
+    /// The producer runs in another PID namespace, which this channel
+    /// cannot cross: a channel named in the shm folder never does; a
+    /// descriptor channel of the cuda transport does not with events.
+    OtherPidNamespace {
+        channel: String,
+        producer_pid: u32,
+        descriptor_channel: bool,
+    },
+    /// The control block speaks another protocol version.
+    ProtocolVersion {
+        found: u32,
+        supported: u32,
+    },
+    /// Caps longer than the control block holds.
+    CapsTooLong {
+        len: usize,
+        capacity: usize,
+    },
+    /// A frame reserved or published before any slot pool.
+    NoSlotPool,
+    /// A slot published that the producer had not reserved.
+    NotReserved {
+        slot: usize,
+    },
+    /// A system call failed: what was being done (naming the file or
+    /// channel), and the error.
     Io {
         context: String,
         source: std::io::Error,
     },
-    /// The control block holds values that break the protocol.
+    /// The control block holds values that break the protocol (which ones).
     Corrupt(String),
-    /// A well-formed control block this build cannot use.
-    Incompatible(String),
+    /// Every consumer record of the channel is taken.
     TooManyConsumers,
     ProducerGone(ProducerGone),
     Timeout,
@@ -86,6 +160,10 @@ pub enum ChannelError {
     Interrupted,
     /// Another process truncated a shared file this process maps.
     Truncated(std::path::PathBuf),
+    /// A wait mode name other than spin, hybrid or sleep.
+    UnknownWaitMode(String),
+    /// A user or group id that is not a number.
+    NotAnId(String),
 }
 
 impl ChannelError {
@@ -100,7 +178,11 @@ impl ChannelError {
 impl fmt::Display for ChannelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ChannelError::InvalidName(msg) => f.write_str(msg),
+            ChannelError::InvalidName { name } => write!(
+                f,
+                "channel name {name:?} is invalid: use 1 to {} characters from A-Z, a-z, 0-9, '_' and '-'",
+                shm::MAX_CHANNEL_NAME
+            ),
             ChannelError::InUse { channel, pid } => write!(
                 f,
                 "channel '{channel}' is in use by a live producer (pid {pid}); choose another channel name or stop that producer"
@@ -111,10 +193,87 @@ impl fmt::Display for ChannelError {
                     "no producer appeared on channel '{channel}' before the connect timeout"
                 )
             }
-            ChannelError::PermissionDenied(msg) => f.write_str(msg),
+            ChannelError::NoAccess {
+                channel,
+                endpoint,
+                owner,
+            } => {
+                let (verb, path) = match endpoint {
+                    Endpoint::File(path) => ("open", path),
+                    Endpoint::Socket(path) => ("connect to", path),
+                };
+                write!(
+                    f,
+                    "no permission to {verb} channel '{channel}' at {}",
+                    path.display()
+                )?;
+                if let Some((uid, mode)) = owner {
+                    write!(f, " (owner uid {uid}, mode {mode:o})")?;
+                }
+                Ok(())
+            }
+            ChannelError::UntrustedProducer {
+                channel,
+                endpoint,
+                uid,
+                gid,
+                consumer_uid,
+            } => match endpoint {
+                Endpoint::File(path) => write!(
+                    f,
+                    "channel '{channel}' ({}) belongs to uid {uid} (gid {gid}), which this consumer (uid {consumer_uid}) does not trust: another user may have taken the name",
+                    path.display()
+                ),
+                Endpoint::Socket(_) => write!(
+                    f,
+                    "channel '{channel}' is served by a process of uid {uid} (gid {gid}), which this consumer does not trust: another user may have taken the name"
+                ),
+            },
+            ChannelError::NameTaken {
+                channel,
+                path,
+                owner_uid,
+                source,
+            } => {
+                write!(f, "cannot create channel '{channel}': ")?;
+                match (owner_uid, source) {
+                    (Some(uid), _) => write!(
+                        f,
+                        "{} belongs to uid {uid}, not to this user (uid {}): another user created it; remove it or choose another channel name",
+                        path.display(),
+                        shm::effective_uid()
+                    ),
+                    (None, Some(source)) => write!(
+                        f,
+                        "{} belongs to another user ({source}); remove it or choose another channel name",
+                        path.display()
+                    ),
+                    (None, None) => write!(
+                        f,
+                        "{} belongs to another user; remove it or choose another channel name",
+                        path.display()
+                    ),
+                }
+            }
+            ChannelError::Refused { channel, reason } => write!(
+                f,
+                "the producer of channel '{channel}' refused this consumer: {reason}"
+            ),
+            ChannelError::OtherPidNamespace { producer_pid, .. } => write!(
+                f,
+                "incompatible channel: the producer (pid {producer_pid} in its namespace) runs in another PID namespace"
+            ),
+            ChannelError::ProtocolVersion { found, supported } => write!(
+                f,
+                "incompatible channel: protocol version {found}, this build speaks {supported}"
+            ),
+            ChannelError::CapsTooLong { len, capacity } => {
+                write!(f, "caps of {len} bytes exceed the channel's {capacity}")
+            }
+            ChannelError::NoSlotPool => write!(f, "no slot pool configured"),
+            ChannelError::NotReserved { slot } => write!(f, "slot {slot} is not reserved"),
             ChannelError::Io { context, source } => write!(f, "{context}: {source}"),
             ChannelError::Corrupt(msg) => write!(f, "corrupt control block: {msg}"),
-            ChannelError::Incompatible(msg) => write!(f, "incompatible channel: {msg}"),
             ChannelError::TooManyConsumers => write!(
                 f,
                 "the channel already has {} consumers, the most it supports",
@@ -131,11 +290,26 @@ impl fmt::Display for ChannelError {
                 "{} was truncated by another process; the channel cannot go on",
                 path.display()
             ),
+            ChannelError::NotAnId(id) => write!(f, "'{id}' is not a numeric user or group id"),
+            ChannelError::UnknownWaitMode(name) => {
+                write!(f, "unknown wait mode {name:?} (spin, hybrid or sleep)")
+            }
         }
     }
 }
 
-impl std::error::Error for ChannelError {}
+impl std::error::Error for ChannelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ChannelError::Io { source, .. } => Some(source),
+            ChannelError::NameTaken {
+                source: Some(source),
+                ..
+            } => Some(source),
+            _ => None,
+        }
+    }
+}
 
 /// Reads fields guarded by a seqlock; `read` must only do loads.
 fn read_seqlocked<T>(

@@ -289,10 +289,12 @@ impl Producer {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    return Err(ChannelError::PermissionDenied(format!(
-                        "channel '{channel}' exists and belongs to another user ({}): {e}",
-                        path.display()
-                    )));
+                    return Err(ChannelError::NameTaken {
+                        channel: channel.to_owned(),
+                        path: path.to_owned(),
+                        owner_uid: None,
+                        source: Some(e),
+                    });
                 }
                 Err(e) => {
                     return Err(ChannelError::io(
@@ -309,10 +311,12 @@ impl Producer {
             match existing.owner_uid() {
                 Ok(uid) if uid == shm::effective_uid() => {}
                 Ok(uid) => {
-                    return Err(ChannelError::PermissionDenied(format!(
-                        "cannot create channel '{channel}': {}",
-                        shm::foreign_owner_error(path, uid)
-                    )));
+                    return Err(ChannelError::NameTaken {
+                        channel: channel.to_owned(),
+                        path: path.to_owned(),
+                        owner_uid: Some(uid),
+                        source: None,
+                    });
                 }
                 Err(e) => {
                     return Err(ChannelError::io(
@@ -430,10 +434,10 @@ impl Producer {
     pub fn set_caps(&self, caps: &str, interrupt: &AtomicBool) -> Result<u64, ChannelError> {
         self.check_intact()?;
         if caps.len() > CAPS_CAPACITY {
-            return Err(ChannelError::Incompatible(format!(
-                "caps of {} bytes exceed the channel's {CAPS_CAPACITY}",
-                caps.len()
-            )));
+            return Err(ChannelError::CapsTooLong {
+                len: caps.len(),
+                capacity: CAPS_CAPACITY,
+            });
         }
         if self.config.when_full == WhenFull::Block {
             let published = self.header().published.load(Ordering::Acquire);
@@ -513,7 +517,7 @@ impl Producer {
     pub fn reserve(&self, interrupt: &AtomicBool) -> Result<Option<usize>, ChannelError> {
         self.check_intact()?;
         if self.slot_count() == 0 {
-            return Err(ChannelError::Incompatible("no slot pool configured".into()));
+            return Err(ChannelError::NoSlotPool);
         }
         if !self.gate_open.load(Ordering::Acquire) {
             self.wait_for_early_consumers(interrupt)?;
@@ -667,9 +671,7 @@ impl Producer {
     pub fn publish(&self, slot: usize, meta: &FrameMeta) -> Result<u64, ChannelError> {
         self.check_intact()?;
         if !self.is_reserved(slot) {
-            return Err(ChannelError::Incompatible(format!(
-                "slot {slot} is not reserved"
-            )));
+            return Err(ChannelError::NotReserved { slot });
         }
         let h = self.header();
         let record = &h.slots[slot];

@@ -35,9 +35,9 @@ pub fn validate_channel_name(name: &str) -> Result<(), ChannelError> {
     if ok {
         Ok(())
     } else {
-        Err(ChannelError::InvalidName(format!(
-            "channel name {name:?} is invalid: use 1 to {MAX_CHANNEL_NAME} characters from A-Z, a-z, 0-9, '_' and '-'"
-        )))
+        Err(ChannelError::InvalidName {
+            name: name.to_owned(),
+        })
     }
 }
 

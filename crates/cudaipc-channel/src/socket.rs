@@ -72,13 +72,13 @@ impl Peers {
     }
 
     /// `"1000,1001"` (empty: nobody beside the own user).
-    pub fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
+    pub fn parse_ids(text: &str) -> Result<Vec<u32>, ChannelError> {
         text.split(',')
             .map(str::trim)
             .filter(|id| !id.is_empty())
             .map(|id| {
                 id.parse::<u32>()
-                    .map_err(|_| format!("'{id}' is not a numeric user or group id"))
+                    .map_err(|_| ChannelError::NotAnId(id.to_owned()))
             })
             .collect()
     }
@@ -315,9 +315,12 @@ fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelErro
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(ChannelError::PermissionDenied(format!(
-                    "cannot create channel '{channel}': {e}"
-                )));
+                return Err(ChannelError::NameTaken {
+                    channel: channel.to_owned(),
+                    path: path.to_owned(),
+                    owner_uid: std::fs::symlink_metadata(path).ok().map(|m| m.uid()),
+                    source: Some(e),
+                });
             }
             Err(e) => {
                 return Err(ChannelError::io(
@@ -487,12 +490,13 @@ pub fn request(
         }
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             let owner = std::fs::metadata(&path)
-                .map(|m| format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o777))
-                .unwrap_or_default();
-            return Err(ChannelError::PermissionDenied(format!(
-                "no permission to connect to channel '{channel}' at {}{owner}: the producer must widen its 'permissions'",
-                path.display()
-            ))
+                .ok()
+                .map(|m| (m.uid(), m.mode() & 0o777));
+            return Err(ChannelError::NoAccess {
+                channel: channel.to_owned(),
+                endpoint: crate::Endpoint::Socket(path),
+                owner,
+            }
             .into());
         }
         Err(e) => {
@@ -510,9 +514,13 @@ pub fn request(
         .map_err(io_error)?;
     let Credentials { uid, gid, .. } = peer_credentials(&stream).map_err(io_error)?;
     if !producers.allows(uid, gid) {
-        return Err(ChannelError::PermissionDenied(format!(
-            "channel '{channel}' is served by a process of uid {uid} (gid {gid}), which this consumer does not trust: another user may have taken the name; allow it with 'allowed-producers'",
-        ))
+        return Err(ChannelError::UntrustedProducer {
+            channel: channel.to_owned(),
+            endpoint: crate::Endpoint::Socket(path),
+            uid,
+            gid,
+            consumer_uid: shm::effective_uid(),
+        }
         .into());
     }
     (&stream)
@@ -533,10 +541,10 @@ pub fn request(
         (Some("OK"), Some(n), None) if n.parse() == Ok(fds.len()) => {}
         (Some("GONE"), None, None) if fds.is_empty() => return Err(RequestError::Gone),
         (Some("DENIED"), ..) if fds.is_empty() => {
-            return Err(ChannelError::PermissionDenied(format!(
-                "the producer of channel '{channel}' refused this consumer: {}",
-                line.trim_start_matches("DENIED").trim()
-            ))
+            return Err(ChannelError::Refused {
+                channel: channel.to_owned(),
+                reason: line.trim_start_matches("DENIED").trim().to_owned(),
+            }
             .into());
         }
         _ => {
@@ -899,7 +907,10 @@ mod tests {
     #[test]
     fn ids_parse_and_the_own_user_is_always_allowed() {
         assert_eq!(Peers::parse_ids("1000, 1001,").unwrap(), vec![1000, 1001]);
-        assert!(Peers::parse_ids("bob").is_err());
+        assert!(matches!(
+            Peers::parse_ids("bob"),
+            Err(ChannelError::NotAnId(id)) if id == "bob"
+        ));
         let peers = Peers {
             uids: vec![1000],
             gids: vec![20],

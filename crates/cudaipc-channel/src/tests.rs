@@ -391,7 +391,16 @@ fn a_consumer_in_another_pid_namespace_is_refused() {
         &AtomicBool::new(false),
     )
     .unwrap_err();
-    assert!(matches!(err, ChannelError::Incompatible(_)), "{err}");
+    assert!(
+        matches!(
+            err,
+            ChannelError::OtherPidNamespace {
+                descriptor_channel: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("another PID namespace"), "{err}");
 }
 

@@ -29,13 +29,13 @@ pub enum WaitMode {
 }
 
 impl FromStr for WaitMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::ChannelError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "spin" => Ok(Self::Spin),
             "hybrid" => Ok(Self::Hybrid),
             "sleep" => Ok(Self::Sleep),
-            other => Err(format!("unknown wait mode {other:?}")),
+            other => Err(crate::ChannelError::UnknownWaitMode(other.to_owned())),
         }
     }
 }
@@ -329,9 +329,12 @@ mod tests {
 
     #[test]
     fn wait_modes_parse() {
-        assert_eq!("spin".parse::<WaitMode>(), Ok(WaitMode::Spin));
-        assert_eq!("hybrid".parse::<WaitMode>(), Ok(WaitMode::Hybrid));
-        assert_eq!("sleep".parse::<WaitMode>(), Ok(WaitMode::Sleep));
-        assert!("nap".parse::<WaitMode>().is_err());
+        assert!(matches!("spin".parse::<WaitMode>(), Ok(WaitMode::Spin)));
+        assert!(matches!("hybrid".parse::<WaitMode>(), Ok(WaitMode::Hybrid)));
+        assert!(matches!("sleep".parse::<WaitMode>(), Ok(WaitMode::Sleep)));
+        assert!(matches!(
+            "nap".parse::<WaitMode>(),
+            Err(ChannelError::UnknownWaitMode(name)) if name == "nap"
+        ));
     }
 }

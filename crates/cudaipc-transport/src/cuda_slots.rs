@@ -20,7 +20,8 @@ use std::os::fd::OwnedFd;
 
 use super::timeline::Timeline;
 use super::{
-    ConsumerSlots, GpuSync, ProducerSlots, SlotMemory, SlotRequest, TransportError, WriterStream,
+    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, SharedObject, SlotMemory, SlotRequest,
+    TransportError, WriterStream,
 };
 use crate::cuda::{
     Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory,
@@ -105,11 +106,11 @@ pub fn waits_on_host(device: &Device) -> bool {
 /// reports it stuck after [`CROSS_PROCESS_WAIT_TIMEOUT`].
 fn wait_on_host(
     event: &Event,
-    what: &str,
+    (work, slot): (GpuWork, usize),
     give_up: &dyn Fn() -> bool,
 ) -> Result<(), TransportError> {
     poll_on_host(
-        what,
+        (work, slot),
         Duration::from_micros(20),
         || Ok(event.is_complete()?),
         give_up,
@@ -120,22 +121,21 @@ fn wait_on_host(
 /// usually ends within microseconds of being reached: yields for the first
 /// 200 us, then sleeps `nap` between polls. Every 10 ms runs `every_10ms`,
 /// whose `true` ends the wait with an error; after
-/// [`CROSS_PROCESS_WAIT_TIMEOUT`] reports `what` stuck.
+/// [`CROSS_PROCESS_WAIT_TIMEOUT`] reports the `work` on `slot` stuck.
 fn poll_on_host(
-    what: &str,
+    (work, slot): (GpuWork, usize),
     nap: Duration,
     done: impl FnMut() -> Result<bool, TransportError>,
     every_10ms: impl FnMut() -> bool,
 ) -> Result<(), TransportError> {
     match poll_for(nap, CROSS_PROCESS_WAIT_TIMEOUT, done, every_10ms)? {
         Polled::Done => Ok(()),
-        Polled::TimedOut => Err(TransportError::Invalid(format!(
-            "{what} did not finish within {} s",
-            CROSS_PROCESS_WAIT_TIMEOUT.as_secs()
-        ))),
-        Polled::GaveUp => Err(TransportError::Invalid(format!(
-            "stopped waiting for {what}"
-        ))),
+        Polled::TimedOut => Err(TransportError::WaitTimedOut {
+            work,
+            slot,
+            after: CROSS_PROCESS_WAIT_TIMEOUT,
+        }),
+        Polled::GaveUp => Err(TransportError::WaitAbandoned { work, slot }),
     }
 }
 
@@ -356,7 +356,7 @@ impl CudaProducerSlots {
     /// die meanwhile stop counting.
     fn wait_reads_on_host(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
         poll_on_host(
-            &format!("consumers' GPU reads of slot {slot}"),
+            (GpuWork::ConsumerReads, slot),
             Duration::from_micros(50),
             || self.reads_done(slot, producer),
             || {
@@ -493,7 +493,7 @@ impl ProducerSlots for CudaProducerSlots {
             fds.push(
                 timeline
                     .export()
-                    .ok_or_else(|| TransportError::Io("cannot share the timeline block".into()))?,
+                    .map_err(|e| TransportError::io("cannot share the timeline block", e))?,
             );
         }
         for memory in &self.shared {
@@ -590,7 +590,7 @@ impl CudaProducerSlots {
     /// a consumer of the latest frame would wait that long for each one.
     fn wait_written(&self, slot: usize) -> Result<(), TransportError> {
         poll_on_host(
-            &format!("our writes into slot {slot}"),
+            (GpuWork::OwnWrites, slot),
             Duration::from_micros(20),
             || self.written(slot),
             || false,
@@ -663,7 +663,9 @@ impl CudaConsumerSlots {
                     .unwrap_or(pool.pool_descriptor.len());
                 let name =
                     std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
-                        TransportError::Invalid("the timeline block's name is not UTF-8".into())
+                        TransportError::NameNotUtf8 {
+                            object: SharedObject::TimelineBlock,
+                        }
                     })?;
                 let block = Timeline::open_named(device, channel, name, info.producer_uid)?;
                 block.reset_row(row);
@@ -681,15 +683,13 @@ impl CudaConsumerSlots {
         let mut memory = Vec::new();
         for (i, d) in pool.slot_descriptors.iter().enumerate() {
             let (mem_handle, _) = split_descriptor(d);
-            let imported = ImportedMemory::open(device, &mem_handle).map_err(|e| {
-                let hint = if peer {
-                    " (the producer runs on another GPU: peer access between the two is needed)"
-                } else {
-                    ""
-                };
-                TransportError::Invalid(format!(
-                    "cannot open slot {i} of the producer's device memory: {e}{hint}"
-                ))
+            let imported = ImportedMemory::open(device, &mem_handle).map_err(|source| {
+                TransportError::ImportMemory {
+                    slot: i,
+                    shared: false,
+                    peer,
+                    source,
+                }
             })?;
             // A producer announcing more than it exported gets regions only
             // as long as the mapping: frames beyond it are refused, not read.
@@ -717,23 +717,24 @@ impl CudaConsumerSlots {
             .next()
             .unwrap_or(&[]);
         if descriptor != RECEIVED_POOL {
-            return Err(TransportError::Invalid(
-                "a descriptor channel announced slots it does not hand over".into(),
-            ));
+            return Err(TransportError::PoolNotHandedOver);
         }
         let size = pool_slot_size(pool)?;
         let mut fds = super::request_pool(channel, pool.generation, producers)?.into_iter();
         let expected = pool.slot_descriptors.len() + usize::from(sync == GpuSync::Timeline);
         if fds.len() != expected {
-            return Err(TransportError::Invalid(format!(
-                "the producer handed over {} descriptors for a pool of {} slots ({expected} expected)",
-                fds.len(),
-                pool.slot_descriptors.len()
-            )));
+            return Err(TransportError::DescriptorCount {
+                received: fds.len(),
+                expected,
+            });
         }
         let timeline = match sync {
             GpuSync::Timeline => {
-                let block = Timeline::receive(device, fds.next().expect("counted above"))?;
+                let fd = fds.next().ok_or(TransportError::DescriptorCount {
+                    received: 0,
+                    expected,
+                })?;
+                let block = Timeline::receive(device, fd)?;
                 block.reset_row(row);
                 Some(ConsumerTimeline {
                     block,
@@ -750,24 +751,27 @@ impl CudaConsumerSlots {
         let mut memory = Vec::with_capacity(pool.slot_descriptors.len());
         for ((i, d), fd) in pool.slot_descriptors.iter().enumerate().zip(fds) {
             let (mark, bytes) = d.split_at(8);
-            let shared_size = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+            let shared_size = bytes
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+                .unwrap_or(0);
             if mark != SHARED_MEMORY_MARK || shared_size < size as u64 {
-                return Err(TransportError::Invalid(format!(
-                    "slot {i} of a descriptor channel describes no allocation of {size} bytes"
-                )));
+                return Err(TransportError::SlotDescriptor { slot: i, size });
             }
-            let shared_size = usize::try_from(shared_size)
-                .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
-            let imported = SharedDeviceMemory::import(device, &fd, shared_size).map_err(|e| {
-                let hint = if peer {
-                    " (the producer runs on another GPU)"
-                } else {
-                    ""
-                };
-                TransportError::Invalid(format!(
-                    "cannot map slot {i} of the producer's device memory: {e}{hint}"
-                ))
-            })?;
+            let shared_size =
+                usize::try_from(shared_size).map_err(|_| TransportError::Overflow {
+                    what: "the slot size",
+                })?;
+            let imported =
+                SharedDeviceMemory::import(device, &fd, shared_size).map_err(|source| {
+                    TransportError::ImportMemory {
+                        slot: i,
+                        shared: true,
+                        peer,
+                        source,
+                    }
+                })?;
             read_only &= imported.is_read_only();
             memory.push(Arc::new(imported).region(size));
         }
@@ -798,11 +802,10 @@ impl CudaConsumerSlots {
                 }
                 GpuSync::Event => {
                     let (_, event_handle) = split_descriptor(d);
-                    ready.push(Event::open_ipc(device, &event_handle).map_err(|e| {
-                        TransportError::Invalid(format!(
-                            "cannot open the producer's event of slot {i}: {e}. CUDA keeps interprocess events in files only their creator's user can map, in its PID namespace: a producer and a consumer of different users need gpu-sync=timeline (the default where the device supports it) or host on the sink, and of different containers ipc-mode=fd as well"
-                        ))
-                    })?);
+                    ready.push(
+                        Event::open_ipc(device, &event_handle)
+                            .map_err(|source| TransportError::OpenEvent { slot: i, source })?,
+                    );
                     let release = Event::new(device, true)?;
                     let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
                     descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&release.ipc_handle()?);
@@ -831,8 +834,9 @@ impl CudaConsumerSlots {
 }
 
 fn pool_slot_size(pool: &PoolInfo) -> Result<usize, TransportError> {
-    usize::try_from(pool.slot_size)
-        .map_err(|_| TransportError::Invalid("slot size overflows".into()))
+    usize::try_from(pool.slot_size).map_err(|_| TransportError::Overflow {
+        what: "the slot size",
+    })
 }
 
 impl ConsumerSlots for CudaConsumerSlots {
@@ -862,7 +866,6 @@ impl ConsumerSlots for CudaConsumerSlots {
         on_host: bool,
         give_up: &dyn Fn() -> bool,
     ) -> Result<bool, TransportError> {
-        let what = || format!("the producer's writes into slot {slot}");
         let on_host = on_host || self.host_waits;
         match (self.sync, &self.timeline) {
             (GpuSync::Host, _) => {}
@@ -871,7 +874,7 @@ impl ConsumerSlots for CudaConsumerSlots {
                 timeline.targets[slot].store(target, Ordering::Relaxed);
                 match on_host {
                     true => poll_on_host(
-                        &what(),
+                        (GpuWork::ProducerWrites, slot),
                         Duration::from_micros(20),
                         || Ok(timeline.block.is_ready(slot, target)),
                         give_up,
@@ -881,7 +884,9 @@ impl ConsumerSlots for CudaConsumerSlots {
                         .wait_ready_on(slot, target, &self.device.stream())?,
                 }
             }
-            (_, _) if on_host => wait_on_host(&self.ready[slot], &what(), give_up)?,
+            (_, _) if on_host => {
+                wait_on_host(&self.ready[slot], (GpuWork::ProducerWrites, slot), give_up)?
+            }
             (_, _) => self.device.stream().wait_event(&self.ready[slot])?,
         }
         Ok(self.sync == GpuSync::Host || on_host)

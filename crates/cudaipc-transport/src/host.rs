@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError};
+use super::{ConsumerSlots, ProducerSlots, SharedObject, SlotMemory, SlotRequest, TransportError};
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::mapping::SharedMapping;
 use cudaipc_channel::shm::{self, SharedFile};
@@ -112,7 +112,7 @@ impl HostProducerSlots {
             let label = socket::socket_path(&request.channel);
             let SharedFile { file, map, .. } = SharedFile::create_sealed(&name, &label, total)
                 .map_err(|e| {
-                    TransportError::Io(format!("cannot create {total} bytes of slots: {e}"))
+                    TransportError::io(format!("cannot create {total} bytes of slots"), e)
                 })?;
             return Ok(Self {
                 map: Arc::new(map),
@@ -142,10 +142,10 @@ impl HostProducerSlots {
                     attempt += 1;
                 }
                 Err(e) => {
-                    return Err(TransportError::Io(format!(
-                        "cannot create {} ({total} bytes): {e}",
-                        path.display()
-                    )));
+                    return Err(TransportError::io(
+                        format!("cannot create {} ({total} bytes)", path.display()),
+                        e,
+                    ));
                 }
             }
         }
@@ -164,11 +164,14 @@ impl HostProducerSlots {
 /// The bytes a pool's slots take: (count, slot size, total).
 fn pool_extent(pool: &PoolInfo) -> Result<(usize, usize, usize), TransportError> {
     let count = pool.slot_descriptors.len();
-    let size = usize::try_from(pool.slot_size)
-        .map_err(|_| TransportError::Invalid("slot size overflows".into()))?;
+    let size = usize::try_from(pool.slot_size).map_err(|_| TransportError::Overflow {
+        what: "the slot size",
+    })?;
     let needed = slot_stride(size)
         .checked_mul(count)
-        .ok_or_else(|| TransportError::Invalid("pool size overflows".into()))?;
+        .ok_or(TransportError::Overflow {
+            what: "the pool size",
+        })?;
     Ok((count, size, needed))
 }
 
@@ -235,7 +238,7 @@ impl ProducerSlots for HostProducerSlots {
         let file = self
             .file
             .try_clone()
-            .map_err(|e| TransportError::Io(format!("cannot share the slots' memory: {e}")))?;
+            .map_err(|e| TransportError::io("cannot share the slots' memory", e))?;
         Ok(vec![OwnedFd::from(file)])
     }
 }
@@ -263,17 +266,13 @@ impl HostConsumerSlots {
             .next()
             .unwrap_or(&[]);
         if descriptor != RECEIVED_POOL {
-            return Err(TransportError::Invalid(
-                "a descriptor channel named a data file".into(),
-            ));
+            return Err(TransportError::PoolNotHandedOver);
         }
         let (count, size, needed) = pool_extent(pool)?;
         let fd = super::request_pool(channel, pool.generation, producers)?;
-        let [fd] = <[OwnedFd; 1]>::try_from(fd).map_err(|fds| {
-            TransportError::Invalid(format!(
-                "the producer handed over {} descriptors for host slots (one expected)",
-                fds.len()
-            ))
+        let [fd] = <[OwnedFd; 1]>::try_from(fd).map_err(|fds| TransportError::DescriptorCount {
+            received: fds.len(),
+            expected: 1,
         })?;
         socket::check_sealed(&fd, needed as u64).map_err(TransportError::Channel)?;
         let path = socket::socket_path(channel);
@@ -288,40 +287,51 @@ impl HostConsumerSlots {
             .iter()
             .position(|&b| b == 0)
             .unwrap_or(pool.pool_descriptor.len());
-        let name = std::str::from_utf8(&pool.pool_descriptor[..name_len])
-            .map_err(|_| TransportError::Invalid("the host data file name is not UTF-8".into()))?;
+        let name = std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
+            TransportError::NameNotUtf8 {
+                object: SharedObject::Slots,
+            }
+        })?;
         // The name comes from shared memory: accept only this channel's own
         // data files, never a path elsewhere.
         let prefix = shm::channel_data_file_prefix(channel);
         if !name.starts_with(&prefix) || name.contains('/') || name.len() == prefix.len() {
-            return Err(TransportError::Invalid(format!(
-                "data file name {name:?} does not belong to channel '{channel}'"
-            )));
+            return Err(TransportError::ForeignName {
+                object: SharedObject::Slots,
+                channel: channel.to_owned(),
+                name: name.to_owned(),
+            });
         }
         let path = shm::shm_dir().join(name);
         // Neither a link to elsewhere nor a FIFO (whose open would block).
         let file = shm::open_regular(&path, false).map_err(|e| {
             if e.kind() == std::io::ErrorKind::InvalidInput {
-                TransportError::Invalid(format!("data file: {e}"))
+                TransportError::NotRegular {
+                    object: SharedObject::Slots,
+                    source: e,
+                }
             } else {
-                TransportError::Io(format!("cannot open {}: {e}", path.display()))
+                TransportError::io(format!("cannot open {}", path.display()), e)
             }
         })?;
         let owner = shm::owner_uid(&file)
-            .map_err(|e| TransportError::Io(format!("cannot inspect {}: {e}", path.display())))?;
+            .map_err(|e| TransportError::io(format!("cannot inspect {}", path.display()), e))?;
         if owner != producer_uid {
-            return Err(TransportError::Invalid(format!(
-                "data file {} belongs to uid {owner}, but the channel to uid {producer_uid}",
-                path.display()
-            )));
+            return Err(TransportError::WrongOwner {
+                path,
+                owner_uid: owner,
+                producer_uid,
+            });
         }
         let (count, size, needed) = pool_extent(pool)?;
         let actual = file.metadata().map(|m| m.len()).unwrap_or(0);
         if actual < needed as u64 {
-            return Err(TransportError::Invalid(format!(
-                "data file {} holds {actual} bytes, the pool needs {needed}",
-                path.display()
-            )));
+            return Err(TransportError::TooSmall {
+                object: SharedObject::Slots,
+                path,
+                len: actual,
+                needed: needed as u64,
+            });
         }
         Self::map_slots(file, path, count, size, needed)
     }
@@ -335,12 +345,17 @@ impl HostConsumerSlots {
     ) -> Result<Self, TransportError> {
         // Read-only: a consumer can never write into the producer's slots.
         let map = SharedMapping::map(&file, Some(needed), false)
-            .map_err(|e| TransportError::Io(format!("cannot map {}: {e}", path.display())))?;
+            .map_err(|e| TransportError::io(format!("cannot map {}", path.display()), e))?;
         let map = Arc::new(map);
         let regions = (0..count)
             .map(|slot| HostRegion::new(&map, slot * slot_stride(size), size))
             .collect::<Option<_>>()
-            .ok_or_else(|| TransportError::Invalid("the slots exceed the mapping".into()))?;
+            .ok_or_else(|| TransportError::TooSmall {
+                object: SharedObject::Slots,
+                path: path.clone(),
+                len: map.len() as u64,
+                needed: needed as u64,
+            })?;
         Ok(Self {
             map,
             path,

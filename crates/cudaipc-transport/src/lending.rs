@@ -62,9 +62,7 @@ impl<K: PartialEq, T> LentSlots<K, T> {
             reserved.push(Reservation::new(producer, slot));
         }
         if let Some(busy) = (placeholders..keys.len()).find(|&slot| !producer.is_reserved(slot)) {
-            return Err(TransportError::Invalid(format!(
-                "slot {busy} of a freshly published pool is busy"
-            )));
+            return Err(TransportError::LentSlotBusy { slot: busy });
         }
         for reservation in reserved {
             reservation.keep();
@@ -303,7 +301,7 @@ mod tests {
     ) -> Result<u64, TransportError> {
         let reservation = lent
             .waiting_for_frame(slot, producer)
-            .ok_or_else(|| TransportError::Invalid(format!("slot {slot} waits for no frame")))?;
+            .ok_or(TransportError::LentSlotRewritten { slot })?;
         lent.publish(reservation, buffer, meta, slots)
     }
 

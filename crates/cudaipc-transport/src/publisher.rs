@@ -114,7 +114,7 @@ pub enum ConfigureError {
         error: TransportError,
     },
     /// The channel could not switch to them (interrupted, or closed).
-    Install(String),
+    Install(TransportError),
 }
 
 impl std::fmt::Display for ConfigureError {
@@ -132,10 +132,11 @@ impl std::fmt::Display for ConfigureError {
 pub enum PublishError {
     Channel(ChannelError),
     Transport(TransportError),
-    /// Filling slot `slot` failed.
+    /// Filling slot `slot` failed: ordering it (a [`TransportError`]), or
+    /// the caller's copy (its own error).
     Copy {
         slot: usize,
-        error: String,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -409,7 +410,7 @@ impl<T: Send + 'static> Publisher<T> {
         &self,
         slots: Box<dyn ProducerSlots>,
         lent_keys: Option<(usize, Vec<AllocationKey>)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         if let Some(old) = self.current_set()
             && let Some(lent) = &old.lent
         {
@@ -417,24 +418,21 @@ impl<T: Send + 'static> Publisher<T> {
             lent.cancel_reservations(&self.producer);
         }
         // Before the pool is published: consumers ask for its memory then.
-        let memory = slots.shareables().map_err(|e| e.to_string())?;
+        let memory = slots.shareables()?;
         if !memory.is_empty() {
             self.producer
                 .offer_pool(self.producer.pool_generation() + 1, memory);
         }
         // Waits until consumers are done with the old slots.
-        self.producer
-            .configure_pool(
-                slots.slot_size() as u64,
-                &slots.slot_descriptors(),
-                &slots.pool_descriptor(),
-                &self.interrupt,
-            )
-            .map_err(|e| e.to_string())?;
+        self.producer.configure_pool(
+            slots.slot_size() as u64,
+            &slots.slot_descriptors(),
+            &slots.pool_descriptor(),
+            &self.interrupt,
+        )?;
         let lent = lent_keys
             .map(|(placeholders, keys)| LentSlots::new(placeholders, keys, &self.producer))
-            .transpose()
-            .map_err(|e| e.to_string())?;
+            .transpose()?;
         // Consumers holding frames of the old set keep it alive.
         let readers = self.producer.held_slots();
         let old = self
@@ -509,11 +507,11 @@ impl<T: Send + 'static> Publisher<T> {
     /// with `meta` and nothing is copied (a frame pushed again: imagefreeze,
     /// videorate duplicates, a tee). The publisher keeps the last source's
     /// keeper. `Ok(Some((slot, copied)))`.
-    pub fn publish_copy_of(
+    pub fn publish_copy_of<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
         &self,
         source: Option<(usize, T)>,
         meta: &FrameMeta,
-        fill: impl FnOnce(&SlotMemory) -> Result<(), String>,
+        fill: impl FnOnce(&SlotMemory) -> Result<(), E>,
     ) -> Result<Option<(usize, bool)>, PublishError> {
         let key = source.as_ref().map(|(key, _)| *key);
         // A free slot that holds the frame already, else any free slot.
@@ -542,8 +540,8 @@ impl<T: Send + 'static> Publisher<T> {
             timed(&self.read_wait_ns, || {
                 set.slots.before_write(slot, &self.producer)
             })
-            .map_err(|e| e.to_string())
-            .and_then(|()| fill(&set.slots.slot_memory(slot)))
+            .map_err(Into::into)
+            .and_then(|()| fill(&set.slots.slot_memory(slot)).map_err(Into::into))
             .map_err(|error| PublishError::Copy { slot, error })?;
         }
         let written = (!holds).then_some(&*set.slots);
@@ -716,7 +714,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// `size` bytes on the publisher's device that stays allocated while
     /// the publisher exists (an upstream pool keeps its buffers allocated,
     /// and the lent set holds the published ones).
-    pub unsafe fn lend(&self, frames: Vec<LendableFrame>) -> Result<bool, String> {
+    pub unsafe fn lend(&self, frames: Vec<LendableFrame>) -> Result<bool, TransportError> {
         let Some(device) = self.device() else {
             return Ok(false);
         };
@@ -743,8 +741,7 @@ impl<T: Send + 'static> Publisher<T> {
             ipc_mode: self.config.ipc_mode,
         };
         // SAFETY: the caller's contract.
-        let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }
-            .map_err(|e| e.to_string())?;
+        let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }?;
         self.install(Box::new(slots), Some((placeholders, keys)))?;
         Ok(true)
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
-use crate::cuda::Device;
+use crate::cuda::{CudaError, Device};
 use cudaipc_channel::{
     ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Frame, Item,
     ProducerGone, ReleaseHandle, WaitMode,
@@ -44,14 +44,23 @@ pub enum SubscriberError {
     NoProducer(ChannelError),
     /// The channel exists but cannot be attached to.
     Attach(ChannelError),
-    /// The channel's device cannot be used here.
-    Device(String),
-    /// The control block holds something impossible.
+    /// The channel uses the cuda transport, but CUDA is not usable here.
+    NoCuda { channel: String, source: CudaError },
+    /// The producer's GPU is not visible in this process (see
+    /// `CUDA_VISIBLE_DEVICES`), and no device to read on was configured.
+    ProducerGpuNotVisible,
+    /// A CUDA device cannot be opened (`ordinal`), or the producer's could
+    /// not be looked for (`None`).
+    Device {
+        ordinal: Option<i32>,
+        source: CudaError,
+    },
+    /// The control block holds something impossible (what).
     Corrupt(String),
     /// The producer's slots cannot be opened.
     OpenSlots(TransportError),
     /// Any other failure of a read.
-    Read(String),
+    Read(TransportError),
     /// Another process truncated one of the channel's shared files: the
     /// channel cannot go on, as if its producer were lost.
     Truncated(std::path::PathBuf),
@@ -62,14 +71,38 @@ impl fmt::Display for SubscriberError {
         match self {
             Self::Interrupted => f.write_str("interrupted"),
             Self::NoProducer(e) | Self::Attach(e) => write!(f, "{e}"),
-            Self::Device(e) | Self::Corrupt(e) | Self::Read(e) => f.write_str(e),
-            Self::OpenSlots(e) => write!(f, "{e}"),
+            Self::NoCuda { channel, source } => write!(
+                f,
+                "channel '{channel}' uses the cuda transport, but CUDA is not usable here: {source}"
+            ),
+            Self::ProducerGpuNotVisible => f.write_str(
+                "the producer's GPU is not visible in this process (check CUDA_VISIBLE_DEVICES)",
+            ),
+            Self::Device {
+                ordinal: Some(ordinal),
+                source,
+            } => write!(f, "cannot open CUDA device {ordinal}: {source}"),
+            Self::Device {
+                ordinal: None,
+                source,
+            } => write!(f, "{source}"),
+            Self::Corrupt(e) => f.write_str(e),
+            Self::OpenSlots(e) | Self::Read(e) => write!(f, "{e}"),
             Self::Truncated(path) => write!(f, "{}", ChannelError::Truncated(path.clone())),
         }
     }
 }
 
-impl std::error::Error for SubscriberError {}
+impl std::error::Error for SubscriberError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::NoProducer(e) | Self::Attach(e) => Some(e),
+            Self::NoCuda { source, .. } | Self::Device { source, .. } => Some(source),
+            Self::OpenSlots(e) | Self::Read(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<ChannelError> for SubscriberError {
     fn from(e: ChannelError) -> Self {
@@ -77,7 +110,7 @@ impl From<ChannelError> for SubscriberError {
             ChannelError::Interrupted => Self::Interrupted,
             ChannelError::Corrupt(what) => Self::Corrupt(what),
             ChannelError::Truncated(path) => Self::Truncated(path),
-            e => Self::Read(e.to_string()),
+            e => Self::Read(TransportError::Channel(e)),
         }
     }
 }
@@ -87,7 +120,7 @@ impl From<TransportError> for SubscriberError {
     fn from(e: TransportError) -> Self {
         match e {
             TransportError::Channel(e) => e.into(),
-            e => Self::Read(e.to_string()),
+            e => Self::Read(e),
         }
     }
 }
@@ -460,24 +493,29 @@ fn open_device(
     config: &SubscriberConfig,
     info: &ChannelInfo,
 ) -> Result<Arc<Device>, SubscriberError> {
-    if let Err(e) = crate::cuda::driver() {
-        return Err(SubscriberError::Device(format!(
-            "channel '{}' uses the cuda transport, but CUDA is not usable here: {e}",
-            config.channel
-        )));
+    if let Err(source) = crate::cuda::driver() {
+        return Err(SubscriberError::NoCuda {
+            channel: config.channel.clone(),
+            source,
+        });
     }
     let ordinal = match config.device_id {
         Some(ordinal) => ordinal,
         None => match Device::find_by_uuid(&info.device_uuid) {
             Ok(Some(ordinal)) => ordinal,
-            Ok(None) => return Err(SubscriberError::Device(
-                "the producer's GPU is not visible in this process (check CUDA_VISIBLE_DEVICES); set cuda-device-id to read through peer access from another GPU".into(),
-            )),
-            Err(e) => return Err(SubscriberError::Device(e.to_string())),
+            Ok(None) => return Err(SubscriberError::ProducerGpuNotVisible),
+            Err(source) => {
+                return Err(SubscriberError::Device {
+                    ordinal: None,
+                    source,
+                });
+            }
         },
     };
-    Device::get(ordinal)
-        .map_err(|e| SubscriberError::Device(format!("cannot open CUDA device {ordinal}: {e}")))
+    Device::get(ordinal).map_err(|source| SubscriberError::Device {
+        ordinal: Some(ordinal),
+        source,
+    })
 }
 
 #[cfg(test)]

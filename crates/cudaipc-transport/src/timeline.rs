@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{SlotRequest, TransportError};
+use super::{SharedObject, SlotRequest, TransportError};
 use crate::cuda::{Device, HostRegistration, Stream};
 use cudaipc_channel::layout::{MAX_CONSUMERS, MAX_SLOTS};
 use cudaipc_channel::mapping::SharedMapping;
@@ -81,9 +81,8 @@ impl Timeline {
     pub fn create(device: &Arc<Device>, label: &Path) -> Result<Self, TransportError> {
         let size = timeline_size();
         let SharedFile { file, map, .. } =
-            SharedFile::create_sealed("cudaipc-timeline", label, size).map_err(|e| {
-                TransportError::Io(format!("cannot create the timeline block: {e}"))
-            })?;
+            SharedFile::create_sealed("cudaipc-timeline", label, size)
+                .map_err(|e| TransportError::io("cannot create the timeline block", e))?;
         let timeline = Self::register(device, map, file)?;
         timeline.block().magic.store(MAGIC, Ordering::Release);
         Ok(timeline)
@@ -100,12 +99,10 @@ impl Timeline {
     /// Maps and registers a consumer's block and checks its mark.
     fn map_received(device: &Arc<Device>, file: File) -> Result<Self, TransportError> {
         let map = SharedMapping::map(&file, Some(timeline_size()), true)
-            .map_err(|e| TransportError::Io(format!("cannot map the timeline block: {e}")))?;
+            .map_err(|e| TransportError::io("cannot map the timeline block", e))?;
         let timeline = Self::register(device, map, file)?;
         if timeline.block().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(TransportError::Invalid(
-                "the producer's timeline block is not one".into(),
-            ));
+            return Err(TransportError::NotTimelineBlock);
         }
         Ok(timeline)
     }
@@ -135,10 +132,10 @@ impl Timeline {
                     attempt += 1;
                 }
                 Err(e) => {
-                    return Err(TransportError::Io(format!(
-                        "cannot create the timeline block {}: {e}",
-                        path.display()
-                    )));
+                    return Err(TransportError::io(
+                        format!("cannot create the timeline block {}", path.display()),
+                        e,
+                    ));
                 }
             }
         }
@@ -156,34 +153,36 @@ impl Timeline {
         // The name comes from shared memory: only this channel's own files.
         let prefix = shm::channel_data_file_prefix(channel);
         if !name.starts_with(&prefix) || !name.ends_with(TIMELINE_SUFFIX) || name.contains('/') {
-            return Err(TransportError::Invalid(format!(
-                "timeline block {name:?} does not belong to channel '{channel}'"
-            )));
+            return Err(TransportError::ForeignName {
+                object: SharedObject::TimelineBlock,
+                channel: channel.to_owned(),
+                name: name.to_owned(),
+            });
         }
         let path = shm::shm_dir().join(name);
         let file = shm::open_regular(&path, true).map_err(|e| {
-            TransportError::Io(format!(
-                "cannot open the timeline block {}: {e}",
-                path.display()
-            ))
+            TransportError::io(
+                format!("cannot open the timeline block {}", path.display()),
+                e,
+            )
         })?;
-        let owner = shm::owner_uid(&file).map_err(|e| TransportError::Io(e.to_string()))?;
+        let inspect_error = |e| TransportError::io(format!("cannot inspect {}", path.display()), e);
+        let owner = shm::owner_uid(&file).map_err(inspect_error)?;
         if owner != producer_uid {
-            return Err(TransportError::Channel(cudaipc_channel::ChannelError::Io {
-                context: path.display().to_string(),
-                source: shm::foreign_owner_error(&path, owner),
-            }));
+            return Err(TransportError::WrongOwner {
+                path,
+                owner_uid: owner,
+                producer_uid,
+            });
         }
-        let len = file
-            .metadata()
-            .map_err(|e| TransportError::Io(e.to_string()))?
-            .len();
+        let len = file.metadata().map_err(inspect_error)?.len();
         if len < timeline_size() as u64 {
-            return Err(TransportError::Invalid(format!(
-                "the timeline block {} holds {len} bytes, {} needed",
-                path.display(),
-                timeline_size()
-            )));
+            return Err(TransportError::TooSmall {
+                object: SharedObject::TimelineBlock,
+                path,
+                len,
+                needed: timeline_size() as u64,
+            });
         }
         Self::map_received(device, file)
     }
@@ -193,9 +192,9 @@ impl Timeline {
         map: SharedMapping,
         file: File,
     ) -> Result<Self, TransportError> {
-        let host = map
-            .as_mut_ptr()
-            .ok_or_else(|| TransportError::Invalid("the timeline block is read-only".into()))?;
+        let host = map.as_mut_ptr().ok_or(TransportError::ReadOnly {
+            object: SharedObject::TimelineBlock,
+        })?;
         // SAFETY: a page-aligned writable mapping of `map.len()` bytes (at
         // least `timeline_size`), which `Timeline` keeps mapped longer than
         // the registration (field order).
@@ -224,8 +223,8 @@ impl Timeline {
     }
 
     /// A new descriptor of the block, for a consumer.
-    pub fn export(&self) -> Option<OwnedFd> {
-        self.file.try_clone().ok().map(OwnedFd::from)
+    pub fn export(&self) -> std::io::Result<OwnedFd> {
+        self.file.try_clone().map(OwnedFd::from)
     }
 
     // Producer side.

@@ -35,7 +35,8 @@ pub enum Error {
         /// Bytes given.
         given: usize,
     },
-    /// A channel name that cannot be used (empty, too long, a `/` in it).
+    /// A channel name that cannot be used (empty, too long, a `/` in it):
+    /// the name.
     InvalidChannelName(String),
     /// Another live producer owns the channel.
     ChannelInUse {
@@ -73,6 +74,11 @@ pub enum Error {
     Timeout(Duration),
     /// `when_full: Drop` and every slot is held by consumers: no loan now.
     NoFreeSlot,
+    /// The channel's slots are smaller than a frame of the layout.
+    SlotsTooSmall {
+        /// The layout's frame size.
+        frame_size: usize,
+    },
     /// The channel is closed (the publisher was stopped).
     Closed,
     /// The cuda transport was asked for where no CUDA device is usable, or
@@ -101,16 +107,28 @@ impl Error {
     /// The channel's error, as the cause that the variants above name.
     pub(crate) fn channel(channel: &str, what: &'static str, e: ChannelError) -> Self {
         match e {
-            ChannelError::InvalidName(name) => Self::InvalidChannelName(name),
+            ChannelError::InvalidName { name } => Self::InvalidChannelName(name),
             ChannelError::InUse { channel, pid } => Self::ChannelInUse { channel, pid },
             ChannelError::NoProducer { channel } => Self::NoProducer {
                 channel,
                 timeout: None,
             },
-            ChannelError::PermissionDenied(reason) => Self::PermissionDenied {
+            e @ ChannelError::NoAccess { .. } => Self::PermissionDenied {
                 channel: channel.to_owned(),
-                reason,
+                reason: format!("{e}: the publisher must widen PublisherOptions::permissions"),
             },
+            e @ ChannelError::UntrustedProducer { .. } => Self::PermissionDenied {
+                channel: channel.to_owned(),
+                reason: format!(
+                    "{e}; allow it with SubscriberOptions::allowed_producer_uids (or allowed_producer_gids)"
+                ),
+            },
+            e @ (ChannelError::NameTaken { .. } | ChannelError::Refused { .. }) => {
+                Self::PermissionDenied {
+                    channel: channel.to_owned(),
+                    reason: e.to_string(),
+                }
+            }
             ChannelError::ProducerGone(gone) => Self::ProducerGone {
                 channel: channel.to_owned(),
                 died: gone == cudaipc_channel::ProducerGone::Died,
@@ -125,6 +143,17 @@ impl Error {
             TransportError::Channel(e) => Self::channel(channel, what, e),
             source => Self::Transport { what, source },
         }
+    }
+}
+
+/// Appended to a CUDA error without a driver: the host transport needs
+/// none.
+pub(crate) fn no_driver_note(e: &cudaipc_transport::cuda::CudaError) -> &'static str {
+    match e {
+        cudaipc_transport::cuda::CudaError::NoDriver => {
+            " (without one, Transport::Host needs no GPU, on both sides)"
+        }
+        _ => "",
     }
 }
 
@@ -143,7 +172,9 @@ impl fmt::Display for Error {
                 f,
                 "a frame of this layout has {expected} bytes, {given} were given"
             ),
-            Self::InvalidChannelName(why) => write!(f, "invalid channel name: {why}"),
+            Self::InvalidChannelName(name) => {
+                write!(f, "{}", ChannelError::InvalidName { name: name.clone() })
+            }
             Self::ChannelInUse { channel, pid } => write!(
                 f,
                 "channel '{channel}' is in use by a live producer (pid {pid})"
@@ -175,6 +206,10 @@ impl fmt::Display for Error {
                 write!(f, "no frame within {} ms", timeout.as_millis())
             }
             Self::NoFreeSlot => f.write_str("every slot is held by consumers"),
+            Self::SlotsTooSmall { frame_size } => write!(
+                f,
+                "the channel's slots are smaller than a frame of {frame_size} bytes"
+            ),
             Self::Closed => f.write_str("the channel is closed"),
             Self::Device(why) => write!(f, "CUDA device: {why}"),
             Self::Channel { what, source } => write!(f, "cannot {what}: {source}"),

@@ -11,8 +11,8 @@ use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{ChannelError, FrameMeta, IpcMode, WaitMode, WhenFull};
 use cudaipc_transport::cuda::Device;
 use cudaipc_transport::{
-    ConfigureError, GpuSync, PublishError, PublisherConfig, ReserveError, SlotLoan, SlotMemory,
-    TransportError, TransportKind,
+    ConfigureError, GpuSync, PublishError, PublisherConfig, ReserveError, SharedObject, SlotLoan,
+    SlotMemory, TransportError, TransportKind,
 };
 
 use crate::{Error, VideoLayout};
@@ -145,13 +145,15 @@ impl Publisher {
         let device = match kind {
             TransportKind::Cuda => Some(Device::get(options.device).map_err(|e| {
                 Error::Device(format!(
-                    "the cuda transport needs CUDA device {}: {e}",
-                    options.device
+                    "the cuda transport needs CUDA device {}: {e}{}",
+                    options.device,
+                    crate::error::no_driver_note(&e)
                 ))
             })?),
             TransportKind::Host => None,
         };
-        let gpu_sync = GpuSync::resolve(None, kind, device.as_deref()).map_err(Error::Device)?;
+        let gpu_sync = GpuSync::resolve(None, kind, device.as_deref())
+            .map_err(|e| Error::transport(channel, "choose the GPU ordering", e))?;
         let inner = Inner::create(PublisherConfig {
             channel: channel.to_owned(),
             kind,
@@ -183,10 +185,7 @@ impl Publisher {
                 ConfigureError::Allocate { error, .. } => {
                     Error::transport(channel, "allocate the slots", error)
                 }
-                ConfigureError::Install(why) => Error::Transport {
-                    what: "publish the slots",
-                    source: TransportError::Invalid(why),
-                },
+                ConfigureError::Install(e) => Error::transport(channel, "publish the slots", e),
             })?;
         publisher
             .inner
@@ -236,14 +235,15 @@ impl Publisher {
                     bytes[..frame.len()].copy_from_slice(frame);
                     Ok(())
                 }
-                Some(bytes) => Err(format!(
-                    "a slot of {} bytes cannot hold a frame of {}",
-                    bytes.len(),
-                    frame.len()
-                )),
-                None => Err("the slot's mapping is read-only".into()),
+                Some(bytes) => Err(TransportError::SlotTooSmall {
+                    slot_size: bytes.len(),
+                    frame_size: frame.len(),
+                }),
+                None => Err(TransportError::ReadOnly {
+                    object: SharedObject::Slots,
+                }),
             },
-            SlotMemory::Device(region) => region.upload(frame).map_err(|e| e.to_string()),
+            SlotMemory::Device(region) => region.upload(frame).map_err(TransportError::Cuda),
         };
         match self
             .inner
@@ -268,9 +268,8 @@ impl Publisher {
                 ReserveError::Flushing if self.inner.is_closed() => Error::Closed,
                 ReserveError::Flushing if self.when_full == WhenFull::Drop => Error::NoFreeSlot,
                 ReserveError::Flushing => Error::Closed,
-                ReserveError::TooSmall => Error::Transport {
-                    what: "lend a slot",
-                    source: TransportError::Invalid("the slots are smaller than the frame".into()),
+                ReserveError::TooSmall => Error::SlotsTooSmall {
+                    frame_size: self.layout.frame_size(),
                 },
                 ReserveError::Channel(e) => Error::channel(&self.channel, "lend a slot", e),
                 ReserveError::Transport(e) => Error::transport(&self.channel, "lend a slot", e),
@@ -405,9 +404,14 @@ fn publish_error(channel: &str, e: PublishError) -> Error {
         }
         PublishError::Channel(e) => Error::channel(channel, "publish the frame", e),
         PublishError::Transport(e) => Error::transport(channel, "publish the frame", e),
-        PublishError::Copy { error, .. } => Error::Transport {
-            what: "copy the frame into its slot",
-            source: TransportError::Invalid(error),
+        // The slot's ordering and the fill above both fail with the
+        // transport's error.
+        PublishError::Copy { error, .. } => match error.downcast::<TransportError>() {
+            Ok(e) => Error::transport(channel, "copy the frame into its slot", *e),
+            Err(other) => Error::Transport {
+                what: "copy the frame into its slot",
+                source: TransportError::io("the copy", std::io::Error::other(other)),
+            },
         },
     }
 }

@@ -138,7 +138,16 @@ impl Subscriber {
                     timeout: options.timeout,
                 },
                 SubscriberError::Attach(e) => Error::channel(channel, "attach to the channel", e),
-                SubscriberError::Device(why) => Error::Device(why),
+                e @ SubscriberError::NoCuda { .. } => Error::Device(match &e {
+                    SubscriberError::NoCuda { source, .. } => {
+                        format!("{e}{}", crate::error::no_driver_note(source))
+                    }
+                    _ => e.to_string(),
+                }),
+                e @ SubscriberError::ProducerGpuNotVisible => Error::Device(format!(
+                    "{e}; set SubscriberOptions::device to read through peer access from another GPU"
+                )),
+                e @ SubscriberError::Device { .. } => Error::Device(e.to_string()),
                 e => Error::Read(e),
             },
         )?;

@@ -47,7 +47,7 @@ impl fmt::Display for CudaError {
         match self {
             CudaError::NoDriver => write!(
                 f,
-                "the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver (without one, a channel of cudaipcsink transport=host, and cudaipcsrc reading it, need no GPU; cudatestsrc and cudaprocess do)"
+                "the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver"
             ),
             CudaError::NoDevice(msg) => write!(f, "no usable CUDA device: {msg}"),
             CudaError::Call {

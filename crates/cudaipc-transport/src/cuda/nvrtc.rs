@@ -85,7 +85,7 @@ fn candidates() -> Vec<PathBuf> {
     out
 }
 
-fn load() -> std::result::Result<Nvrtc, String> {
+fn load() -> Result<Nvrtc> {
     let tried = candidates();
     for path in &tried {
         // SAFETY: loading NVRTC runs its initialisers, which have no
@@ -95,11 +95,11 @@ fn load() -> std::result::Result<Nvrtc, String> {
         };
         // SAFETY: the symbol types match NVRTC's C API (nvrtc.h).
         let nvrtc = unsafe {
-            let sym = |name: &[u8]| -> std::result::Result<*mut c_void, String> {
+            let sym = |name: &[u8]| -> Result<*mut c_void> {
                 library
                     .get::<*mut c_void>(name)
                     .map(|s| *s)
-                    .map_err(|e| format!("{}: {e}", path.display()))
+                    .map_err(|e| CudaError::Nvrtc(format!("{}: {e}", path.display())))
             };
             let version: Version = std::mem::transmute(sym(b"nvrtcVersion\0")?);
             let (mut major, mut minor) = (0, 0);
@@ -134,20 +134,20 @@ fn load() -> std::result::Result<Nvrtc, String> {
         };
         return Ok(nvrtc);
     }
-    Err(format!(
+    Err(CudaError::Nvrtc(format!(
         "NVRTC (libnvrtc.so) was not found; looked for {}. Install the CUDA toolkit's NVRTC or set CUDAIPC_NVRTC_LIB to its path",
         tried
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", ")
-    ))
+    )))
 }
 
-static NVRTC: LazyLock<std::result::Result<Nvrtc, String>> = LazyLock::new(load);
+static NVRTC: LazyLock<Result<Nvrtc>> = LazyLock::new(load);
 
 fn nvrtc() -> Result<&'static Nvrtc> {
-    NVRTC.as_ref().map_err(|e| CudaError::Nvrtc(e.clone()))
+    NVRTC.as_ref().map_err(Clone::clone)
 }
 
 /// Path and version of the NVRTC in use.

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! What a user changes, in the elements' properties, for an error of the
+//! library crates. Those carry the facts (the channel, the owner, the slot);
+//! the words naming a property live here, with the elements, so that the
+//! Rust API can name its own options instead.
+
+use cudaipc_channel::ChannelError;
+use cudaipc_transport::cuda::CudaError;
+use cudaipc_transport::{SubscriberError, TransportError};
+
+/// Appended to a channel error that a property changes; empty otherwise.
+pub fn channel(e: &ChannelError) -> &'static str {
+    match e {
+        ChannelError::NoAccess { .. } => ": the producer must widen its 'permissions'",
+        ChannelError::UntrustedProducer { .. } => "; allow it with 'allowed-producers'",
+        ChannelError::OtherPidNamespace {
+            descriptor_channel: true,
+            ..
+        } => {
+            "; a descriptor channel of the cuda transport crosses PID namespaces with gpu-sync=timeline (its default) or host on the sink, not with events"
+        }
+        ChannelError::OtherPidNamespace {
+            descriptor_channel: false,
+            ..
+        } => {
+            "; a channel named in the shm folder works only between processes of one PID namespace: run both in the same container, share the host PID namespace, or use ipc-mode=fd"
+        }
+        _ => "",
+    }
+}
+
+/// Appended to a CUDA error: without a driver, which elements need none.
+pub fn cuda(e: &CudaError) -> &'static str {
+    match e {
+        CudaError::NoDriver => {
+            " (without one, a channel of cudaipcsink transport=host, and cudaipcsrc reading it, need no GPU; cudatestsrc and cudaprocess do)"
+        }
+        _ => "",
+    }
+}
+
+/// Appended to a transport error that a property changes; empty otherwise.
+pub fn transport(e: &TransportError) -> &'static str {
+    match e {
+        TransportError::Channel(e) => channel(e),
+        TransportError::Cuda(e) => cuda(e),
+        TransportError::OpenEvent { .. } => {
+            ". CUDA keeps interprocess events in files only their creator's user can map, in its PID namespace: a producer and a consumer of different users need gpu-sync=timeline (the default where the device supports it) or host on the sink, and of different containers ipc-mode=fd as well"
+        }
+        _ => "",
+    }
+}
+
+/// Appended to a subscriber's error that a property changes; empty
+/// otherwise.
+pub fn subscriber(e: &SubscriberError) -> &'static str {
+    match e {
+        SubscriberError::NoProducer(e) | SubscriberError::Attach(e) => channel(e),
+        SubscriberError::OpenSlots(e) | SubscriberError::Read(e) => transport(e),
+        SubscriberError::NoCuda { source, .. } => cuda(source),
+        SubscriberError::ProducerGpuNotVisible => {
+            "; set cuda-device-id to read through peer access from another GPU"
+        }
+        _ => "",
+    }
+}
+
+/// The message for `gpu-sync` settings that cannot work; `None` for other
+/// errors.
+pub fn gpu_sync(e: &TransportError) -> Option<&'static str> {
+    match e {
+        TransportError::TimelineNeedsCuda => {
+            Some("gpu-sync=timeline needs transport=cuda (it orders GPU work)")
+        }
+        TransportError::TimelineUnsupported => Some(
+            "gpu-sync=timeline: this device cannot write and wait for values in memory (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); use gpu-sync=event",
+        ),
+        _ => None,
+    }
+}

@@ -83,10 +83,10 @@ pub struct CudaIpcSink {
 
 impl CudaIpcSink {
     /// Whether frames arrive paced: this sink waits for each frame's time
-    /// (`sync=true`), or upstream is a live source.
-    fn frames_are_paced(&self) -> bool {
+    /// (`sync=true` with a frame rate), or upstream is a live source.
+    fn frames_are_paced(&self, info: &gst_video::VideoInfo) -> bool {
         let sink = self.obj();
-        if gst_base::prelude::BaseSinkExt::is_sync(&*sink) {
+        if gst_base::prelude::BaseSinkExt::is_sync(&*sink) && info.fps().numer() > 0 {
             return true;
         }
         let mut latency = gst::query::Latency::new();
@@ -433,7 +433,7 @@ impl BaseSinkImpl for CudaIpcSink {
                 "CUDA memory input needs CUDA to download it"
             ));
         }
-        publisher.set_paced(self.frames_are_paced());
+        publisher.set_paced(self.frames_are_paced(&info));
         publishing::report_slots(&self.obj(), publisher.configure(info.size()))?;
         // Consumers choose their memory type themselves: publish the plain
         // caps.

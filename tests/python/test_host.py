@@ -10,6 +10,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -70,6 +71,9 @@ def test_gst_producer_to_python_frames_intact_zero_copy_read_only(children, mode
                     with pytest.raises(ValueError, match="read-only"):
                         plane[0, 0] = 1
                 sums.append(hashlib.sha1(b"".join(p.tobytes() for p in planes)).hexdigest())
+                # The arrays hold the slot; the producer's close waits for it.
+                del planes, plane
+                whole = None
     assert sums == reference
     producer.finish().assert_success("producer")
 
@@ -149,6 +153,7 @@ def test_an_export_holds_the_slot_after_release():
         first = subscriber.next_frame()
         assert publisher.publish(np.full((16, 32), 9, np.uint8))
         assert (np.from_dlpack(first) == 8).all()
+        first.release()
         subscriber.close()
 
 
@@ -265,3 +270,32 @@ def test_no_cuda_is_touched_on_the_host_transport():
         pass
     with pytest.raises(cudaipc.DeviceError):
         cudaipc.Publisher(unique_channel("nocuda"), "RGB", 64, 48, transport="cuda")
+
+
+WAITS = {
+    "publish": "p = cudaipc.Publisher(ch, 'GRAY8', 8, 8, transport='host', wait_for_consumers=1)\n"
+               "print('waiting', flush=True)\n"
+               "p.publish(np.zeros((8, 8), np.uint8))",
+    "attach": "print('waiting', flush=True)\n"
+              "cudaipc.Subscriber(ch, timeout=None)",
+    "frame": "p = cudaipc.Publisher(ch, 'GRAY8', 8, 8, transport='host')\n"
+             "s = cudaipc.Subscriber(ch)\n"
+             "print('waiting', flush=True)\n"
+             "s.next_frame(timeout=None)",
+}
+
+
+@pytest.mark.parametrize("wait", sorted(WAITS))
+def test_ctrl_c_ends_every_wait(children, wait):
+    script = ("import signal, sys, cudaipc, numpy as np\n"
+              # A child of a shell job may inherit SIGINT ignored.
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              f"ch = {unique_channel('ctrl-c')!r}\n" + WAITS[wait])
+    child = children([sys.executable, "-c", script])
+    assert child.process.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)
+    child.process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    child.finish(timeout=10)
+    assert "KeyboardInterrupt" in child.stderr, child.stderr
+    assert time.monotonic() - started < 2

@@ -88,10 +88,10 @@ impl CudaComposition {
         }
     }
 
-    /// What a consumer reads on a channel of `ipc_mode` ordered by
-    /// `ordering`: own and lent memory look the same to it, so any row of
-    /// that kind of channel will do.
-    fn for_consumer(ipc_mode: IpcMode, ordering: GpuSync) -> Result<(), TransportError> {
+    /// Whether a consumer can read slots of a channel of `ipc_mode`
+    /// ordered by `ordering`: own and lent memory look the same to it, so
+    /// any row of that kind of channel will do.
+    fn check_readable(ipc_mode: IpcMode, ordering: GpuSync) -> Result<(), TransportError> {
         if CUDA_COMPOSITIONS
             .iter()
             .any(|c| c.memory.ipc_mode() == ipc_mode && c.ordering == ordering)
@@ -656,7 +656,7 @@ impl CudaConsumerSlots {
             Some(_) => IpcMode::Fd,
             None => IpcMode::Legacy,
         };
-        CudaComposition::for_consumer(ipc_mode, sync)?;
+        CudaComposition::check_readable(ipc_mode, sync)?;
         let size = pool_slot_size(pool)?;
         // A descriptor channel hands the timeline block over first.
         let first = usize::from(sync == GpuSync::Timeline);

@@ -1,10 +1,10 @@
 //! Where the slots live and how access to them is ordered: the seam between
 //! the channel (which only knows slot indices) and the elements.
 //!
-//! Two backends pass the same contract tests: `cuda` (device memory exported
-//! with CUDA IPC, GPU-side ordering with interprocess events, or host
-//! synchronisation) and `host` (a shared host-memory file, for machines
-//! without a GPU and for CI).
+//! Two backends pass the same contract tests: `cuda` (device memory of a
+//! [`MemoryKind`] ordered across processes by a [`GpuSync`], composed as
+//! one of [`CUDA_COMPOSITIONS`]) and `host` (shared host memory, for
+//! machines without a GPU and for CI).
 //!
 //! [`cuda`] holds the CUDA driver wrappers both use. Nothing here knows
 //! GStreamer.

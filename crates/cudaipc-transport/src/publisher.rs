@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    TransportKind, WriterStream,
+    CudaProducerSlots, GpuSync, LentSlots, MemoryKind, ProducerSlots, SlotMemory, SlotRequest,
+    TransportError, TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::reservation::Reservation;
@@ -708,7 +708,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// another is published.
     pub fn can_lend(&self) -> bool {
         self.device().is_some()
-            && self.config.ipc_mode == IpcMode::Legacy
+            && self.config.ipc_mode == MemoryKind::Lent.ipc_mode()
             && self.config.when_full == WhenFull::Block
             && self.config.slots != 1
     }

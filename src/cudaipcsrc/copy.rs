@@ -37,6 +37,11 @@ pub(super) fn copy_frame(
         // A copy in CUDA memory carries the meta as a wrapped slot does, in
         // the default layout of the caps.
         let pitch = video::planes(info).first().map(|p| p.1 as i32).unwrap_or(0);
+        // The copy was queued on the slot's stream (StreamOf::Source).
+        let cuda_stream = match frame.memory() {
+            SlotMemory::Device(slot) => slot.device().stream().raw() as u64,
+            SlotMemory::Host(_) => copy.device.stream().raw() as u64,
+        };
         CudaIpcMeta::add(
             buffer,
             CudaIpcMeta {
@@ -44,6 +49,7 @@ pub(super) fn copy_frame(
                 pitch,
                 size: copy.size as u64,
                 device_id: copy.device.ordinal(),
+                cuda_stream,
             },
         );
     }

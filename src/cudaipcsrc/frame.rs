@@ -107,6 +107,7 @@ pub(super) fn to_buffer(
                 pitch: frame.planes.first().map(|p| p.1 as i32).unwrap_or(0),
                 size: frame.size,
                 device_id: slot.device().ordinal(),
+                cuda_stream: slot.device().stream().raw() as u64,
             };
             let allocator = CudaAllocator::for_device(slot.device());
             // A frame larger than the slot's mapping is cut to it (the

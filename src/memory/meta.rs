@@ -3,8 +3,12 @@
 //! can read it: in Python, `buffer.get_custom_meta("CudaIpcMeta")`.
 //!
 //! Its structure holds `device-ptr` (guint64), `pitch` (gint, bytes per row
-//! of plane 0), `size` (guint64) and `device-id` (gint, the CUDA ordinal in
-//! this process).
+//! of plane 0), `size` (guint64), `device-id` (gint, the CUDA ordinal in
+//! this process) and `cuda-stream` (guint64, a `CUstream` of this process):
+//! the stream the source reads the frame on and orders its release of the
+//! slot on. A reader makes its own stream wait for it before reading, and
+//! makes it wait for its own stream's reads before dropping the buffer
+//! (the `cudaipc` Python package's `from_gst_sample` does both).
 
 use std::ffi::{c_char, c_void};
 use std::sync::Once;
@@ -67,6 +71,7 @@ pub struct CudaIpcMeta {
     pub pitch: i32,
     pub size: u64,
     pub device_id: i32,
+    pub cuda_stream: u64,
 }
 
 impl CudaIpcMeta {
@@ -85,6 +90,7 @@ impl CudaIpcMeta {
             s.set("pitch", meta.pitch);
             s.set("size", meta.size);
             s.set("device-id", meta.device_id);
+            s.set("cuda-stream", meta.cuda_stream);
         }
     }
 
@@ -104,6 +110,7 @@ impl CudaIpcMeta {
                 pitch: s.get("pitch").ok()?,
                 size: s.get("size").ok()?,
                 device_id: s.get("device-id").ok()?,
+                cuda_stream: s.get("cuda-stream").ok()?,
             })
         }
     }
@@ -122,6 +129,7 @@ mod tests {
             pitch: 11520,
             size: 24_883_200,
             device_id: 1,
+            cuda_stream: 0x5500_0000_2000,
         };
         assert_eq!(CudaIpcMeta::get(&buffer), None);
         CudaIpcMeta::add(buffer.get_mut().unwrap(), meta);

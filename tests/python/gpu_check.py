@@ -15,6 +15,12 @@ CuPy's kernels.
    intact, although the producer writes into freed slots at once.
 3. A CuPy producer (``Publisher(transport='cuda')``, arrays published on
    its own stream) feeds ``rscudaipcsrc ! cudaprocess verify=true``.
+4. A GStreamer application (PyGObject): ``rscudaipcsrc ! appsink``, each
+   sample through ``cudaipc.from_gst_sample`` into CuPy on its own stream,
+   zero copy (the array's pointer is the buffer's CudaIpcMeta device-ptr),
+   with the release gate of 2 (the buffer's slot goes back after the work
+   queued on the stream), frames verified against the counter pattern.
+   Without PyGObject it prints ``SKIPPED: from_gst_sample (...)``.
 
     GST_PLUGIN_PATH=target/release python3 tests/python/gpu_check.py
 """
@@ -166,11 +172,60 @@ def publish_to_verify(cp):
     print(f"publish: {FRAMES} 4K frames from CuPy passed cudaprocess verify=true")
 
 
+def gst_app_gate(cp):
+    try:
+        import gi
+        gi.require_version("Gst", "1.0")
+        from gi.repository import Gst
+    except (ImportError, ValueError) as e:
+        print(f"SKIPPED: from_gst_sample (no PyGObject: {e})")
+        return
+    Gst.init(None)
+    channel = f"py-gpu-appsink-{os.getpid()}"
+    process = producer(channel, 40)
+    pipeline = Gst.parse_launch(f"rscudaipcsrc channel={channel} connect-timeout=30000 "
+                                "! appsink name=sink sync=false max-buffers=1")
+    sink = pipeline.get_by_name("sink")
+    pipeline.set_state(Gst.State.PLAYING)
+    spin = cp.RawKernel(SPIN, "spin")
+    stream = cp.cuda.Stream(non_blocking=True)
+    copies = []
+    while len(copies) < 10:
+        sample = sink.emit("try-pull-sample", 30 * Gst.SECOND)
+        assert sample is not None, "no sample from rscudaipcsrc ! appsink within 30 s"
+        frame = cudaipc.from_gst_sample(sample)
+        meta = sample.get_buffer().get_custom_meta("CudaIpcMeta").get_structure()
+        assert frame.device == "cuda" and frame.format == "RGB", frame
+        with stream:
+            pixels = cp.from_dlpack(frame)
+            assert pixels.data.ptr == meta.get_value("device-ptr"), "not zero copy"
+            spin((1,), (1,), (cp.int64(40_000_000),))
+            copies.append(pixels.reshape(HEIGHT, ROW_BYTES).copy())
+        # Released at once, the sample dropped: the slot goes back only
+        # after the copy.
+        frame.release()
+        del pixels, sample
+    stream.synchronize()
+    pipeline.set_state(Gst.State.NULL)
+    numbers = []
+    for copy in copies:
+        number = int(cp.asnumpy(copy[0, :4]).view("<u4")[0])
+        wrong = int(cp.count_nonzero(copy != counter_rows(cp, number, HEIGHT, ROW_BYTES)))
+        assert wrong == 0, f"from_gst_sample: frame {number} was overwritten ({wrong} bytes)"
+        numbers.append(number)
+    assert numbers == list(range(10)), numbers
+    process.kill()
+    process.communicate()
+    print("from_gst_sample: 10 4K frames of rscudaipcsrc ! appsink intact on CuPy's stream, "
+          "zero copy, release after the stream's work")
+
+
 def main():
     cp = cupy_or_skip()
     read_and_verify(cp)
     release_gate(cp)
     publish_to_verify(cp)
+    gst_app_gate(cp)
     print("gpu_check.py: all passed")
 
 

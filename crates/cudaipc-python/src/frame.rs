@@ -17,9 +17,30 @@ use crate::streams;
 /// DLPack export of it lives. Dropping the last holder gives the slot back,
 /// after the work queued so far on the streams the frame was exported to.
 pub struct FrameShared {
-    frame: cudaipc::Frame,
+    source: Source,
     /// `CUstream`s to order the release after.
     streams: Mutex<Vec<usize>>,
+}
+
+/// Where a frame's bytes are and who gives them back.
+enum Source {
+    /// A frame of a subscriber: its slot goes back when it is dropped.
+    Channel(Box<cudaipc::Frame>),
+    /// A buffer of `cudaipcsrc` (GStreamer): held through its Python object
+    /// (a `Gst.Buffer`, or a read map of one on the host transport); the
+    /// source gives the slot back once the buffer's last reference goes,
+    /// ordered on `cuda`'s stream.
+    Buffer {
+        holder: Option<Py<PyAny>>,
+        cuda: Option<BufferStream>,
+    },
+}
+
+/// The stream a `cudaipcsrc` buffer's frame is read on (its `CudaIpcMeta`).
+#[derive(Clone, Copy)]
+struct BufferStream {
+    device_ordinal: i32,
+    stream: usize,
 }
 
 impl FrameShared {
@@ -31,20 +52,78 @@ impl FrameShared {
             }
         }
     }
+
+    /// Makes `stream` wait on the GPU for the frame's writes.
+    ///
+    /// # Safety
+    /// `stream` is a live `CUstream` of the frame's device.
+    unsafe fn wait_on_stream(&self, stream: usize) -> Result<(), cudaipc::Error> {
+        let stream = stream as *mut std::ffi::c_void;
+        match &self.source {
+            // SAFETY: the caller's contract.
+            Source::Channel(frame) => unsafe { frame.wait_on_stream(stream) },
+            Source::Buffer {
+                cuda: Some(ours), ..
+            } => unsafe {
+                // SAFETY: the caller's; the source's stream lives as long as
+                // the buffer, which we hold.
+                cudaipc::order_streams(
+                    ours.device_ordinal,
+                    stream,
+                    ours.stream as *mut std::ffi::c_void,
+                )
+            },
+            Source::Buffer { cuda: None, .. } => Ok(()),
+        }
+    }
+
+    /// Orders the frame's release after the work queued so far on `stream`.
+    ///
+    /// # Safety
+    /// As for `wait_on_stream`.
+    unsafe fn release_after_stream(&self, stream: usize) -> Result<(), cudaipc::Error> {
+        let stream = stream as *mut std::ffi::c_void;
+        match &self.source {
+            // SAFETY: the caller's contract.
+            Source::Channel(frame) => unsafe { frame.release_after_stream(stream) },
+            // The source's release of the slot (when the buffer goes) is
+            // queued on its stream after this wait.
+            Source::Buffer {
+                cuda: Some(ours), ..
+            } => unsafe {
+                // SAFETY: as above.
+                cudaipc::order_streams(
+                    ours.device_ordinal,
+                    ours.stream as *mut std::ffi::c_void,
+                    stream,
+                )
+            },
+            Source::Buffer { cuda: None, .. } => Ok(()),
+        }
+    }
 }
 
 impl Drop for FrameShared {
     fn drop(&mut self) {
-        let streams = self.streams.get_mut().unwrap_or_else(|e| e.into_inner());
-        for &stream in streams.iter() {
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for stream in streams {
             // SAFETY: a stream a consumer handed to __dlpack__ or release();
             // docs/python.md asks that they live until the frame is
             // released. A failure leaves the release ordered after our own
             // stream only: nothing better is left to do in a drop.
-            let _ = unsafe {
-                self.frame
-                    .release_after_stream(stream as *mut std::ffi::c_void)
-            };
+            let _ = unsafe { self.release_after_stream(stream) };
+        }
+        // The buffer goes now, not at pyo3's next call: a DLPack deleter
+        // runs outside pyo3's knowledge of the GIL, which would defer it.
+        if let Source::Buffer { holder, .. } = &mut self.source
+            && let Some(holder) = holder.take()
+        {
+            // SAFETY: asks only whether an interpreter is running.
+            match unsafe { pyo3::ffi::Py_IsInitialized() } != 0 {
+                true => Python::with_gil(|_| drop(holder)),
+                // The process is ending: nothing to give back to.
+                false => std::mem::forget(holder),
+            }
         }
     }
 }
@@ -116,7 +195,34 @@ impl Frame {
             device_ordinal: frame.device_ordinal(),
             stream: frame.cuda_stream().map(|s| s as usize),
             shared: Mutex::new(Some(Arc::new(FrameShared {
-                frame,
+                source: Source::Channel(Box::new(frame)),
+                streams: Mutex::new(Vec::new()),
+            }))),
+        }
+    }
+
+    /// A frame over a buffer of `cudaipcsrc` (see `gst_buffer_frame`).
+    fn of_buffer(
+        holder: Py<PyAny>,
+        layout: VideoLayout,
+        address: u64,
+        cuda: Option<BufferStream>,
+        pts: Option<u64>,
+        offset: Option<u64>,
+    ) -> Self {
+        Self {
+            layout,
+            seq: offset.unwrap_or(0),
+            pts,
+            missed_before: 0,
+            address,
+            device_ordinal: cuda.map(|c| c.device_ordinal),
+            stream: cuda.map(|c| c.stream),
+            shared: Mutex::new(Some(Arc::new(FrameShared {
+                source: Source::Buffer {
+                    holder: Some(holder),
+                    cuda,
+                },
                 streams: Mutex::new(Vec::new()),
             }))),
         }
@@ -218,7 +324,7 @@ impl Frame {
             };
             if let Some(handle) = handle {
                 // SAFETY: the consumer's stream, live while it exports.
-                unsafe { shared.frame.wait_on_stream(handle as *mut std::ffi::c_void) }
+                unsafe { shared.wait_on_stream(handle) }
                     .map_err(|e| crate::errors::to_py(py, e))?;
                 shared.add_streams(&[handle]);
             }
@@ -494,4 +600,76 @@ impl FramePlane {
             self.frame.get().seq
         )
     }
+}
+
+/// The layout of a `size`-byte frame of `caps`: GStreamer's default one,
+/// or the planes a buffer's `GstVideoMeta` gives (offsets, strides); every
+/// row must lie inside the `size` bytes.
+fn buffer_layout(
+    py: Python<'_>,
+    caps: &str,
+    planes: Option<(Vec<u64>, Vec<u32>)>,
+    size: u64,
+) -> PyResult<VideoLayout> {
+    let to_py = |e| crate::errors::to_py(py, e);
+    let default = VideoLayout::from_caps(caps).map_err(to_py)?;
+    let format = default.format();
+    let planes = match planes {
+        Some((offsets, strides)) => offsets
+            .iter()
+            .zip(&strides)
+            .take(format.plane_count())
+            .map(|(&offset, &stride)| cudaipc::Plane { offset, stride })
+            .collect(),
+        None => default.planes().to_vec(),
+    };
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    VideoLayout::with_planes(format, default.width(), default.height(), &planes, size)
+        .map_err(to_py)
+}
+
+/// The frame of a buffer of `cudaipcsrc`: what `cudaipc.from_gst_buffer`
+/// (cudaipc/_gst.py) read from it with PyGObject. `holder` keeps the
+/// buffer (and its slot) until the frame is released and its exports are
+/// gone: the `Gst.Buffer` (CUDA memory: `address` is its `CudaIpcMeta`'s
+/// `device-ptr`, ordered on `cuda_stream` of `device_id`) or a read map of
+/// it (system memory: `address` is the mapped bytes).
+#[pyfunction]
+#[pyo3(signature = (holder, caps, planes, address, size, device_id, cuda_stream, pts, offset))]
+#[allow(clippy::too_many_arguments)]
+pub fn gst_buffer_frame(
+    py: Python<'_>,
+    holder: Py<PyAny>,
+    caps: &str,
+    planes: Option<(Vec<u64>, Vec<u32>)>,
+    address: u64,
+    size: u64,
+    device_id: Option<i32>,
+    cuda_stream: Option<u64>,
+    pts: Option<u64>,
+    offset: Option<u64>,
+) -> PyResult<Frame> {
+    let layout = buffer_layout(py, caps, planes, size)?;
+    if address == 0 {
+        return Err(crate::errors::raise(
+            py,
+            "InvalidArgumentError",
+            "the buffer's frame is at address 0".into(),
+        ));
+    }
+    let cuda = match (device_id, cuda_stream) {
+        (Some(device_ordinal), Some(stream)) => Some(BufferStream {
+            device_ordinal,
+            stream: stream as usize,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(crate::errors::raise(
+                py,
+                "InvalidArgumentError",
+                "a frame in CUDA memory needs both its device and its stream".into(),
+            ));
+        }
+    };
+    Ok(Frame::of_buffer(holder, layout, address, cuda, pts, offset))
 }

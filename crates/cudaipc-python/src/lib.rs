@@ -20,6 +20,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<publisher::Publisher>()?;
     m.add_class::<frame::Frame>()?;
     m.add_class::<frame::FramePlane>()?;
+    m.add_function(wrap_pyfunction!(frame::gst_buffer_frame, m)?)?;
     m.add(
         "FORMATS",
         cudaipc::VideoFormat::ALL

@@ -45,3 +45,29 @@ pub(crate) unsafe fn stream_waits_for(
     // the driver frees the event once its record has run.
     Ok(())
 }
+
+/// Makes later work on the CUDA stream `waiter` wait, on the GPU, for the
+/// work queued on `signaller` so far: an event recorded on the one and
+/// waited for by the other, no host synchronisation. For streams that
+/// neither a [`Frame`](crate::Frame) nor a [`FrameLoan`](crate::FrameLoan)
+/// knows: a consumer's and the `cuda-stream` of the `CudaIpcMeta` on a
+/// buffer of the `cudaipcsrc` element, which orders its reads and its
+/// release of the frame's slot on it.
+///
+/// # Safety
+/// Both are live `CUstream`s of the primary context of CUDA device
+/// `device_ordinal` (or `CU_STREAM_LEGACY`, 1, or `CU_STREAM_PER_THREAD`,
+/// 2).
+pub unsafe fn order_streams(
+    device_ordinal: i32,
+    waiter: *mut c_void,
+    signaller: *mut c_void,
+) -> Result<(), Error> {
+    if waiter == signaller {
+        return Ok(());
+    }
+    let device = Device::get(device_ordinal)
+        .map_err(|e| Error::Device(format!("CUDA device {device_ordinal}: {e}")))?;
+    // SAFETY: the caller's contract.
+    unsafe { stream_waits_for(&device, waiter, signaller, "order two CUDA streams") }
+}

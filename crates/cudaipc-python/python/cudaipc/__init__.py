@@ -15,6 +15,11 @@ reads::
     with cudaipc.Publisher("out", "RGB", 1280, 720) as publisher:
         publisher.publish(array, pts=0)
 
+In a GStreamer application (PyGObject), a buffer of ``rscudaipcsrc ! appsink``
+becomes a frame the same way, without a copy::
+
+    frame = cudaipc.from_gst_sample(appsink.emit("pull-sample"))
+
 docs/python.md in the repository has the rules (ordering on the GPU, when
 slots go back, errors).
 """
@@ -31,6 +36,7 @@ from ._errors import (
     UnsupportedFormatError,
     WaitTimeoutError,
 )
+from ._gst import from_gst_buffer, from_gst_sample
 from ._native import FORMATS, Frame, FramePlane, Publisher, Subscriber, __version__
 
 __all__ = [
@@ -50,4 +56,6 @@ __all__ = [
     "UnsupportedFormatError",
     "WaitTimeoutError",
     "__version__",
+    "from_gst_buffer",
+    "from_gst_sample",
 ]

@@ -8,6 +8,7 @@
 //! cargo run --release --example bench -- --consumer-device 1   # every consumer reads from GPU 1
 //! cargo run --release --example bench -- --two-gpu     # consumer on GPU 0 and on GPU 1, side by side
 //! cargo run --release --example bench -- --gst-cuda    # only rows 13a-13e (GStreamer 1.24+, nvcodec)
+//! cargo run --release --example bench -- --rows 15,15p  # the Python package's rows
 //! ```
 //!
 //! Each row reports frames per second, GB/s of frame data (frame bytes times
@@ -38,6 +39,15 @@
 //! the two-process rows 3-12 (e.g. `gpu-sync=event slots=16`), to compare
 //! settings; `CUDAIPC_BENCH_SRC_PROPS` adds properties to our source in
 //! rows 13 (e.g. `frames=latest`).
+//!
+//! Rows 15 and 15p (only when `--rows` names them) measure the Python
+//! package: a consumer taking every frame through DLPack (CuPy on its own
+//! stream) next to `rscudaipcsrc ! fakesink` on the same producer, the ratio
+//! in the row's note, and a Python producer of CuPy arrays into
+//! `rscudaipcsrc ! fakesink` (examples/python/bench_consumer.py and
+//! bench_producer.py, run by `CUDAIPC_BENCH_PYTHON`, default python3, which
+//! must import cudaipc and CuPy). With `--smoke` they run on the host
+//! transport with NumPy.
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -937,6 +947,16 @@ fn run_benchmark(o: &Options) -> i32 {
                     rows.push(row);
                 }
             }
+            if python_wanted() && !o.two_gpu {
+                for mut row in python_rows(o, &env, true)
+                    .into_iter()
+                    .filter(|r| !r.left_out)
+                {
+                    row.mps = mps;
+                    print_row(&row);
+                    rows.push(row);
+                }
+            }
         }
         if !o.two_gpu {
             for mut row in paced_rows(o, true).into_iter().filter(|r| !r.left_out) {
@@ -951,6 +971,15 @@ fn run_benchmark(o: &Options) -> i32 {
             row.frame_bytes = (320 * 240 * 3) as f64;
             print_row(&row);
             rows.push(row);
+        }
+        if python_wanted() {
+            for row in python_rows(o, &[], false)
+                .into_iter()
+                .filter(|r| !r.left_out)
+            {
+                print_row(&row);
+                rows.push(row);
+            }
         }
         // Without a CUDA device their elements are missing: rows of notes.
         if gst_cuda_wanted() {
@@ -1787,6 +1816,186 @@ fn host_rows(o: &Options) -> Vec<Row> {
             &[],
             None,
         ));
+    }
+    rows
+}
+
+// ------------------------------------ rows 15: the Python package (cudaipc)
+
+/// Rows 15: measured only when `--rows` names them.
+const PYTHON_IDS: [&str; 2] = ["15", "15p"];
+
+/// Whether rows 15 were asked for.
+fn python_wanted() -> bool {
+    ROWS.get()
+        .is_some_and(|rows| rows.iter().any(|r| PYTHON_IDS.contains(&r.as_str())))
+}
+
+/// Starts `examples/python/<program>` with `CUDAIPC_BENCH_PYTHON` (default
+/// python3), which must import the cudaipc package (and CuPy with a GPU).
+fn spawn_python(program: &str, args: &[String], env: &[(String, String)]) -> std::process::Child {
+    let python = std::env::var("CUDAIPC_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/python")
+        .join(program);
+    Command::new(python)
+        .arg(script)
+        .args(args)
+        .envs(env.iter().cloned())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the Python interpreter (CUDAIPC_BENCH_PYTHON)")
+}
+
+/// A row of a pair with a Python process (started first, when it is the
+/// consumer) and one of this program's pipelines.
+fn python_pair(
+    config: &str,
+    python: std::process::Child,
+    pipeline: Child,
+    python_is_consumer: bool,
+    env: &[(String, String)],
+) -> Row {
+    // The consumer is there before the first frame, as in two_process.
+    std::thread::sleep(Duration::from_millis(300));
+    let other = spawn(&pipeline, env);
+    let (python, other) = (result_of(python, "python"), result_of(other, "pipeline"));
+    let (consumer, producer) = match python_is_consumer {
+        true => (python, other),
+        false => (other, python),
+    };
+    match (producer, consumer) {
+        (Ok(p), Ok(c)) => row_from(config, &c, Some(&p)),
+        (p, c) => Row {
+            config: config.into(),
+            error: [p.err(), c.err()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" / "),
+            ..Default::default()
+        },
+    }
+}
+
+/// Rows 15: a Python consumer taking every frame through DLPack (CuPy on a
+/// stream of its own; NumPy on the host transport) next to `rscudaipcsrc !
+/// fakesink` on the same producer, and a Python producer (CuPy arrays
+/// filled on the GPU, published with `stream=`) into `rscudaipcsrc !
+/// fakesink`. 4K RGB with a GPU, 320x240 on the host transport.
+fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
+    let total = o.frames + o.warmup;
+    let (width, height) = if gpu { (WIDTH, HEIGHT) } else { (320, 240) };
+    let producer = |ch: &str| match gpu {
+        true => format!(
+            "cudatestsrc num-buffers={total} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! rscudaipcsink name=ipcsink channel={ch} sync=false"
+        ),
+        false => format!(
+            "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width={width},height={height},framerate=0/1 ! imagefreeze num-buffers={total} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false"
+        ),
+    };
+    let fakesink = |ch: &str| {
+        format!(
+            "rscudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"
+        )
+    };
+    let host_only: &[&str] = if gpu { &[] } else { &["--numpy"] };
+    let mut rows = Vec::new();
+    let reference = "15 reference: rscudaipcsrc ! fakesink";
+    let python_consumer = if gpu {
+        "15 Python consumer: every frame through DLPack (cupy.from_dlpack on its own stream), released"
+    } else {
+        "15 Python consumer: every frame through DLPack (np.from_dlpack), released"
+    };
+    let ch = channel("py-reference");
+    rows.push(two_process(
+        reference,
+        &producer(&ch),
+        &fakesink(&ch),
+        o.warmup,
+        env,
+        None,
+    ));
+    if left_out(python_consumer) {
+        rows.push(Row::left_out(python_consumer));
+    } else {
+        let ch = channel("py-consumer");
+        let mut args = vec![
+            "--channel".to_string(),
+            ch.clone(),
+            "--warmup".to_string(),
+            o.warmup.to_string(),
+        ];
+        args.extend(host_only.iter().map(|a| a.to_string()));
+        let python = spawn_python("bench_consumer.py", &args, env);
+        let pipeline = Child {
+            role: "pipeline",
+            warmup: 0,
+            pipeline: producer(&ch),
+        };
+        let mut row = python_pair(python_consumer, python, pipeline, true, env);
+        if let Some(reference) = rows.first().filter(|r| r.fps > 0.0 && row.fps > 0.0) {
+            let ratio = format!(
+                "{:.1}% of the reference's rate (row 15 reference, same producer)",
+                100.0 * row.fps / reference.fps
+            );
+            row.note = [row.note.clone(), ratio]
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        rows.push(row);
+    }
+    let python_producer = if gpu {
+        "15p Python producer (CuPy arrays filled on the GPU, publish(stream=)) > rscudaipcsrc ! fakesink"
+    } else {
+        "15p Python producer (NumPy arrays, host transport) > rscudaipcsrc ! fakesink"
+    };
+    if left_out(python_producer) {
+        rows.push(Row::left_out(python_producer));
+    } else {
+        let ch = channel("py-producer");
+        let pipeline = Child {
+            role: "pipeline",
+            warmup: o.warmup,
+            pipeline: fakesink(&ch),
+        };
+        let consumer = spawn(&pipeline, env);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut args = vec![
+            "--channel".to_string(),
+            ch,
+            "--frames".to_string(),
+            total.to_string(),
+            "--width".to_string(),
+            width.to_string(),
+            "--height".to_string(),
+            height.to_string(),
+        ];
+        args.extend(host_only.iter().map(|a| a.to_string()));
+        let python = spawn_python("bench_producer.py", &args, env);
+        let row = match (
+            result_of(python, "Python producer"),
+            result_of(consumer, "consumer"),
+        ) {
+            (Ok(p), Ok(c)) => row_from(python_producer, &c, Some(&p)),
+            (p, c) => Row {
+                config: python_producer.into(),
+                error: [p.err(), c.err()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                ..Default::default()
+            },
+        };
+        rows.push(row);
+    }
+    let frame_bytes = f64::from(width * height * 3);
+    for row in &mut rows {
+        row.frame_bytes = frame_bytes;
     }
     rows
 }

@@ -8,6 +8,8 @@
 //! cargo run --release --example bench -- --consumer-device 1   # every consumer reads from GPU 1
 //! cargo run --release --example bench -- --two-gpu     # consumer on GPU 0 and on GPU 1, side by side
 //! cargo run --release --example bench -- --gst-cuda    # only rows 13a-13e (GStreamer 1.24+, nvcodec)
+//! cargo run --release --example bench -- --rows 9      # a slow latest-frame viewer (9a, 9b)
+//! cargo run --release --example bench -- --rows 14,14u --max-streams 64   # streams per GPU
 //! ```
 //!
 //! Each row reports frames per second, GB/s of frame data (frame bytes times
@@ -34,10 +36,32 @@
 //! (`--gst-cuda-seconds`, from the producer's first frame) rather than a
 //! number of frames: upstream's sink drops frames its consumer has not taken,
 //! so its consumer's rate only means something over a fixed time.
-//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows and
-//! the two-process rows 3-12 (e.g. `gpu-sync=event slots=16`), to compare
-//! settings; `CUDAIPC_BENCH_SRC_PROPS` adds properties to our source in
-//! rows 13 (e.g. `frames=latest`).
+//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows,
+//! the two-process rows 3-12 and rows 9 and 14 (e.g. `gpu-sync=event
+//! slots=16`), to compare settings; `CUDAIPC_BENCH_SRC_PROPS` adds
+//! properties to our source in rows 13 and 14 (e.g. `frames=latest`).
+//!
+//! Rows 9 and 14 (issue 25) also run only when `--rows` names them.
+//! `--rows 9`: the producer's own rate (frames into its sink from the
+//! warm-up to the last) with four consumers that invert and verify every
+//! frame (9a), and with a fifth, `frames=latest ! identity sleep-time=20000`,
+//! a viewer that takes 20 ms a frame (9b, its note: its cost against 9a);
+//! the sink waits for every consumer (`wait-for-connection`), corrupt and
+//! missing are summed over the four. `--rows 14,14u`: streams per GPU, N
+//! pairs of a live 4K@30 producer and a consumer that processes every frame
+//! (ours: `cudaprocess operation=invert verify=true`; upstream's
+//! `cudaipcsink`/`cudaipcsrc io-mode=import`, GStreamer 1.24+: `cudaconvert`
+//! to BGRx, as cudaprocess takes only this plugin's memory), all started
+//! together; once every consumer has its first frame they run
+//! `--streams-seconds` (6), the first 2 not counted. A pair is late below
+//! 98% of the frames its producer should have made in that window, at a
+//! frame received over a frame period (33 ms) after it was published (ours
+//! only), at a corrupt or missing frame, or when its processes fail. N
+//! doubles from 1 until a pair is late, then bisects; the row gives the
+//! largest N without a late pair (its frames column; FPS: all its streams
+//! together), capped by `--max-streams` (64) and the device memory a pair
+//! took in the first trials (`nvidia-smi`). Without a GPU both rows run on
+//! the host transport (320x240, no GPU work); 14u says why it cannot run.
 //!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
@@ -1986,6 +2010,9 @@ struct Proc {
     errors: std::thread::JoinHandle<String>,
 }
 
+/// A child's `RESULT` fields, or why it has none.
+type ChildResult = Result<BTreeMap<String, String>, String>;
+
 /// What the output of a `Proc` (its index) said.
 enum ProcEvent {
     Ready(usize),
@@ -2066,10 +2093,7 @@ impl Proc {
 /// Waits for each process until `limit` from now, kills those still
 /// running then (through their handles: by their own pid, not yet reaped),
 /// and reads their `RESULT` lines. The bool says whether any was killed.
-fn finish_all(
-    mut procs: Vec<Proc>,
-    limit: Duration,
-) -> (Vec<Result<BTreeMap<String, String>, String>>, bool) {
+fn finish_all(mut procs: Vec<Proc>, limit: Duration) -> (Vec<ChildResult>, bool) {
     let deadline = Instant::now() + limit;
     let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; procs.len()];
     let mut killed = false;
@@ -2313,16 +2337,21 @@ const STREAMS_START_LIMIT: Duration = Duration::from_secs(90);
 /// Share of the device's memory the pairs may fill (rows 14's cap).
 const STREAMS_MEMORY_SHARE: f64 = 0.9;
 
+/// The producer's and the consumer's pipeline of a pair on a channel.
+type PairPipelines = Box<dyn Fn(&str) -> (String, String)>;
+/// The file of a channel (upstream's socket).
+type AddressOf = Box<dyn Fn(&str) -> PathBuf>;
+
 /// One of rows 14's pairs: the pipelines of its producer and consumer on a
 /// channel (or address), and what its consumer does.
 struct StreamPair {
     config: String,
-    make: Box<dyn Fn(&str) -> (String, String)>,
+    make: PairPipelines,
     consumer_does: &'static str,
     /// Whether its consumer reports publish-to-receive latency (ours).
     latency_known: bool,
     /// Files to remove after a trial, by channel tag (upstream's sockets).
-    address_of: Option<Box<dyn Fn(&str) -> PathBuf>>,
+    address_of: Option<AddressOf>,
 }
 
 /// How one trial of N pairs went.
@@ -2512,8 +2541,8 @@ fn streams_row(
         if let (Some((total, before)), Some(during)) = (baseline, trial.memory_used_mib) {
             let per_pair = during.saturating_sub(before) / u64::from(n);
             let room = (total as f64 * STREAMS_MEMORY_SHARE) as u64;
-            if per_pair > 0 {
-                let fits = (room.saturating_sub(before) / per_pair).max(1) as u32;
+            if let Some(fits) = room.saturating_sub(before).checked_div(per_pair) {
+                let fits = u32::try_from(fits.max(1)).unwrap_or(u32::MAX);
                 if fits < cap {
                     cap = fits;
                     capped_by = "device memory";
@@ -2773,7 +2802,8 @@ fn streams_trial(
         consumer_cpu += row.consumer_cpu / f64::from(n);
         producer_cpu += row.producer_cpu / f64::from(n);
         let frames = number(c, "window.frames").unwrap_or(0.0) as u64;
-        let expected = STREAM_FPS * number(c, "window.seconds").unwrap_or(0.0);
+        // The parent's window: a consumer that never heard of it is late.
+        let expected = STREAM_FPS * (o.streams_seconds - STREAMS_SETTLE_S);
         trial.expected_frames = expected;
         trial.fewest_frames = trial.fewest_frames.min(frames);
         if (frames as f64) < STREAM_FRAMES_NEEDED * expected {

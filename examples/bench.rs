@@ -987,7 +987,8 @@ fn paths_taken(c: &BTreeMap<String, String>, p: Option<&BTreeMap<String, String>
         && let Some(copied) = count(p, "ipcsink.copied")
     {
         parts.push(format!(
-            "sink: {} in place or lent, {copied} copied, {} again",
+            "sink: {} slots, {} in place or lent, {copied} copied, {} again",
+            count(p, "ipcsink.slots").unwrap_or(0),
             count(p, "ipcsink.zero-copy").unwrap_or(0),
             count(p, "ipcsink.repeated").unwrap_or(0)
         ));
@@ -1012,6 +1013,48 @@ fn paths_taken(c: &BTreeMap<String, String>, p: Option<&BTreeMap<String, String>
         }
     }
     parts.join("; ")
+}
+
+/// Two processes running `pipeline` side by side, each its own CUDA
+/// context and no dependency between them: what time slicing (or MPS)
+/// gives two processes, the limit of a two-process pair. The row's rate is
+/// the sum of the two.
+fn two_independent(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
+    if left_out(config) {
+        return Row::left_out(config);
+    }
+    let child = || {
+        spawn(
+            &Child {
+                role: "pipeline",
+                warmup,
+                pipeline: pipeline.to_string(),
+            },
+            env,
+        )
+    };
+    let (first, second) = (child(), child());
+    match (result_of(first, "first"), result_of(second, "second")) {
+        (Ok(a), Ok(b)) => {
+            let mut row = row_from(config, &a, None);
+            let other = row_from(config, &b, None);
+            row.fps += other.fps;
+            row.frames += other.frames;
+            row.consumer_cpu += other.consumer_cpu;
+            row.corrupt = Some(row.corrupt.unwrap_or(0) + other.corrupt.unwrap_or(0));
+            row.missing = Some(row.missing.unwrap_or(0) + other.missing.unwrap_or(0));
+            row
+        }
+        (a, b) => Row {
+            config: config.into(),
+            error: [a.err(), b.err()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" / "),
+            ..Default::default()
+        },
+    }
 }
 
 fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
@@ -1233,6 +1276,15 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                 generate(total)
             ),
             o.warmup,
+            env,
+        ));
+        rows.push(two_independent(
+            "1t two independent processes: each generate + invert + verify, half the frames",
+            &format!(
+                "{} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false",
+                generate(total / 2 + o.warmup / 2)
+            ),
+            o.warmup / 2,
             env,
         ));
     }

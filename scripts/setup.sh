@@ -3,7 +3,7 @@
 # packages (through apt-get, with sudo when not root) and, if cargo is
 # missing, a Rust toolchain through rustup. Safe to run again.
 set -euo pipefail
-packages="build-essential pkg-config patchelf ca-certificates curl unzip python3 python3-pip fonts-dejavu-core valgrind
+packages="build-essential pkg-config patchelf ca-certificates curl unzip python3 python3-pip python3-venv fonts-dejavu-core valgrind
  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
  gstreamer1.0-tools gstreamer1.0-plugins-base-apps gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
  python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0"

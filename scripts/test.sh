@@ -19,6 +19,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --quiet 2>&1 | grep -vE "^\s*$"
+echo "== the Python package (tests/python, host transport; GPU parts print SKIPPED)"
+scripts/python-tests.sh
 echo "== a producer and a consumer under valgrind (host transport)"
 scripts/valgrind.sh
 echo "== the commands of README.md and docs/*.md"

@@ -82,6 +82,19 @@ pub struct CudaIpcSink {
 }
 
 impl CudaIpcSink {
+    /// Whether frames arrive paced: this sink waits for each frame's time
+    /// (`sync=true` with a frame rate), or upstream is a live source.
+    fn frames_are_paced(&self, info: &gst_video::VideoInfo) -> bool {
+        let sink = self.obj();
+        if gst_base::prelude::BaseSinkExt::is_sync(&*sink) && info.fps().numer() > 0 {
+            return true;
+        }
+        let mut latency = gst::query::Latency::new();
+        sink.static_pad("sink")
+            .is_some_and(|pad| pad.peer_query(&mut latency))
+            && latency.result().0
+    }
+
     /// A copy of the state, with its caps.
     fn snapshot(&self) -> Result<(State, gst_video::VideoInfo), gst::FlowError> {
         let state = self.state.lock().unwrap().clone();
@@ -132,7 +145,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecUInt::builder("slots")
                     .nick("Slots")
-                    .blurb("Frames in the ring of shared buffers (0: automatic, 2 with NVIDIA MPS, 8 without, 4 on host memory)")
+                    .blurb("Frames in the ring of shared buffers (0: automatic: 2 with NVIDIA MPS; without it as many as 1 GiB or 5% of the device memory holds, 8 to 64; 4 on host memory)")
                     .minimum(0)
                     .maximum(MAX_SLOTS as u32)
                     .default_value(DEFAULT_SLOTS)
@@ -420,6 +433,7 @@ impl BaseSinkImpl for CudaIpcSink {
                 "CUDA memory input needs CUDA to download it"
             ));
         }
+        publisher.set_paced(self.frames_are_paced(&info));
         publishing::report_slots(&self.obj(), publisher.configure(info.size()))?;
         // Consumers choose their memory type themselves: publish the plain
         // caps.

@@ -533,7 +533,7 @@ fn lendable_pool(
     let pool = context
         .filter(|c| c.is_primary_of(device))?
         .new_buffer_pool()?;
-    let count = publisher.lendable_count() as u32;
+    let count = publisher.lendable_count(info.size()) as u32;
     if !video::configure_pool(&pool, caps, info.size() as u32, count, count) {
         gst::debug!(CAT, "{} refused {}", pool.name(), caps);
         return None;

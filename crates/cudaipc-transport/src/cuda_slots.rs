@@ -1,18 +1,26 @@
-// CUDA transport: slots are plain device allocations exported with CUDA IPC.
-// With `GpuSync::Event` the producer records an interprocess "ready" event per
-// slot after the writes, consumers make their stream wait on it, and each
-// consumer records a "released" event per slot that the producer's stream
-// waits on before the slot is written again: the GPU orders everything and
-// the host never waits. With `GpuSync::Host` both sides synchronise their
-// stream instead.
+// CUDA transport: device slots, composed of where their memory comes from
+// (`MemoryKind`, `memory`) and how GPU work on them is ordered across
+// processes (`GpuSync`, `ordering`), chosen once per slot set from the
+// table `CUDA_COMPOSITIONS`.
 //
-// Slots may also be lent: device memory of another allocator in this process
-// (GStreamer's CUDA buffer pool) that upstream writes outside our stream. The
-// producer then waits on the host for the consumers' release events before it
-// gives such a slot back to be written.
+// With `GpuSync::Event` the producer records an interprocess "ready" event
+// per slot after the writes, consumers make their stream wait on it, and
+// each consumer records a "released" event per slot that the producer's
+// stream waits on before the slot is written again: the GPU orders
+// everything and the host never waits. With `GpuSync::Timeline` values the
+// GPUs write into a shared block take the events' place (see `timeline`).
+// With `GpuSync::Host` both sides synchronise their stream instead.
+//
+// Lent memory (`MemoryKind::Lent`) is written by upstream outside our
+// stream: the producer then waits on the host for the consumers' reads
+// before it gives such a slot back to be written.
+
+mod memory;
+mod ordering;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,39 +28,102 @@ use std::os::fd::OwnedFd;
 
 use super::timeline::Timeline;
 use super::{
-    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, SharedObject, SlotMemory, SlotRequest,
-    TransportError, WriterStream,
+    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    WriterStream,
 };
-use crate::cuda::{
-    Device, DeviceBuffer, DeviceRegion, Event, IPC_HANDLE_BYTES, ImportedMemory,
-    SharedDeviceMemory, Stream,
-};
+use crate::cuda::{Device, DeviceRegion, Event, IPC_HANDLE_BYTES, Stream};
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use cudaipc_channel::socket::{self, Peers};
 use cudaipc_channel::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
+pub use memory::MemoryKind;
+use memory::{PoolAccess, ProducerMemory, RECEIVED_POOL};
+use ordering::{ConsumerOrdering, ProducerOrdering};
 
-/// The pool descriptor of slots handed over a descriptor channel's socket.
-const RECEIVED_POOL: &[u8] = b"@socket";
-/// Starts the memory half of a slot descriptor whose allocation is handed
-/// over the socket; its bytes (the allocation's size) follow, little endian.
-const SHARED_MEMORY_MARK: &[u8; 8] = b"@fdslot\0";
-/// A consumer's release descriptor under `GpuSync::Timeline`: its row of the
-/// timeline block is its record's.
-const TIMELINE_RELEASE_MARK: &[u8; 8] = b"@timelin";
+/// One way to build the cuda transport's slots: where their memory comes
+/// from, and how GPU work on them is ordered across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaComposition {
+    pub memory: MemoryKind,
+    pub ordering: GpuSync,
+}
+
+/// Every composition the cuda transport builds: the slots' constructors
+/// refuse any other, and the transport's contract suite runs each (in
+/// consumer processes). A new memory kind or ordering gets its rows here,
+/// once; the compiler points at the matches that must learn it.
+pub const CUDA_COMPOSITIONS: [CudaComposition; 9] = {
+    use GpuSync::{Event, Host, Timeline};
+    use MemoryKind::{Lent, Own, Shared};
+    const fn row(memory: MemoryKind, ordering: GpuSync) -> CudaComposition {
+        CudaComposition { memory, ordering }
+    }
+    [
+        row(Own, Event),
+        row(Own, Host),
+        row(Own, Timeline),
+        row(Shared, Event),
+        row(Shared, Host),
+        row(Shared, Timeline),
+        row(Lent, Event),
+        row(Lent, Host),
+        row(Lent, Timeline),
+    ]
+};
+
+impl CudaComposition {
+    /// `memory` ordered as `request` asks, if the table has that row and
+    /// `request`'s channel hands such memory out (lent memory has only
+    /// legacy IPC handles: no descriptor channel).
+    pub fn for_request(memory: MemoryKind, request: &SlotRequest) -> Result<Self, TransportError> {
+        let composition = CudaComposition {
+            memory,
+            ordering: request.gpu_sync,
+        };
+        if memory.ipc_mode() == request.ipc_mode && CUDA_COMPOSITIONS.contains(&composition) {
+            Ok(composition)
+        } else {
+            Err(TransportError::NoComposition {
+                composition,
+                ipc_mode: request.ipc_mode,
+            })
+        }
+    }
+
+    /// Whether a consumer can read slots of a channel of `ipc_mode`
+    /// ordered by `ordering`: own and lent memory look the same to it, so
+    /// any row of that kind of channel will do.
+    fn check_readable(ipc_mode: IpcMode, ordering: GpuSync) -> Result<(), TransportError> {
+        if CUDA_COMPOSITIONS
+            .iter()
+            .any(|c| c.memory.ipc_mode() == ipc_mode && c.ordering == ordering)
+        {
+            return Ok(());
+        }
+        let memory = match ipc_mode {
+            IpcMode::Legacy => MemoryKind::Own,
+            IpcMode::Fd => MemoryKind::Shared,
+        };
+        Err(TransportError::NoComposition {
+            composition: CudaComposition { memory, ordering },
+            ipc_mode,
+        })
+    }
+}
+
+impl fmt::Display for CudaComposition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ordering = match self.ordering {
+            GpuSync::Event => "events",
+            GpuSync::Host => "host synchronisation",
+            GpuSync::Timeline => "the timeline",
+        };
+        write!(f, "{} memory ordered by {ordering}", self.memory)
+    }
+}
+
 /// How long the producer waits for a consumer's released reads of a slot on
 /// the timeline before it stops counting that consumer's reads (its frames
 /// may then be overwritten while it reads them; the producer goes on).
 const TIMELINE_READS_TIMEOUT: Duration = Duration::from_secs(2);
-
-fn split_descriptor(
-    d: &[u8; SLOT_DESCRIPTOR_BYTES],
-) -> ([u8; IPC_HANDLE_BYTES], [u8; IPC_HANDLE_BYTES]) {
-    let mut memory = [0u8; IPC_HANDLE_BYTES];
-    let mut event = [0u8; IPC_HANDLE_BYTES];
-    memory.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
-    event.copy_from_slice(&d[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]);
-    (memory, event)
-}
 
 /// A consumer's release events, opened once per descriptor it publishes.
 struct ConsumerEvents {
@@ -176,91 +247,33 @@ fn poll_for(
     Ok(Polled::Done)
 }
 
-/// Stands for lent memory in the regions of lent slots: the owner that
-/// `CudaProducerSlots::lend`'s caller keeps alive.
-struct LentMemory;
-
 pub struct CudaProducerSlots {
     device: Arc<Device>,
-    /// Each slot's memory: allocated here, or lent (see `lend`).
-    regions: Vec<DeviceRegion>,
-    /// `IpcMode::Fd`: the slots' allocations, exported to consumers as
-    /// descriptors.
-    shared: Vec<Arc<SharedDeviceMemory>>,
-    /// `GpuSync::Timeline`: the values that order writes and reads.
-    timeline: Option<Timeline>,
-    /// A legacy channel's timeline block's name (its pool descriptor).
-    timeline_name: Option<String>,
-    lent: bool,
-    /// `GpuSync::Event`: each slot's "written" event.
-    ready: Vec<Event>,
+    memory: ProducerMemory,
+    ordering: ProducerOrdering,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
-    sync: GpuSync,
     /// See [`waits_on_host`].
     host_waits: bool,
     consumers: Mutex<ConsumerEventCache>,
 }
 
 impl CudaProducerSlots {
+    /// Slots of the producer's own allocations, of the kind `request`'s
+    /// channel hands out (`MemoryKind::Own` on a legacy channel,
+    /// `MemoryKind::Shared` on a descriptor channel).
     pub fn create(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
-        if request.ipc_mode == IpcMode::Fd {
-            return Self::create_shared(device, request);
-        }
-        let regions = (0..request.count)
-            .map(|_| DeviceBuffer::new(device, request.size).map(DeviceBuffer::into_region))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut slots = Self::with_memory(
-            device,
-            regions,
-            request.size,
-            request.gpu_sync,
-            false,
-            false,
-        )?;
-        slots.add_named_timeline(request)?;
-        Ok(slots)
-    }
-
-    /// A legacy channel's timeline block (`GpuSync::Timeline`), named in
-    /// the pool descriptor.
-    fn add_named_timeline(&mut self, request: &SlotRequest) -> Result<(), TransportError> {
-        if request.gpu_sync == GpuSync::Timeline {
-            let (timeline, name) = Timeline::create_named(&self.device, request)?;
-            self.timeline = Some(timeline);
-            self.timeline_name = Some(name);
-        }
-        Ok(())
-    }
-
-    /// Slots of a descriptor channel: allocations exported as file
-    /// descriptors, and with `GpuSync::Timeline` the timeline block.
-    fn create_shared(device: &Arc<Device>, request: &SlotRequest) -> Result<Self, TransportError> {
-        let shared = (0..request.count)
-            .map(|_| SharedDeviceMemory::new(device, request.size).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
-        let regions = shared.iter().map(|m| m.region(request.size)).collect();
-        let mut slots =
-            Self::with_memory(device, regions, request.size, request.gpu_sync, false, true)?;
-        for (descriptor, memory) in slots.descriptors.iter_mut().zip(&shared) {
-            descriptor[..IPC_HANDLE_BYTES].fill(0);
-            descriptor[..8].copy_from_slice(SHARED_MEMORY_MARK);
-            descriptor[8..16].copy_from_slice(&(memory.size() as u64).to_le_bytes());
-        }
-        slots.shared = shared;
-        if request.gpu_sync == GpuSync::Timeline {
-            slots.timeline = Some(Timeline::create(
-                device,
-                &socket::socket_path(&request.channel),
-            )?);
-        }
-        Ok(slots)
+        let memory =
+            ProducerMemory::allocate(device, request.ipc_mode, request.count, request.size)?;
+        Self::compose(device, memory, request.size, request)
     }
 
     /// Slots made of device memory another allocator of this process owns
     /// (each pointer starts an exportable allocation of at least `size`
     /// bytes), after `placeholders` slots that are never written (see
     /// `LentSlots`). Writes into it happen outside this plugin's stream.
+    /// Only for a legacy channel (`MemoryKind::Lent`): on a descriptor
+    /// channel it fails with [`TransportError::NoComposition`].
     ///
     /// # Safety
     /// Each lent allocation must stay allocated, for at least `size` bytes,
@@ -273,63 +286,46 @@ impl CudaProducerSlots {
         size: usize,
         request: &SlotRequest,
     ) -> Result<Self, TransportError> {
-        let sync = request.gpu_sync;
-        // Consumers open every slot: a placeholder is a real, tiny
-        // allocation.
-        let mut regions = (0..placeholders)
-            .map(|_| DeviceBuffer::new(device, 1).map(DeviceBuffer::into_region))
-            .collect::<Result<Vec<_>, _>>()?;
-        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(LentMemory);
-        regions.extend(lent.into_iter().map(|ptr| {
-            // SAFETY: the caller keeps `size` bytes at `ptr` allocated as
-            // long as the slots and their regions exist (this function's
-            // contract).
-            unsafe { DeviceRegion::from_raw_parts(device, ptr, size, owner.clone()) }
-        }));
-        let mut slots = Self::with_memory(device, regions, size, sync, true, false)?;
-        slots.add_named_timeline(request)?;
-        Ok(slots)
+        CudaComposition::for_request(MemoryKind::Lent, request)?;
+        // SAFETY: this function's contract.
+        let memory = unsafe { ProducerMemory::lend(device, placeholders, lent, size) }?;
+        Self::compose(device, memory, size, request)
     }
 
-    fn with_memory(
+    /// The one way slots are put together: `memory` ordered as `request`
+    /// asks, if [`CUDA_COMPOSITIONS`] has that row.
+    fn compose(
         device: &Arc<Device>,
-        regions: Vec<DeviceRegion>,
+        memory: ProducerMemory,
         size: usize,
-        sync: GpuSync,
-        lent: bool,
-        shared: bool,
+        request: &SlotRequest,
     ) -> Result<Self, TransportError> {
-        let mut ready = Vec::with_capacity(regions.len());
-        let mut descriptors = Vec::with_capacity(regions.len());
-        for region in &regions {
-            let mut descriptor = [0u8; SLOT_DESCRIPTOR_BYTES];
-            // Allocations of `create_shared` have no IPC handle: it writes
-            // their descriptors itself.
-            if !shared {
-                descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&region.ipc_handle()?);
-            }
-            if sync == GpuSync::Event {
-                let event = Event::new(device, true)?;
-                descriptor[IPC_HANDLE_BYTES..2 * IPC_HANDLE_BYTES]
-                    .copy_from_slice(&event.ipc_handle()?);
-                ready.push(event);
-            }
-            descriptors.push(descriptor);
-        }
+        let composition = CudaComposition::for_request(memory.kind(), request)?;
+        let count = memory.regions().len();
+        let ordering = ProducerOrdering::create(device, composition, request, count)?;
+        let mut descriptors = memory.descriptors()?;
+        ordering.describe(&mut descriptors)?;
         Ok(Self {
             device: device.clone(),
-            shared: Vec::new(),
-            timeline: None,
-            timeline_name: None,
-            lent,
-            regions,
-            ready,
+            memory,
+            ordering,
             descriptors,
             size,
-            sync,
             host_waits: waits_on_host(device),
             consumers: Mutex::new(ConsumerEventCache::default()),
         })
+    }
+
+    /// What these slots are made of.
+    pub fn composition(&self) -> CudaComposition {
+        CudaComposition {
+            memory: self.memory.kind(),
+            ordering: match self.ordering {
+                ProducerOrdering::Host => GpuSync::Host,
+                ProducerOrdering::Event { .. } => GpuSync::Event,
+                ProducerOrdering::Timeline(_) => GpuSync::Timeline,
+            },
+        }
     }
 
     /// Makes later work on `stream` wait for the consumers' reads of
@@ -376,7 +372,7 @@ impl CudaProducerSlots {
         slot: usize,
         producer: &Producer,
     ) -> Result<(), TransportError> {
-        self.wait_written(slot)?;
+        self.wait_written(timeline, slot)?;
         // The consumers (rows) whose released reads of the slot are not done.
         let late = || {
             let mut cache = self.consumers.lock().unwrap();
@@ -443,9 +439,9 @@ impl CudaProducerSlots {
                 handle.copy_from_slice(&descriptor[..IPC_HANDLE_BYTES]);
                 // A consumer that publishes garbage only loses its own
                 // ordering guarantee; it cannot stop the producer.
-                let event = match self.sync {
-                    GpuSync::Event => Event::open_ipc(&self.device, &handle).ok(),
-                    _ => None,
+                let event = match self.ordering {
+                    ProducerOrdering::Event { .. } => Event::open_ipc(&self.device, &handle).ok(),
+                    ProducerOrdering::Host | ProducerOrdering::Timeline(_) => None,
                 };
                 let opened = (*descriptor, event);
                 if slot < entry.events.len() {
@@ -468,7 +464,7 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn slot_count(&self) -> usize {
-        self.regions.len()
+        self.memory.regions().len()
     }
 
     fn slot_size(&self) -> usize {
@@ -480,70 +476,90 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn pool_descriptor(&self) -> Vec<u8> {
-        match (&self.timeline_name, self.shared.is_empty()) {
-            (_, false) => RECEIVED_POOL.to_vec(),
-            (Some(name), true) => name.as_bytes().to_vec(),
-            (None, true) => Vec::new(),
+        match (&self.memory, &self.ordering) {
+            (ProducerMemory::Shared { .. }, _) => RECEIVED_POOL.to_vec(),
+            // A legacy channel's timeline block is a data file named here.
+            (_, ProducerOrdering::Timeline(timeline)) => timeline
+                .name()
+                .map(|name| name.as_bytes().to_vec())
+                .unwrap_or_default(),
+            (_, ProducerOrdering::Host | ProducerOrdering::Event { .. }) => Vec::new(),
         }
     }
 
     fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
-        let mut fds = Vec::with_capacity(self.shared.len() + 1);
-        if let Some(timeline) = &self.timeline {
+        // A legacy channel names its memory and timeline block in the
+        // control block.
+        let ProducerMemory::Shared { allocations, .. } = &self.memory else {
+            return Ok(Vec::new());
+        };
+        let mut fds = Vec::with_capacity(allocations.len() + 1);
+        if let ProducerOrdering::Timeline(timeline) = &self.ordering {
             fds.push(
                 timeline
                     .export()
                     .map_err(|e| TransportError::io("cannot share the timeline block", e))?,
             );
         }
-        for memory in &self.shared {
+        for memory in allocations {
             fds.push(memory.export()?);
         }
         Ok(fds)
     }
 
     fn slot_memory(&self, slot: usize) -> SlotMemory {
-        SlotMemory::Device(self.regions[slot].clone())
+        SlotMemory::Device(self.memory.regions()[slot].clone())
     }
 
     fn before_write(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
-        if self.sync == GpuSync::Host {
+        match &self.ordering {
             // Consumers synchronised before releasing: nothing is in flight.
-            return Ok(());
+            ProducerOrdering::Host => Ok(()),
+            ProducerOrdering::Timeline(timeline) => {
+                self.wait_reads_on_timeline(timeline, slot, producer)
+            }
+            ProducerOrdering::Event { .. }
+                if self.memory.kind() == MemoryKind::Lent || self.host_waits =>
+            {
+                self.wait_reads_on_host(slot, producer)
+            }
+            ProducerOrdering::Event { .. } => {
+                self.wait_for_reads_on(slot, producer, &self.device.stream())
+            }
         }
-        if let Some(timeline) = &self.timeline {
-            return self.wait_reads_on_timeline(timeline, slot, producer);
-        }
-        if self.lent || self.host_waits {
-            return self.wait_reads_on_host(slot, producer);
-        }
-        self.wait_for_reads_on(slot, producer, &self.device.stream())
     }
 
     fn reads_done(&self, slot: usize, producer: &Producer) -> Result<bool, TransportError> {
-        if self.sync == GpuSync::Host {
+        match &self.ordering {
             // Consumers synchronised before releasing.
-            return Ok(true);
-        }
-        if !self.written(slot)? {
-            return Ok(false);
-        }
-        let mut cache = self.consumers.lock().unwrap();
-        self.refresh_consumers(producer, &mut cache);
-        if let Some(timeline) = &self.timeline {
-            return Ok(cache
-                .consumers
-                .iter()
-                .all(|(&row, c)| c.ignored || timeline.reads_done(row, slot)));
-        }
-        for consumer in cache.consumers.values() {
-            if let Some((_, Some(event))) = consumer.events.get(slot)
-                && !event.is_complete()?
-            {
-                return Ok(false);
+            ProducerOrdering::Host => Ok(true),
+            ProducerOrdering::Timeline(timeline) => {
+                if !timeline.is_written(slot) {
+                    return Ok(false);
+                }
+                let mut cache = self.consumers.lock().unwrap();
+                self.refresh_consumers(producer, &mut cache);
+                Ok(cache
+                    .consumers
+                    .iter()
+                    .all(|(&row, c)| c.ignored || timeline.reads_done(row, slot)))
+            }
+            ProducerOrdering::Event { ready } => {
+                if !ready[slot].is_complete()? {
+                    return Ok(false);
+                }
+                let mut cache = self.consumers.lock().unwrap();
+                self.refresh_consumers(producer, &mut cache);
+                for consumer in cache.consumers.values() {
+                    if let Some((_, Some(event))) = consumer.events.get(slot)
+                        && !event.is_complete()?
+                    {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
             }
         }
-        Ok(true)
     }
 
     fn order_writer_after_reads(
@@ -552,17 +568,18 @@ impl ProducerSlots for CudaProducerSlots {
         producer: &Producer,
         writer: WriterStream,
     ) -> Result<bool, TransportError> {
-        if self.sync == GpuSync::Host {
-            return Ok(true);
+        match &self.ordering {
+            ProducerOrdering::Host => Ok(true),
+            ProducerOrdering::Timeline(_) => Ok(false),
+            ProducerOrdering::Event { .. } if self.host_waits => Ok(false),
+            ProducerOrdering::Event { .. } => {
+                // SAFETY: `WriterStream::new`'s contract: a live stream of
+                // this device's primary context.
+                let stream = unsafe { self.device.foreign_stream(writer.raw()) };
+                self.wait_for_reads_on(slot, producer, &stream)?;
+                Ok(true)
+            }
         }
-        if self.host_waits || self.timeline.is_some() {
-            return Ok(false);
-        }
-        // SAFETY: `WriterStream::new`'s contract: a live stream of this
-        // device's primary context.
-        let stream = unsafe { self.device.foreign_stream(writer.raw()) };
-        self.wait_for_reads_on(slot, producer, &stream)?;
-        Ok(true)
     }
 
     fn after_write(&self, slot: usize) -> Result<(), TransportError> {
@@ -571,16 +588,6 @@ impl ProducerSlots for CudaProducerSlots {
 }
 
 impl CudaProducerSlots {
-    /// Whether the frame last published in `slot` is written (its ready
-    /// mark ran on the GPU).
-    fn written(&self, slot: usize) -> Result<bool, TransportError> {
-        Ok(match (self.sync, &self.timeline) {
-            (GpuSync::Host, _) => true,
-            (GpuSync::Timeline, Some(timeline)) => timeline.is_written(slot),
-            (_, _) => self.ready[slot].is_complete()?,
-        })
-    }
-
     /// Waits on the host until the frame last published in `slot` is
     /// written, before the slot is written again (or its lent buffer goes
     /// back upstream): that bounds how far our queued GPU work runs ahead of
@@ -588,11 +595,11 @@ impl CudaProducerSlots {
     /// release a frame after reading it); without them the host would queue
     /// as much as the driver takes (tens of milliseconds of 4K frames), and
     /// a consumer of the latest frame would wait that long for each one.
-    fn wait_written(&self, slot: usize) -> Result<(), TransportError> {
+    fn wait_written(&self, timeline: &Timeline, slot: usize) -> Result<(), TransportError> {
         poll_on_host(
             (GpuWork::OwnWrites, slot),
             Duration::from_micros(20),
-            || self.written(slot),
+            || Ok(timeline.is_written(slot)),
             || false,
         )
     }
@@ -600,10 +607,10 @@ impl CudaProducerSlots {
     /// Marks the frame in `slot` written once the work queued so far on
     /// `stream` is done.
     fn mark_written(&self, slot: usize, stream: &Stream) -> Result<(), TransportError> {
-        match (self.sync, &self.timeline) {
-            (GpuSync::Timeline, Some(timeline)) => timeline.mark_written(slot, stream)?,
-            (GpuSync::Host, _) => stream.synchronize()?,
-            (_, _) => stream.record(&self.ready[slot])?,
+        match &self.ordering {
+            ProducerOrdering::Timeline(timeline) => timeline.mark_written(slot, stream)?,
+            ProducerOrdering::Host => stream.synchronize()?,
+            ProducerOrdering::Event { ready } => stream.record(&ready[slot])?,
         }
         Ok(())
     }
@@ -613,7 +620,7 @@ impl Drop for CudaProducerSlots {
     fn drop(&mut self) {
         // The stream's pending writes into the timeline block must run
         // before the block is unregistered.
-        if self.timeline.is_some() {
+        if let ProducerOrdering::Timeline(_) = self.ordering {
             let _ = self.device.stream().synchronize();
         }
     }
@@ -623,208 +630,46 @@ pub struct CudaConsumerSlots {
     device: Arc<Device>,
     /// Each slot's mapping, bounded by what the driver mapped.
     memory: Vec<DeviceRegion>,
-    /// `GpuSync::Event`: the producer's "written" and our "read" events.
-    ready: Vec<Event>,
-    released: Vec<Event>,
-    /// `GpuSync::Timeline`: the block, our row in it, and per slot the value
-    /// its frame's reads waited for.
-    timeline: Option<ConsumerTimeline>,
-    release_descriptors: Vec<[u8; RELEASE_DESCRIPTOR_BYTES]>,
-    size: usize,
-    sync: GpuSync,
-    /// See [`waits_on_host`].
-    host_waits: bool,
     /// Whether every slot is mapped for reading only.
     read_only: bool,
-}
-
-struct ConsumerTimeline {
-    block: Timeline,
-    row: usize,
-    targets: Vec<AtomicU64>,
+    ordering: ConsumerOrdering,
+    size: usize,
+    /// See [`waits_on_host`].
+    host_waits: bool,
 }
 
 impl CudaConsumerSlots {
+    /// Opens the slots of a channel's current pool: the memory the channel
+    /// names (legacy) or its producer, one of `info`'s, hands over
+    /// (descriptor channel), ordered as `info` announces. `row` (our
+    /// consumer record's) is our row of a timeline block.
     pub fn open(
         device: &Arc<Device>,
         channel: &str,
         info: &ChannelInfo,
         pool: &PoolInfo,
         row: usize,
-        sync: GpuSync,
     ) -> Result<Self, TransportError> {
-        let size = pool_slot_size(pool)?;
-        let timeline = match sync {
-            GpuSync::Timeline => {
-                let name_len = pool
-                    .pool_descriptor
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(pool.pool_descriptor.len());
-                let name =
-                    std::str::from_utf8(&pool.pool_descriptor[..name_len]).map_err(|_| {
-                        TransportError::NameNotUtf8 {
-                            object: SharedObject::TimelineBlock,
-                        }
-                    })?;
-                let block = Timeline::open_named(device, channel, name, info.producer_uid)?;
-                block.reset_row(row);
-                Some(ConsumerTimeline {
-                    block,
-                    row,
-                    targets: (0..pool.slot_descriptors.len())
-                        .map(|_| AtomicU64::new(0))
-                        .collect(),
-                })
-            }
-            _ => None,
+        let sync = GpuSync::from_wire(info.gpu_sync)
+            .ok_or(TransportError::UnknownGpuSync(info.gpu_sync))?;
+        let ipc_mode = match info.descriptor_channel {
+            Some(_) => IpcMode::Fd,
+            None => IpcMode::Legacy,
         };
-        let peer = device.uuid() != info.device_uuid;
-        let mut memory = Vec::new();
-        for (i, d) in pool.slot_descriptors.iter().enumerate() {
-            let (mem_handle, _) = split_descriptor(d);
-            let imported = ImportedMemory::open(device, &mem_handle).map_err(|source| {
-                TransportError::ImportMemory {
-                    slot: i,
-                    shared: false,
-                    peer,
-                    source,
-                }
-            })?;
-            // A producer announcing more than it exported gets regions only
-            // as long as the mapping: frames beyond it are refused, not read.
-            memory.push(imported.into_region(size));
-        }
-        Self::with_memory(device, memory, pool, size, sync, timeline)
-    }
-
-    /// Receives the slots of a descriptor channel from its producer, which
-    /// must be one of `producers`: one allocation per slot (mapped read-only
-    /// where the driver allows), and with `GpuSync::Timeline` first the
-    /// timeline block, whose row `row` (our consumer record's) is ours.
-    pub fn receive(
-        device: &Arc<Device>,
-        channel: &str,
-        info: &ChannelInfo,
-        pool: &PoolInfo,
-        producers: &Peers,
-        row: usize,
-        sync: GpuSync,
-    ) -> Result<Self, TransportError> {
-        let descriptor = pool
-            .pool_descriptor
-            .split(|&b| b == 0)
-            .next()
-            .unwrap_or(&[]);
-        if descriptor != RECEIVED_POOL {
-            return Err(TransportError::PoolNotHandedOver);
-        }
+        CudaComposition::check_readable(ipc_mode, sync)?;
         let size = pool_slot_size(pool)?;
-        let mut fds = super::request_pool(channel, pool.generation, producers)?.into_iter();
-        let expected = pool.slot_descriptors.len() + usize::from(sync == GpuSync::Timeline);
-        if fds.len() != expected {
-            return Err(TransportError::DescriptorCount {
-                received: fds.len(),
-                expected,
-            });
-        }
-        let timeline = match sync {
-            GpuSync::Timeline => {
-                let fd = fds.next().ok_or(TransportError::DescriptorCount {
-                    received: 0,
-                    expected,
-                })?;
-                let block = Timeline::receive(device, fd)?;
-                block.reset_row(row);
-                Some(ConsumerTimeline {
-                    block,
-                    row,
-                    targets: (0..pool.slot_descriptors.len())
-                        .map(|_| AtomicU64::new(0))
-                        .collect(),
-                })
-            }
-            _ => None,
-        };
-        let peer = device.uuid() != info.device_uuid;
-        let mut read_only = true;
-        let mut memory = Vec::with_capacity(pool.slot_descriptors.len());
-        for ((i, d), fd) in pool.slot_descriptors.iter().enumerate().zip(fds) {
-            let (mark, bytes) = d.split_at(8);
-            let shared_size = bytes
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_le_bytes)
-                .unwrap_or(0);
-            if mark != SHARED_MEMORY_MARK || shared_size < size as u64 {
-                return Err(TransportError::SlotDescriptor { slot: i, size });
-            }
-            let shared_size =
-                usize::try_from(shared_size).map_err(|_| TransportError::Overflow {
-                    what: "the slot size",
-                })?;
-            let imported =
-                SharedDeviceMemory::import(device, &fd, shared_size).map_err(|source| {
-                    TransportError::ImportMemory {
-                        slot: i,
-                        shared: true,
-                        peer,
-                        source,
-                    }
-                })?;
-            read_only &= imported.is_read_only();
-            memory.push(Arc::new(imported).region(size));
-        }
-        let mut slots = Self::with_memory(device, memory, pool, size, sync, timeline)?;
-        slots.read_only = read_only;
-        Ok(slots)
-    }
-
-    fn with_memory(
-        device: &Arc<Device>,
-        memory: Vec<DeviceRegion>,
-        pool: &PoolInfo,
-        size: usize,
-        sync: GpuSync,
-        timeline: Option<ConsumerTimeline>,
-    ) -> Result<Self, TransportError> {
-        let mut ready = Vec::new();
-        let mut released = Vec::new();
-        let mut release_descriptors = Vec::new();
-        for (i, d) in pool.slot_descriptors.iter().enumerate() {
-            match sync {
-                // Stream synchronisation on both sides: nothing to share.
-                GpuSync::Host => {}
-                GpuSync::Timeline => {
-                    let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
-                    descriptor[..8].copy_from_slice(TIMELINE_RELEASE_MARK);
-                    release_descriptors.push(descriptor);
-                }
-                GpuSync::Event => {
-                    let (_, event_handle) = split_descriptor(d);
-                    ready.push(
-                        Event::open_ipc(device, &event_handle)
-                            .map_err(|source| TransportError::OpenEvent { slot: i, source })?,
-                    );
-                    let release = Event::new(device, true)?;
-                    let mut descriptor = [0u8; RELEASE_DESCRIPTOR_BYTES];
-                    descriptor[..IPC_HANDLE_BYTES].copy_from_slice(&release.ipc_handle()?);
-                    released.push(release);
-                    release_descriptors.push(descriptor);
-                }
-            }
-        }
+        // A descriptor channel hands the timeline block over first.
+        let first = usize::from(sync == GpuSync::Timeline);
+        let mut access = PoolAccess::find(channel, info, pool, first)?;
+        let ordering = ConsumerOrdering::open(device, sync, &mut access, pool, row)?;
+        let memory = access.memory(device, info, pool, size)?;
         Ok(Self {
             device: device.clone(),
-            memory,
-            ready,
-            released,
-            timeline,
-            release_descriptors,
+            memory: memory.regions,
+            read_only: memory.read_only,
+            ordering,
             size,
-            sync,
             host_waits: waits_on_host(device),
-            read_only: false,
         })
     }
 
@@ -867,9 +712,9 @@ impl ConsumerSlots for CudaConsumerSlots {
         give_up: &dyn Fn() -> bool,
     ) -> Result<bool, TransportError> {
         let on_host = on_host || self.host_waits;
-        match (self.sync, &self.timeline) {
-            (GpuSync::Host, _) => {}
-            (GpuSync::Timeline, Some(timeline)) => {
+        match &self.ordering {
+            ConsumerOrdering::Host => return Ok(true),
+            ConsumerOrdering::Timeline(timeline) => {
                 let target = timeline.block.ready_target(slot);
                 timeline.targets[slot].store(target, Ordering::Relaxed);
                 match on_host {
@@ -884,19 +729,21 @@ impl ConsumerSlots for CudaConsumerSlots {
                         .wait_ready_on(slot, target, &self.device.stream())?,
                 }
             }
-            (_, _) if on_host => {
-                wait_on_host(&self.ready[slot], (GpuWork::ProducerWrites, slot), give_up)?
+            ConsumerOrdering::Event { ready, .. } if on_host => {
+                wait_on_host(&ready[slot], (GpuWork::ProducerWrites, slot), give_up)?
             }
-            (_, _) => self.device.stream().wait_event(&self.ready[slot])?,
+            ConsumerOrdering::Event { ready, .. } => {
+                self.device.stream().wait_event(&ready[slot])?
+            }
         }
-        Ok(self.sync == GpuSync::Host || on_host)
+        Ok(on_host)
     }
 
     fn finish_read(&self, slot: usize) -> Result<(), TransportError> {
         let stream = self.device.stream();
-        match (self.sync, &self.timeline) {
-            (GpuSync::Host, _) => stream.synchronize()?,
-            (GpuSync::Timeline, Some(timeline)) => {
+        match &self.ordering {
+            ConsumerOrdering::Host => stream.synchronize()?,
+            ConsumerOrdering::Timeline(timeline) => {
                 let target = timeline.targets[slot].load(Ordering::Relaxed);
                 // Downstream reads the frame on our stream or orders its
                 // reads before it (wrapped slots): with the stream idle the
@@ -912,19 +759,19 @@ impl ConsumerSlots for CudaConsumerSlots {
                         .mark_read(timeline.row, slot, target, &stream)?;
                 }
             }
-            (_, _) => stream.record(&self.released[slot])?,
+            ConsumerOrdering::Event { released, .. } => stream.record(&released[slot])?,
         }
         Ok(())
     }
 
     fn release_descriptors(&self) -> Vec<[u8; RELEASE_DESCRIPTOR_BYTES]> {
-        self.release_descriptors.clone()
+        self.ordering.release_descriptors()
     }
 }
 
 impl Drop for CudaConsumerSlots {
     fn drop(&mut self) {
-        let Some(timeline) = &self.timeline else {
+        let ConsumerOrdering::Timeline(timeline) = &self.ordering else {
             return;
         };
         // Our stream may still wait for the producer's marks (a producer

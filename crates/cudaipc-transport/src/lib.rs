@@ -1,10 +1,10 @@
 //! Where the slots live and how access to them is ordered: the seam between
 //! the channel (which only knows slot indices) and the elements.
 //!
-//! Two backends pass the same contract tests: `cuda` (device memory exported
-//! with CUDA IPC, GPU-side ordering with interprocess events, or host
-//! synchronisation) and `host` (a shared host-memory file, for machines
-//! without a GPU and for CI).
+//! Two backends pass the same contract tests: `cuda` (device memory of a
+//! [`MemoryKind`] ordered across processes by a [`GpuSync`], composed as
+//! one of [`CUDA_COMPOSITIONS`]) and `host` (shared host memory, for
+//! machines without a GPU and for CI).
 //!
 //! [`cuda`] holds the CUDA driver wrappers both use. Nothing here knows
 //! GStreamer.
@@ -30,7 +30,10 @@ use cudaipc_channel::layout::{
 };
 use cudaipc_channel::{ChannelError, ChannelInfo, PoolInfo, Producer};
 
-pub use cuda_slots::{CudaConsumerSlots, CudaProducerSlots, waits_on_host};
+pub use cuda_slots::{
+    CUDA_COMPOSITIONS, CudaComposition, CudaConsumerSlots, CudaProducerSlots, MemoryKind,
+    waits_on_host,
+};
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use lending::LentSlots;
 pub use publisher::{
@@ -202,6 +205,13 @@ pub enum TransportError {
     /// The timeline ordering asked for on a device that cannot write and
     /// wait for values in memory (or without a device).
     TimelineUnsupported,
+    /// Slots of a memory kind and ordering that `CUDA_COMPOSITIONS` has no
+    /// row for on this kind of channel (lent memory on a descriptor
+    /// channel).
+    NoComposition {
+        composition: CudaComposition,
+        ipc_mode: cudaipc_channel::IpcMode,
+    },
     /// A descriptor channel's producer no longer hands out this pool.
     PoolGone { generation: u64 },
     /// A descriptor channel's socket no longer answers (its producer
@@ -294,6 +304,16 @@ impl fmt::Display for TransportError {
             TransportError::TimelineUnsupported => f.write_str(
                 "the timeline ordering: this device cannot write and wait for values in memory (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)",
             ),
+            TransportError::NoComposition {
+                composition,
+                ipc_mode,
+            } => {
+                let channel = match ipc_mode {
+                    cudaipc_channel::IpcMode::Legacy => "a legacy channel",
+                    cudaipc_channel::IpcMode::Fd => "a descriptor channel",
+                };
+                write!(f, "the cuda transport has no slots of {composition} on {channel}")
+            }
             TransportError::PoolGone { generation } => write!(
                 f,
                 "the producer no longer hands out pool {generation}"
@@ -608,20 +628,13 @@ pub fn open_consumer_slots(
         })),
         Some(TransportKind::Cuda) => {
             let device = device.ok_or(TransportError::NoDevice)?;
-            let sync = GpuSync::from_wire(info.gpu_sync)
-                .ok_or(TransportError::UnknownGpuSync(info.gpu_sync))?;
-            Ok(Arc::new(match &info.descriptor_channel {
-                Some(producers) => CudaConsumerSlots::receive(
-                    device,
-                    channel,
-                    info,
-                    pool,
-                    producers,
-                    consumer_index,
-                    sync,
-                )?,
-                None => CudaConsumerSlots::open(device, channel, info, pool, consumer_index, sync)?,
-            }))
+            Ok(Arc::new(CudaConsumerSlots::open(
+                device,
+                channel,
+                info,
+                pool,
+                consumer_index,
+            )?))
         }
         None => Err(TransportError::UnknownTransport(info.transport)),
     }

@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    TransportKind, WriterStream,
+    CudaProducerSlots, GpuSync, LentSlots, MemoryKind, ProducerSlots, SlotMemory, SlotRequest,
+    TransportError, TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::reservation::Reservation;
@@ -213,6 +213,9 @@ pub struct Publisher<T> {
     config: PublisherConfig,
     /// Set while the sink is unlocked (flushing or stopping).
     interrupt: AtomicBool,
+    /// Frames come paced (a clock, a live source): `slots=0` needs no deep
+    /// ring (see `auto_slots`).
+    paced: AtomicBool,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
     /// Buffers of the lendable upstream pool seen so far.
@@ -264,6 +267,7 @@ impl<T: Send + 'static> Publisher<T> {
             consumers_ready: AtomicBool::new(config.wait_for_consumers == 0),
             config,
             interrupt: AtomicBool::new(false),
+            paced: AtomicBool::new(false),
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
             learned: Mutex::new(Vec::new()),
@@ -375,10 +379,24 @@ impl<T: Send + 'static> Publisher<T> {
         self.allocate(frame_size).map(Some)
     }
 
+    fn auto_slots(&self, frame_size: usize) -> usize {
+        let device = self.device().map(|d| &**d);
+        let paced = self.paced.load(Ordering::Relaxed);
+        auto_slots(self.config.kind, device, frame_size, paced)
+    }
+
+    /// Says whether frames come paced (synchronised to a clock, or from a
+    /// live source) rather than as fast as the pipeline runs: `slots=0`
+    /// then keeps the shallow ring, since a consumer catches up between
+    /// frames. Takes effect at the next allocation.
+    pub fn set_paced(&self, paced: bool) {
+        self.paced.store(paced, Ordering::Relaxed);
+    }
+
     /// Allocates and publishes a new set of slots of our own.
     pub fn allocate(&self, frame_size: usize) -> Result<Allocated, ConfigureError> {
         let count = match self.config.slots {
-            0 => auto_slots(self.config.kind, self.device().map(|d| &**d)),
+            0 => self.auto_slots(frame_size),
             n => n,
         };
         let request = SlotRequest {
@@ -690,7 +708,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// another is published.
     pub fn can_lend(&self) -> bool {
         self.device().is_some()
-            && self.config.ipc_mode == IpcMode::Legacy
+            && self.config.ipc_mode == MemoryKind::Lent.ipc_mode()
             && self.config.when_full == WhenFull::Block
             && self.config.slots != 1
     }
@@ -699,9 +717,9 @@ impl<T: Send + 'static> Publisher<T> {
     /// have: the slots set, or with `slots=0` the automatic count but at
     /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
     /// buffer it rendered last and upstream must have another to write into.
-    pub fn lendable_count(&self) -> usize {
+    pub fn lendable_count(&self, frame_size: usize) -> usize {
         match self.config.slots {
-            0 => auto_slots(self.config.kind, self.device().map(|d| &**d)).max(AUTO_LENT_SLOTS_MIN),
+            0 => self.auto_slots(frame_size).max(AUTO_LENT_SLOTS_MIN),
             slots => slots.max(2),
         }
     }
@@ -857,15 +875,59 @@ impl<T: Send + 'static> Drop for SlotLoan<T> {
 /// (and one that drops frames as fast), see docs/performance.md.
 const AUTO_LENT_SLOTS_MIN: usize = 4;
 
-/// The ring depth `slots=0` stands for. Without MPS the two processes'
-/// contexts take turns on the GPU, and a deep ring keeps each turn busy;
-/// with MPS their kernels run side by side, and a shallow ring keeps the
+/// The ring depth `slots=0` stands for without MPS, for frames that come as
+/// fast as the pipeline runs: as many slots as 1 GiB holds, or 5% of the
+/// device's `total_memory` if that is less; at least 8, at most `MAX_SLOTS`.
+pub fn deep_ring_slots(total_memory: usize, frame_size: usize) -> usize {
+    let budget = (1usize << 30).min(total_memory / 20);
+    (budget / frame_size.max(1)).clamp(8, MAX_SLOTS)
+}
+
+/// The ring depth `slots=0` stands for, for frames of `frame_size` bytes.
+/// Without MPS the two processes' contexts take turns on the GPU, each turn
+/// change costs the GPU a fixed time, and each lap of the ring needs two:
+/// for frames that come as fast as the pipeline runs, [`deep_ring_slots`]
+/// make the laps long; `paced` frames leave time between them, and 8 do.
+/// With MPS the kernels run side by side, and a shallow ring keeps the
 /// frame in flight inside the L2 cache (and the latency low). Figures in
 /// docs/performance.md.
-fn auto_slots(kind: TransportKind, device: Option<&Device>) -> usize {
+fn auto_slots(
+    kind: TransportKind,
+    device: Option<&Device>,
+    frame_size: usize,
+    paced: bool,
+) -> usize {
     match (kind, device) {
         (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
+        (TransportKind::Cuda, Some(device)) if !paced => {
+            deep_ring_slots(device.total_memory(), frame_size)
+        }
         (TransportKind::Cuda, _) => 8,
         (TransportKind::Host, _) => 4,
+    }
+}
+
+#[cfg(test)]
+mod ring_depth {
+    use super::deep_ring_slots;
+
+    const GIB: usize = 1 << 30;
+    const RGB_4K: usize = 3840 * 2160 * 3;
+
+    #[test]
+    fn the_deep_ring_stays_within_1_gib_or_5_percent_of_the_device() {
+        // An 80 GB card: 1 GiB of 4K RGB frames.
+        assert_eq!(deep_ring_slots(80 * GIB, RGB_4K), 43);
+        assert!(deep_ring_slots(80 * GIB, RGB_4K) * RGB_4K <= GIB);
+        // A 16 GB card: 5% of it.
+        assert_eq!(deep_ring_slots(16 * GIB, RGB_4K), 34);
+        assert!(deep_ring_slots(16 * GIB, RGB_4K) * RGB_4K <= 16 * GIB / 20);
+    }
+
+    #[test]
+    fn the_deep_ring_has_8_to_64_slots() {
+        assert_eq!(deep_ring_slots(80 * GIB, 640 * 480 * 3 / 2), 64);
+        assert_eq!(deep_ring_slots(80 * GIB, 7680 * 4320 * 4), 8);
+        assert_eq!(deep_ring_slots(0, RGB_4K), 8);
     }
 }

@@ -49,18 +49,80 @@ const SIZE: usize = 10_000;
 const FRAMES: u64 = 40;
 const CHILD_TEST: &str = "tests::contract_consumer_process";
 
-/// The producer side runs here; the consumers run in child processes (a
-/// process cannot open its own CUDA IPC handles, and this is the real use).
-fn contract(kind: TransportKind, device: Option<Arc<crate::cuda::Device>>, gpu_sync: GpuSync) {
-    contract_in(kind, device, gpu_sync, cudaipc_channel::IpcMode::Legacy);
+/// What the producer's slots of one contract run are made of.
+#[derive(Debug, Clone, Copy)]
+enum Slots {
+    /// The host transport on a channel of that kind.
+    Host(cudaipc_channel::IpcMode),
+    /// The cuda transport: a row of [`CUDA_COMPOSITIONS`].
+    Cuda(CudaComposition),
 }
 
-fn contract_in(
-    kind: TransportKind,
-    device: Option<Arc<crate::cuda::Device>>,
-    gpu_sync: GpuSync,
-    ipc_mode: cudaipc_channel::IpcMode,
-) {
+impl Slots {
+    fn kind(self) -> TransportKind {
+        match self {
+            Slots::Host(_) => TransportKind::Host,
+            Slots::Cuda(_) => TransportKind::Cuda,
+        }
+    }
+
+    fn gpu_sync(self) -> GpuSync {
+        match self {
+            // Announced, not used: nothing to order on host memory.
+            Slots::Host(_) => GpuSync::Event,
+            Slots::Cuda(composition) => composition.ordering,
+        }
+    }
+
+    fn ipc_mode(self) -> cudaipc_channel::IpcMode {
+        match self {
+            Slots::Host(ipc_mode) => ipc_mode,
+            Slots::Cuda(composition) => composition.memory.ipc_mode(),
+        }
+    }
+
+    /// The slots, by the transport's constructors; lent memory is
+    /// allocated here and kept in `lent` (it must outlive the slots).
+    fn create(
+        self,
+        request: &SlotRequest,
+        device: Option<&Arc<crate::cuda::Device>>,
+        lent: &mut Vec<crate::cuda::DeviceRegion>,
+    ) -> Box<dyn ProducerSlots> {
+        let composition = match self {
+            Slots::Host(_) => {
+                return create_producer_slots(TransportKind::Host, request, None).unwrap();
+            }
+            Slots::Cuda(composition) => composition,
+        };
+        let device = device.expect("the cuda transport runs on a device");
+        let slots = match composition.memory {
+            MemoryKind::Own | MemoryKind::Shared => {
+                CudaProducerSlots::create(device, request).unwrap()
+            }
+            MemoryKind::Lent => {
+                lent.extend((0..request.count).map(|_| {
+                    crate::cuda::DeviceBuffer::new(device, request.size)
+                        .unwrap()
+                        .into_region()
+                }));
+                let ptrs = lent.iter().map(|region| region.ptr()).collect();
+                // SAFETY: `lent` holds the allocations, and the caller
+                // keeps it longer than the slots.
+                unsafe { CudaProducerSlots::lend(device, 0, ptrs, request.size, request) }.unwrap()
+            }
+        };
+        assert_eq!(slots.composition(), composition);
+        Box::new(slots)
+    }
+}
+
+/// The producer side runs here; the consumers run in child processes (a
+/// process cannot open its own CUDA IPC handles, and this is the real use).
+fn contract(slots_of: Slots, device: Option<Arc<crate::cuda::Device>>) {
+    let kind = slots_of.kind();
+    let gpu_sync = slots_of.gpu_sync();
+    let ipc_mode = slots_of.ipc_mode();
     let channel = unique_channel("transport");
     let no = AtomicBool::new(false);
     let producer = cudaipc_channel::Producer::create(ProducerConfig {
@@ -82,7 +144,9 @@ fn contract_in(
         gpu_sync,
         ipc_mode,
     };
-    let slots = create_producer_slots(kind, &request, device.as_ref()).unwrap();
+    // Declared before the slots: dropped after them.
+    let mut lent = Vec::new();
+    let slots = slots_of.create(&request, device.as_ref(), &mut lent);
     assert_eq!(
         (slots.slot_count(), slots.slot_size(), slots.kind()),
         (3, SIZE, kind)
@@ -307,71 +371,82 @@ fn contract_consumer_process() {
 
 #[test]
 fn host_transport_meets_the_contract() {
-    contract(TransportKind::Host, None, GpuSync::Event);
+    contract(Slots::Host(cudaipc_channel::IpcMode::Legacy), None);
 }
 
 /// The same over a descriptor channel: the consumer processes find the
 /// channel's socket and receive the control block and the slots' memory.
 #[test]
 fn host_transport_meets_the_contract_over_descriptors() {
-    contract_in(
-        TransportKind::Host,
-        None,
-        GpuSync::Event,
-        cudaipc_channel::IpcMode::Fd,
+    contract(Slots::Host(cudaipc_channel::IpcMode::Fd), None);
+}
+
+/// Every composition of the cuda transport's memory and ordering, each
+/// with its own channel and consumer processes: own memory (legacy
+/// channel, IPC handles), shared memory (descriptor channel, allocations
+/// handed over the socket) and lent memory (legacy channel), each ordered
+/// by events, host synchronisation and the timeline (on a legacy channel
+/// a data file of the channel, on a descriptor channel handed over).
+#[test]
+fn cuda_transport_meets_the_contract_in_every_composition() {
+    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_in_every_composition") {
+        for composition in CUDA_COMPOSITIONS {
+            // Shown with the failure of the composition that failed.
+            eprintln!("contract: {composition}");
+            contract(Slots::Cuda(composition), Some(device.clone()));
+        }
+    }
+}
+
+/// Lent memory has only legacy IPC handles: slots of it are refused on a
+/// descriptor channel, and each memory kind belongs to its kind of channel.
+#[test]
+fn memory_is_composed_only_for_the_channel_that_hands_it_out() {
+    use cudaipc_channel::IpcMode::{Fd, Legacy};
+    let request = |ipc_mode| SlotRequest {
+        channel: "cam0".into(),
+        session: 1,
+        generation: 1,
+        count: 3,
+        size: SIZE,
+        permissions: 0o600,
+        gpu_sync: GpuSync::Timeline,
+        ipc_mode,
+    };
+    for (memory, ipc_mode, allowed) in [
+        (MemoryKind::Lent, Legacy, true),
+        (MemoryKind::Lent, Fd, false),
+        (MemoryKind::Own, Legacy, true),
+        (MemoryKind::Own, Fd, false),
+        (MemoryKind::Shared, Fd, true),
+        (MemoryKind::Shared, Legacy, false),
+    ] {
+        match CudaComposition::for_request(memory, &request(ipc_mode)) {
+            Ok(composition) => {
+                assert!(allowed, "{memory} memory composed on {ipc_mode:?}");
+                assert_eq!(
+                    composition,
+                    CudaComposition {
+                        memory,
+                        ordering: GpuSync::Timeline
+                    }
+                );
+            }
+            Err(error) => {
+                assert!(!allowed, "{memory} memory refused on {ipc_mode:?}: {error}");
+                assert!(
+                    matches!(error, TransportError::NoComposition { composition, ipc_mode: refused }
+                        if composition.memory == memory && refused == ipc_mode),
+                    "{error}"
+                );
+            }
+        }
+    }
+    let refused = CudaComposition::for_request(MemoryKind::Lent, &request(Fd)).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "the cuda transport has no slots of lent memory ordered by the timeline on a descriptor channel"
     );
-}
-
-#[test]
-fn cuda_transport_meets_the_contract_with_events() {
-    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_events") {
-        contract(TransportKind::Cuda, Some(device), GpuSync::Event);
-    }
-}
-
-#[test]
-fn cuda_transport_meets_the_contract_with_host_sync() {
-    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_host_sync") {
-        contract(TransportKind::Cuda, Some(device), GpuSync::Host);
-    }
-}
-
-/// Over a descriptor channel: the slots are allocations handed over the
-/// socket as descriptors, ordered by the timeline or by events.
-#[test]
-fn cuda_transport_meets_the_contract_over_descriptors_with_the_timeline() {
-    if let Some(device) =
-        gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_the_timeline")
-    {
-        contract_in(
-            TransportKind::Cuda,
-            Some(device),
-            GpuSync::Timeline,
-            cudaipc_channel::IpcMode::Fd,
-        );
-    }
-}
-
-/// On a legacy channel the timeline is a data file of the channel.
-#[test]
-fn cuda_transport_meets_the_contract_with_the_timeline() {
-    if let Some(device) = gpu_or_skip("cuda_transport_meets_the_contract_with_the_timeline") {
-        contract(TransportKind::Cuda, Some(device), GpuSync::Timeline);
-    }
-}
-
-#[test]
-fn cuda_transport_meets_the_contract_over_descriptors_with_events() {
-    if let Some(device) =
-        gpu_or_skip("cuda_transport_meets_the_contract_over_descriptors_with_events")
-    {
-        contract_in(
-            TransportKind::Cuda,
-            Some(device),
-            GpuSync::Event,
-            cudaipc_channel::IpcMode::Fd,
-        );
-    }
 }
 
 #[test]

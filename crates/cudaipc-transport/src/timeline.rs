@@ -109,11 +109,11 @@ impl Timeline {
 
     /// The producer's block of a legacy channel: a data file of the
     /// channel (a fresh random name, mode `request.permissions`), named in
-    /// the pool descriptor. Returns the block and its name.
+    /// the pool descriptor (see [`name`](Self::name)).
     pub fn create_named(
         device: &Arc<Device>,
         request: &SlotRequest,
-    ) -> Result<(Self, String), TransportError> {
+    ) -> Result<Self, TransportError> {
         let mut attempt = 0;
         loop {
             let name = format!(
@@ -126,7 +126,7 @@ impl Timeline {
                     let mut timeline = Self::register(device, map, file)?;
                     timeline.path = Some(path);
                     timeline.block().magic.store(MAGIC, Ordering::Release);
-                    return Ok((timeline, name));
+                    return Ok(timeline);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
                     attempt += 1;
@@ -220,6 +220,12 @@ impl Timeline {
         self.registration
             .device_address(offset)
             .expect("a word of the block lies within its registration")
+    }
+
+    /// The name of a legacy channel's block in the shm folder (what the
+    /// pool descriptor holds); `None` for a block handed over a socket.
+    pub fn name(&self) -> Option<&str> {
+        self.path.as_deref()?.file_name()?.to_str()
     }
 
     /// A new descriptor of the block, for a consumer.

@@ -81,6 +81,9 @@ pub enum Error {
     },
     /// The channel is closed (the publisher was stopped).
     Closed,
+    /// The caller's interrupt flag ended the wait
+    /// ([`Publisher::loan_interruptible`](crate::Publisher::loan_interruptible)).
+    Interrupted,
     /// The cuda transport was asked for where no CUDA device is usable, or
     /// the channel's device cannot be opened here.
     Device(String),
@@ -211,6 +214,7 @@ impl fmt::Display for Error {
                 "the channel's slots are smaller than a frame of {frame_size} bytes"
             ),
             Self::Closed => f.write_str("the channel is closed"),
+            Self::Interrupted => f.write_str("the wait was interrupted"),
             Self::Device(why) => write!(f, "CUDA device: {why}"),
             Self::Channel { what, source } => write!(f, "cannot {what}: {source}"),
             Self::Transport { what, source } => write!(f, "cannot {what}: {source}"),

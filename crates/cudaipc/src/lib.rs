@@ -40,6 +40,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod gpu_order;
 mod layout;
 mod publisher;
 mod subscriber;

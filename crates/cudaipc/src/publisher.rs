@@ -4,7 +4,7 @@
 //! publishes frames copied from host memory or written into a loaned slot.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cudaipc_channel::socket::Peers;
@@ -261,12 +261,21 @@ impl Publisher {
     /// consumers hold every slot; with `Drop` that is
     /// [`Error::NoFreeSlot`].
     pub fn loan(&self) -> Result<FrameLoan, Error> {
+        self.loan_interruptible(&self.no_interrupt)
+    }
+
+    /// [`loan`](Self::loan), whose wait for a free slot (or for
+    /// `wait_for_consumers`) ends with [`Error::Interrupted`] once
+    /// `interrupt` is set (by another thread, e.g. on Ctrl-C). Set before
+    /// the call, it lends a slot only if one is free now.
+    pub fn loan_interruptible(&self, interrupt: &AtomicBool) -> Result<FrameLoan, Error> {
         let loan = self
             .inner
-            .loan(self.layout.frame_size(), &self.no_interrupt)
+            .loan(self.layout.frame_size(), interrupt)
             .map_err(|e| match e {
                 ReserveError::Flushing if self.inner.is_closed() => Error::Closed,
                 ReserveError::Flushing if self.when_full == WhenFull::Drop => Error::NoFreeSlot,
+                ReserveError::Flushing if interrupt.load(Ordering::SeqCst) => Error::Interrupted,
                 ReserveError::Flushing => Error::Closed,
                 ReserveError::TooSmall => Error::SlotsTooSmall {
                     frame_size: self.layout.frame_size(),
@@ -364,6 +373,104 @@ impl FrameLoan {
             SlotMemory::Device(region) => Some(region.device().stream().raw().cast()),
             SlotMemory::Host(_) => None,
         }
+    }
+
+    /// Orders the loan's writes on [`cuda_stream`](Self::cuda_stream), and
+    /// with them the publication, after the work queued on `stream` so far
+    /// (a frame rendered there), on the GPU. Nothing to do on the host
+    /// transport.
+    ///
+    /// # Safety
+    /// `stream` is a live `CUstream` of a context of the slot's device, or
+    /// `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2).
+    pub unsafe fn wait_for_stream(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
+        match self.loan.memory() {
+            // SAFETY: the caller's contract; ours is the device's stream.
+            SlotMemory::Device(region) => unsafe {
+                crate::gpu_order::stream_waits_for(
+                    region.device(),
+                    region.device().stream().raw().cast(),
+                    stream,
+                    "order the frame's writes after a stream",
+                )
+            },
+            SlotMemory::Host(_) => Ok(()),
+        }
+    }
+
+    /// Makes `stream` wait on the GPU for the work queued on
+    /// [`cuda_stream`](Self::cuda_stream) so far: memory the loan's writes
+    /// read (the source of [`copy_plane_from_device`](Self::copy_plane_from_device))
+    /// may then be reused by work queued on `stream`. Nothing to do on the
+    /// host transport.
+    ///
+    /// # Safety
+    /// As for [`wait_for_stream`](Self::wait_for_stream).
+    pub unsafe fn make_stream_wait(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
+        match self.loan.memory() {
+            // SAFETY: the caller's contract; ours is the device's stream.
+            SlotMemory::Device(region) => unsafe {
+                crate::gpu_order::stream_waits_for(
+                    region.device(),
+                    stream,
+                    region.device().stream().raw().cast(),
+                    "order a stream after the frame's writes",
+                )
+            },
+            SlotMemory::Host(_) => Ok(()),
+        }
+    }
+
+    /// Queues a copy of plane `plane` of the frame from device memory at
+    /// `src` (rows `src_pitch` bytes apart) into the slot, on
+    /// [`cuda_stream`](Self::cuda_stream): the layout's rows and row bytes
+    /// of that plane. Cuda transport only ([`Error::Device`] on the host
+    /// transport); the copy is not waited for.
+    ///
+    /// # Safety
+    /// `src` is device memory readable by the slot's device for the plane's
+    /// rows at `src_pitch` until the copy has run (order its reuse after it
+    /// with [`make_stream_wait`](Self::make_stream_wait)).
+    pub unsafe fn copy_plane_from_device(
+        &self,
+        plane: usize,
+        src: u64,
+        src_pitch: usize,
+    ) -> Result<(), Error> {
+        let SlotMemory::Device(region) = self.loan.memory() else {
+            return Err(Error::Device(
+                "the host transport's slots are not device memory".into(),
+            ));
+        };
+        let format = self.layout.format();
+        let Some(dst) = self.layout.planes().get(plane) else {
+            return Err(Error::InvalidLayout(format!(
+                "{format} has no plane {plane}"
+            )));
+        };
+        let row_bytes = format.row_bytes(plane, self.layout.width()) as usize;
+        let rows = format.rows(plane, self.layout.height()) as usize;
+        if src_pitch < row_bytes {
+            return Err(Error::InvalidLayout(format!(
+                "a source pitch of {src_pitch} bytes is below the {row_bytes} bytes of a row of plane {plane}"
+            )));
+        }
+        // SAFETY: the destination lies in the slot (the layout was checked
+        // against the slot size); the source is the caller's contract.
+        unsafe {
+            region.device().stream().copy_2d_device(
+                region.ptr() + dst.offset,
+                dst.stride as usize,
+                src,
+                src_pitch,
+                row_bytes,
+                rows,
+            )
+        }
+        .map_err(|e| Error::Transport {
+            what: "copy a plane into the slot",
+            source: TransportError::Cuda(e),
+        })
     }
 
     /// Publishes the frame written into the slot, with `pts`.

@@ -332,12 +332,60 @@ impl Frame {
 
     /// The `CUstream` (of the device's primary context) to read the frame
     /// on, on the cuda transport: ordered after the producer's writes.
-    /// Reads queued elsewhere must first wait for this stream, and end
-    /// before the frame is dropped.
+    /// Reads queued elsewhere must first wait for this stream
+    /// ([`wait_on_stream`](Self::wait_on_stream)), and end before the frame
+    /// is dropped ([`release_after_stream`](Self::release_after_stream)).
     pub fn cuda_stream(&self) -> Option<*mut std::ffi::c_void> {
         match self.held.memory() {
             SlotMemory::Device(region) => Some(region.device().stream().raw().cast()),
             SlotMemory::Host(_) => None,
+        }
+    }
+
+    /// Makes `stream` wait on the GPU for the producer's writes of the
+    /// frame (which [`cuda_stream`](Self::cuda_stream) already waits for),
+    /// so that work queued on `stream` afterwards may read it. No host
+    /// synchronisation. Nothing to do on the host transport, whose frames
+    /// are written when handed out.
+    ///
+    /// # Safety
+    /// `stream` is a live `CUstream` of a context of the frame's device, or
+    /// `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2).
+    pub unsafe fn wait_on_stream(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
+        match self.held.memory() {
+            // SAFETY: the caller's contract; ours is the device's stream.
+            SlotMemory::Device(region) => unsafe {
+                crate::gpu_order::stream_waits_for(
+                    region.device(),
+                    stream,
+                    region.device().stream().raw().cast(),
+                    "order a stream after the frame's writes",
+                )
+            },
+            SlotMemory::Host(_) => Ok(()),
+        }
+    }
+
+    /// Orders the frame's release after the work queued on `stream` so
+    /// far: the slot goes back to the producer (when the frame is dropped)
+    /// only once that work has run, on the GPU. Call it, for each stream
+    /// that read the frame, right before dropping the frame. Nothing to do
+    /// on the host transport.
+    ///
+    /// # Safety
+    /// As for [`wait_on_stream`](Self::wait_on_stream).
+    pub unsafe fn release_after_stream(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
+        match self.held.memory() {
+            // SAFETY: the caller's contract; ours is the device's stream.
+            SlotMemory::Device(region) => unsafe {
+                crate::gpu_order::stream_waits_for(
+                    region.device(),
+                    region.device().stream().raw().cast(),
+                    stream,
+                    "order the frame's release after a stream",
+                )
+            },
+            SlotMemory::Host(_) => Ok(()),
         }
     }
 }

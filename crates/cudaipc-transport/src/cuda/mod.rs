@@ -159,6 +159,7 @@ pub struct Device {
     name: String,
     compute_capability: (i32, i32),
     mps: bool,
+    total_memory: usize,
 }
 
 // SAFETY: CUDA contexts and streams may be used from any thread once made
@@ -245,6 +246,7 @@ impl Device {
         let mut name = [0 as std::ffi::c_char; 256];
         let (mut major, mut minor) = (0, 0);
         let mut mps = 0;
+        let mut total_memory = 0usize;
         // SAFETY: the driver is initialised and every pointer is a valid out
         // parameter of the right type.
         unsafe {
@@ -269,6 +271,10 @@ impl Device {
             check(
                 "cuDeviceGetName",
                 sys::cuDeviceGetName(name.as_mut_ptr(), 255, device),
+            )?;
+            check(
+                "cuDeviceTotalMem",
+                sys::cuDeviceTotalMem_v2(&mut total_memory, device),
             )?;
             check(
                 "cuDeviceGetAttribute",
@@ -309,6 +315,7 @@ impl Device {
             name,
             compute_capability: (major, minor),
             mps: mps_known && mps != 0,
+            total_memory,
         })
     }
 
@@ -326,6 +333,11 @@ impl Device {
 
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
+    }
+
+    /// The device's memory in bytes.
+    pub fn total_memory(&self) -> usize {
+        self.total_memory
     }
 
     /// Whether this process's contexts on the device go through the NVIDIA

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: MPL-2.0
+"""Frames of cudaipc channels in Python, without GStreamer.
+
+Read frames that ``rscudaipcsink`` (or a ``cudaipc.Publisher``) publishes::
+
+    import cudaipc, numpy as np
+    with cudaipc.Subscriber("demo") as subscriber:
+        for frame in subscriber:
+            with frame:
+                pixels = np.from_dlpack(frame)   # or torch.from_dlpack, cupy.from_dlpack
+
+Publish DLPack arrays that ``rscudaipcsrc`` (or a ``cudaipc.Subscriber``)
+reads::
+
+    with cudaipc.Publisher("out", "RGB", 1280, 720) as publisher:
+        publisher.publish(array, pts=0)
+
+docs/python.md in the repository has the rules (ordering on the GPU, when
+slots go back, errors).
+"""
+
+from ._errors import (
+    ChannelInUseError,
+    ChannelPermissionError,
+    ClosedError,
+    DeviceError,
+    Error,
+    InvalidArgumentError,
+    NoProducerError,
+    ProducerGoneError,
+    UnsupportedFormatError,
+    WaitTimeoutError,
+)
+from ._native import FORMATS, Frame, FramePlane, Publisher, Subscriber, __version__
+
+__all__ = [
+    "FORMATS",
+    "ChannelInUseError",
+    "ChannelPermissionError",
+    "ClosedError",
+    "DeviceError",
+    "Error",
+    "Frame",
+    "FramePlane",
+    "InvalidArgumentError",
+    "NoProducerError",
+    "ProducerGoneError",
+    "Publisher",
+    "Subscriber",
+    "UnsupportedFormatError",
+    "WaitTimeoutError",
+    "__version__",
+]

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! A frame read from a channel, as DLPack and CUDA Array Interface
+//! objects: the whole frame (packed formats) and each plane.
+
+use std::sync::{Arc, Mutex};
+
+use cudaipc::{VideoFormat, VideoLayout};
+use pyo3::exceptions::{PyAttributeError, PyBufferError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::dlpack::{self, DLDevice, View};
+use crate::streams;
+
+/// The frame's slot, held while the Python frame is not released or a
+/// DLPack export of it lives. Dropping the last holder gives the slot back,
+/// after the work queued so far on the streams the frame was exported to.
+pub struct FrameShared {
+    frame: cudaipc::Frame,
+    /// `CUstream`s to order the release after.
+    streams: Mutex<Vec<usize>>,
+}
+
+impl FrameShared {
+    fn add_streams(&self, handles: &[usize]) {
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        for &handle in handles {
+            if !streams.contains(&handle) {
+                streams.push(handle);
+            }
+        }
+    }
+}
+
+impl Drop for FrameShared {
+    fn drop(&mut self) {
+        let streams = self.streams.get_mut().unwrap_or_else(|e| e.into_inner());
+        for &stream in streams.iter() {
+            // SAFETY: a stream a consumer handed to __dlpack__ or release();
+            // docs/python.md asks that they live until the frame is
+            // released. A failure leaves the release ordered after our own
+            // stream only: nothing better is left to do in a drop.
+            let _ = unsafe {
+                self.frame
+                    .release_after_stream(stream as *mut std::ffi::c_void)
+            };
+        }
+    }
+}
+
+/// The shape and strides (bytes) of plane `plane` of a frame of `layout`,
+/// as an array: (height, width, channels) for packed formats, (height,
+/// width) for GRAY8, I420's planes and NV12's luma, (height / 2, width / 2,
+/// 2) for NV12's interleaved chroma.
+pub fn plane_view(layout: &VideoLayout, plane: usize) -> Option<(u64, Vec<i64>, Vec<i64>)> {
+    let format = layout.format();
+    let placed = layout.planes().get(plane)?;
+    let rows = format.rows(plane, layout.height()) as i64;
+    let stride = i64::from(placed.stride);
+    let (shape, strides) = match (format, plane) {
+        (VideoFormat::Rgb, _) => (vec![rows, i64::from(layout.width()), 3], vec![stride, 3, 1]),
+        (VideoFormat::Rgba | VideoFormat::Bgra | VideoFormat::Rgbx | VideoFormat::Bgrx, _) => {
+            (vec![rows, i64::from(layout.width()), 4], vec![stride, 4, 1])
+        }
+        (VideoFormat::Nv12, 1) => (
+            vec![rows, format.row_bytes(1, layout.width()) as i64 / 2, 2],
+            vec![stride, 2, 1],
+        ),
+        _ => (
+            vec![rows, format.row_bytes(plane, layout.width()) as i64],
+            vec![stride, 1],
+        ),
+    };
+    Some((placed.offset, shape, strides))
+}
+
+/// A frame read from a channel. It holds its slot (the producer does not
+/// write it again) until it is released: `release()`, the end of a `with`
+/// block, or its last reference gone; DLPack exports hold the slot too,
+/// until the consumer frees them.
+///
+/// Packed formats (RGB, RGBA, BGRA, RGBx, BGRx, GRAY8) export the whole
+/// frame: `np.from_dlpack(frame)`, `torch.from_dlpack(frame)`,
+/// `cupy.from_dlpack(frame)`. NV12 and I420 export each plane:
+/// `frame.planes`.
+#[pyclass(module = "cudaipc", frozen)]
+pub struct Frame {
+    shared: Mutex<Option<Arc<FrameShared>>>,
+    layout: VideoLayout,
+    seq: u64,
+    pts: Option<u64>,
+    missed_before: u64,
+    /// The host address of the frame's bytes, or its device address.
+    address: u64,
+    /// The CUDA device (cuda transport).
+    device_ordinal: Option<i32>,
+    /// The subscriber's stream (cuda transport).
+    stream: Option<usize>,
+}
+
+impl Frame {
+    pub fn new(frame: cudaipc::Frame) -> Self {
+        let address = match frame.device_ptr() {
+            Some(ptr) => ptr,
+            None => frame.host_bytes().map_or(0, |bytes| bytes.as_ptr() as u64),
+        };
+        Self {
+            layout: frame.layout().clone(),
+            seq: frame.seq(),
+            pts: frame
+                .pts()
+                .map(|pts| u64::try_from(pts.as_nanos()).unwrap_or(u64::MAX)),
+            missed_before: frame.missed_before(),
+            address,
+            device_ordinal: frame.device_ordinal(),
+            stream: frame.cuda_stream().map(|s| s as usize),
+            shared: Mutex::new(Some(Arc::new(FrameShared {
+                frame,
+                streams: Mutex::new(Vec::new()),
+            }))),
+        }
+    }
+
+    fn shared(&self) -> Option<Arc<FrameShared>> {
+        self.shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn live(&self) -> PyResult<Arc<FrameShared>> {
+        self.shared().ok_or_else(|| {
+            PyBufferError::new_err(format!(
+                "frame {} was released: its slot went back to the producer",
+                self.seq
+            ))
+        })
+    }
+
+    fn dl_device(&self) -> DLDevice {
+        match self.device_ordinal {
+            Some(ordinal) => DLDevice {
+                device_type: dlpack::DEVICE_CUDA,
+                device_id: ordinal,
+            },
+            None => DLDevice {
+                device_type: dlpack::DEVICE_CPU,
+                device_id: 0,
+            },
+        }
+    }
+
+    fn device_name(&self) -> &'static str {
+        match self.device_ordinal {
+            Some(_) => "cuda",
+            None => "cpu",
+        }
+    }
+
+    fn view(&self, plane: usize) -> PyResult<View> {
+        let (offset, shape, strides) = plane_view(&self.layout, plane)
+            .ok_or_else(|| PyBufferError::new_err(format!("no plane {plane}")))?;
+        Ok(View {
+            data: self.address + offset,
+            device: self.dl_device(),
+            shape,
+            strides,
+        })
+    }
+
+    /// The whole frame's view: packed formats only.
+    fn frame_view(&self) -> PyResult<View> {
+        let format = self.layout.format();
+        if format.plane_count() > 1 {
+            return Err(PyBufferError::new_err(format!(
+                "a {format} frame has {} planes: export each of frame.planes (e.g. y, uv = (np.from_dlpack(p) for p in frame.planes))",
+                format.plane_count()
+            )));
+        }
+        self.view(0)
+    }
+
+    /// `__dlpack__` of `view`: the rules in docs/python.md.
+    fn export(
+        &self,
+        py: Python<'_>,
+        view: View,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let shared = self.live()?;
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "copy=True: cudaipc exports frames in place only; copy the array on your side (e.g. np.array(np.from_dlpack(frame)))",
+            ));
+        }
+        let ours = self.dl_device();
+        if let Some((device_type, device_id)) = dl_device
+            && (device_type, device_id) != (ours.device_type, ours.device_id)
+        {
+            return Err(PyBufferError::new_err(format!(
+                "dl_device=({device_type}, {device_id}) asked for, but the frame is on {} device ({}, {}) and is exported in place only",
+                self.device_name(),
+                ours.device_type,
+                ours.device_id
+            )));
+        }
+        if self.device_ordinal.is_some() {
+            // DLPack: None is the legacy default stream, -1 asks for no
+            // synchronisation.
+            let handle = match stream {
+                None => Some(streams::LEGACY_DEFAULT),
+                Some(s) if s.extract::<i64>().is_ok_and(|s| s == -1) => None,
+                Some(s) => Some(streams::handle(s)?),
+            };
+            if let Some(handle) = handle {
+                // SAFETY: the consumer's stream, live while it exports.
+                unsafe { shared.frame.wait_on_stream(handle as *mut std::ffi::c_void) }
+                    .map_err(|e| crate::errors::to_py(py, e))?;
+                shared.add_streams(&[handle]);
+            }
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        dlpack::capsule(py, &view, shared, versioned)
+    }
+
+    /// The CUDA Array Interface of `view` (the frame's or one plane's).
+    /// AttributeError on the host transport, so that `hasattr` says no and
+    /// NumPy and CuPy choose DLPack.
+    fn array_interface(
+        &self,
+        py: Python<'_>,
+        view: impl FnOnce() -> PyResult<View>,
+    ) -> PyResult<Py<PyAny>> {
+        let Some(stream) = self.stream else {
+            return Err(PyAttributeError::new_err(
+                "__cuda_array_interface__: the frame is in host memory (host transport); use DLPack (np.from_dlpack(frame))",
+            ));
+        };
+        self.live()?;
+        let view = view()?;
+        let dict = PyDict::new(py);
+        dict.set_item("shape", PyTuple::new(py, &view.shape)?)?;
+        dict.set_item("strides", PyTuple::new(py, &view.strides)?)?;
+        dict.set_item("typestr", "|u1")?;
+        dict.set_item("data", (view.data, true))?;
+        dict.set_item("version", 3)?;
+        dict.set_item("stream", stream)?;
+        Ok(dict.into_any().unbind())
+    }
+}
+
+#[pymethods]
+impl Frame {
+    /// A DLPack capsule of the frame (packed formats): a read-only uint8
+    /// array (height, width, channels), or (height, width) for GRAY8.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let view = self.frame_view()?;
+        self.export(py, view, stream, max_version, dl_device, copy)
+    }
+
+    /// (1, 0) on the host transport, (2, ordinal) on the cuda transport.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let device = self.dl_device();
+        (device.device_type, device.device_id)
+    }
+
+    /// The CUDA Array Interface (v3) of a frame on the cuda transport; its
+    /// `stream` is the subscriber's. AttributeError on the host transport.
+    #[getter]
+    fn __cuda_array_interface__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.array_interface(py, || self.frame_view())
+    }
+
+    /// Each plane as its own array object: one for packed formats, (y, uv)
+    /// for NV12, (y, u, v) for I420.
+    #[getter]
+    fn planes(slf: &Bound<'_, Self>) -> PyResult<Py<PyTuple>> {
+        let count = slf.get().layout.format().plane_count();
+        let planes = (0..count)
+            .map(|index| {
+                Py::new(
+                    slf.py(),
+                    FramePlane {
+                        frame: slf.clone().unbind(),
+                        index,
+                    },
+                )
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyTuple::new(slf.py(), planes)?.unbind())
+    }
+
+    /// Gives the slot back as soon as no DLPack export of the frame lives,
+    /// after the work queued so far on the streams it was exported to and
+    /// on `stream` (a stream or a list of them: where CUDA Array Interface
+    /// consumers read it). Further exports raise BufferError. Idempotent.
+    #[pyo3(signature = (stream=None))]
+    fn release(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let handles = match stream {
+            Some(stream) => streams::handles(stream)?,
+            None => Vec::new(),
+        };
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(shared) = shared
+            && self.device_ordinal.is_some()
+        {
+            shared.add_streams(&handles);
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.release(None)?;
+        Ok(false)
+    }
+
+    /// Whether `release()` was called.
+    #[getter]
+    fn released(&self) -> bool {
+        self.shared().is_none()
+    }
+
+    /// The format's caps name: 'RGB', 'RGBA', 'BGRA', 'RGBx', 'BGRx',
+    /// 'GRAY8', 'NV12' or 'I420'.
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.layout.format().name()
+    }
+
+    #[getter]
+    fn width(&self) -> u32 {
+        self.layout.width()
+    }
+
+    #[getter]
+    fn height(&self) -> u32 {
+        self.layout.height()
+    }
+
+    /// Bytes from one row to the next, per plane.
+    #[getter]
+    fn strides(&self) -> Vec<u32> {
+        self.layout.planes().iter().map(|p| p.stride).collect()
+    }
+
+    /// Byte offset of each plane from the start of the frame.
+    #[getter]
+    fn offsets(&self) -> Vec<u64> {
+        self.layout.planes().iter().map(|p| p.offset).collect()
+    }
+
+    /// Bytes of the frame in its slot.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.layout.frame_size()
+    }
+
+    /// Its time in the stream in nanoseconds, as stamped by the producer
+    /// (None: none).
+    #[getter]
+    fn pts(&self) -> Option<u64> {
+        self.pts
+    }
+
+    /// Its sequence number in the channel.
+    #[getter]
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Frames an every-frame subscriber lost right before this one.
+    #[getter]
+    fn missed_before(&self) -> u64 {
+        self.missed_before
+    }
+
+    /// 'cuda' (cuda transport) or 'cpu' (host transport).
+    #[getter]
+    fn device(&self) -> &'static str {
+        self.device_name()
+    }
+
+    /// The CUDA device ordinal (None on the host transport).
+    #[getter]
+    fn device_id(&self) -> Option<i32> {
+        self.device_ordinal
+    }
+
+    /// The frame's first byte: a host address in the channel's shared
+    /// memory, or a device address.
+    #[getter]
+    fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The subscriber's `CUstream`, ordered after the producer's writes
+    /// (None on the host transport).
+    #[getter]
+    fn stream(&self) -> Option<usize> {
+        self.stream
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<cudaipc.Frame seq={} {} {}x{} on {}{}>",
+            self.seq,
+            self.layout.format(),
+            self.layout.width(),
+            self.layout.height(),
+            self.device_name(),
+            if self.shared().is_none() {
+                " released"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// One plane of a frame, as its own array: (height, width) for luma and
+/// I420's chroma, (height / 2, width / 2, 2) for NV12's chroma, the frame's
+/// array for packed formats. Exported while its frame is not released.
+#[pyclass(module = "cudaipc", frozen)]
+pub struct FramePlane {
+    frame: Py<Frame>,
+    index: usize,
+}
+
+#[pymethods]
+impl FramePlane {
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let frame = self.frame.get();
+        let view = frame.view(self.index)?;
+        frame.export(py, view, stream, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        self.frame.get().__dlpack_device__()
+    }
+
+    #[getter]
+    fn __cuda_array_interface__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let frame = self.frame.get();
+        frame.array_interface(py, || frame.view(self.index))
+    }
+
+    /// The plane's index in the frame.
+    #[getter]
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The array's shape.
+    #[getter]
+    fn shape(&self) -> PyResult<Vec<i64>> {
+        Ok(self.frame.get().view(self.index)?.shape)
+    }
+
+    /// The frame this plane belongs to.
+    #[getter]
+    fn frame(&self, py: Python<'_>) -> Py<Frame> {
+        self.frame.clone_ref(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<cudaipc.FramePlane {} of frame {}>",
+            self.index,
+            self.frame.get().seq
+        )
+    }
+}

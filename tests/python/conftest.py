@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: MPL-2.0
+"""Helpers for the Python package's tests: gst-launch-1.0 pipelines and
+the example programs in child processes (each stopped by its pid at the
+end), unique channel names, reference checksums."""
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "python"
+LIMIT = 60
+
+
+def unique_channel(tag):
+    return f"py-{tag}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+class Child:
+    """A child process whose output is collected; killed (by its pid) if it
+    is still running when the test ends."""
+
+    def __init__(self, argv, env=None):
+        self.argv = argv
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})})
+        self.stdout = self.stderr = ""
+
+    def finish(self, timeout=LIMIT):
+        self.stdout, self.stderr = self.process.communicate(timeout=timeout)
+        return self
+
+    @property
+    def code(self):
+        return self.process.returncode
+
+    def assert_success(self, what):
+        assert self.code == 0, f"{what} failed ({self.code}):\n{self.stdout}\n{self.stderr}"
+
+    def checksums(self):
+        """The SHA-1s checksumsink or the examples printed, in order."""
+        sums = []
+        for line in self.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and ":" in parts[0] and len(parts[1]) == 40:
+                sums.append(parts[1])
+            else:
+                sums += [p[5:] for p in parts if p.startswith("sha1=")]
+        return sums
+
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def children():
+    started = []
+
+    def start(argv, env=None):
+        child = Child(argv, env)
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        child.kill()
+
+
+def gst(pipeline, prefix=()):
+    return [*prefix, "gst-launch-1.0", "-q", *pipeline.split()]
+
+
+def example(name, *args):
+    return [sys.executable, str(EXAMPLES / name), *args]
+
+
+def reference_checksums(source):
+    done = Child(gst(f"{source} ! checksumsink")).finish()
+    done.assert_success("reference pipeline")
+    return done.checksums()

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MPL-2.0
+"""The cudaipc package on the cuda transport, with CuPy as the DLPack
+consumer (GPU host). Prints ``SKIPPED: no CUDA device (...)`` and exits 0
+where there is no GPU or no CuPy, unless CUDAIPC_REQUIRE_GPU=1 (then exit
+1). Needs GST_PLUGIN_PATH at the plugin and NVRTC (scripts/nvrtc.sh) for
+CuPy's kernels.
+
+1. 4K RGB frames of ``cudatestsrc ! rscudaipcsink`` are read with
+   ``cupy.from_dlpack`` on the consumer's own stream, without a copy (the
+   array's pointer is the frame's), and verified there against the counter
+   pattern (docs/test-elements.md), every frame in order.
+2. The release gate: work queued on the consumer's stream before
+   ``release()`` (a spin, then a copy of the frame) still sees the frame
+   intact, although the producer writes into freed slots at once.
+3. A CuPy producer (``Publisher(transport='cuda')``, arrays published on
+   its own stream) feeds ``rscudaipcsrc ! cudaprocess verify=true``.
+
+    GST_PLUGIN_PATH=target/release python3 tests/python/gpu_check.py
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import cudaipc
+
+WIDTH, HEIGHT, FRAMES = 3840, 2160, 60
+ROW_BYTES = WIDTH * 3
+
+
+def skip(why):
+    if os.environ.get("CUDAIPC_REQUIRE_GPU") == "1":
+        print(f"FAILED: CUDAIPC_REQUIRE_GPU=1 but {why}", file=sys.stderr)
+        sys.exit(1)
+    print(f"SKIPPED: no CUDA device ({why})")
+    sys.exit(0)
+
+
+def cupy_or_skip():
+    try:
+        import cupy
+    except ImportError as e:
+        skip(f"no CuPy: {e}")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            skip("CuPy sees no device")
+    except Exception as e:  # CUDARuntimeError without a driver
+        skip(f"CuPy: {e}")
+    return cupy
+
+
+def counter_rows(cp, frame, rows, row_bytes, plane=0):
+    """The counter pattern of one plane of frame `frame` (rows of
+    `row_bytes`), computed on the GPU on the current stream."""
+    x = cp.arange(row_bytes, dtype=cp.uint32)[None, :]
+    r = cp.arange(rows, dtype=cp.uint32)[:, None]
+    base = cp.uint32((frame * 131 + plane * 17) & 0xFFFFFFFF)
+    pattern = ((base + r * 7 + x * 3) & 0xFF).astype(cp.uint8)
+    if row_bytes >= 8:
+        for i in range(4):
+            pattern[:, i] = (frame >> (8 * i)) & 0xFF
+        pattern[:, 4] = (r[:, 0] & 0xFF).astype(cp.uint8)
+        pattern[:, 5] = ((r[:, 0] >> 8) & 0xFF).astype(cp.uint8)
+        pattern[:, 6] = plane
+        pattern[:, 7] = 0xA5
+    return pattern
+
+
+def gst(pipeline):
+    return subprocess.Popen(["gst-launch-1.0", "-q", *pipeline.split()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process, what):
+    try:
+        out, err = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    if process.returncode != 0:
+        raise AssertionError(f"{what} failed ({process.returncode}):\n{out}\n{err}")
+
+
+def producer(channel, frames):
+    return gst(f"cudatestsrc num-buffers={frames} ! "
+               f"video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT} ! "
+               f"rscudaipcsink channel={channel} wait-for-connection=1")
+
+
+def read_and_verify(cp):
+    channel = f"py-gpu-read-{os.getpid()}"
+    process = producer(channel, FRAMES)
+    stream = cp.cuda.Stream(non_blocking=True)
+    numbers = []
+    started = time.monotonic()
+    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+        for frame in subscriber:
+            assert frame.device == "cuda" and frame.format == "RGB", frame
+            with stream:
+                # cupy passes its current stream: the frame is ordered on it.
+                pixels = cp.from_dlpack(frame)
+                assert pixels.data.ptr == frame.address, "not zero copy"
+                assert pixels.shape == (HEIGHT, WIDTH, 3)
+                rows = pixels.reshape(HEIGHT, ROW_BYTES)
+                number = int(cp.asnumpy(rows[0, :4]).view("<u4")[0])
+                wrong = int(cp.count_nonzero(rows != counter_rows(cp, number, HEIGHT, ROW_BYTES)))
+            frame.release()
+            assert wrong == 0, f"frame {number}: {wrong} bytes differ from the counter pattern"
+            numbers.append(number)
+    elapsed = time.monotonic() - started
+    finish(process, "producer")
+    assert numbers == list(range(FRAMES)), numbers
+    print(f"read: {FRAMES} 4K frames verified on the consumer's stream "
+          f"({FRAMES / elapsed:.1f} fps with verification)")
+
+
+SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+}
+"""
+
+
+def release_gate(cp):
+    channel = f"py-gpu-gate-{os.getpid()}"
+    process = producer(channel, 40)
+    spin = cp.RawKernel(SPIN, "spin")
+    stream = cp.cuda.Stream(non_blocking=True)
+    copies = []
+    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+        for count, frame in enumerate(subscriber):
+            with stream:
+                pixels = cp.from_dlpack(frame)
+                # About 20 ms of GPU time before the copy reads the slot.
+                spin((1,), (1,), (cp.int64(40_000_000),))
+                copies.append(pixels.reshape(HEIGHT, ROW_BYTES).copy())
+            # Released at once: the slot may go back only after the copy.
+            frame.release()
+            if count >= 9:
+                break
+    stream.synchronize()
+    for copy in copies:
+        number = int(cp.asnumpy(copy[0, :4]).view("<u4")[0])
+        wrong = int(cp.count_nonzero(copy != counter_rows(cp, number, HEIGHT, ROW_BYTES)))
+        assert wrong == 0, f"release gate: frame {number} was overwritten ({wrong} bytes)"
+    process.kill()
+    process.communicate()
+    print("release gate: work queued before release() saw every frame intact")
+
+
+def publish_to_verify(cp):
+    channel = f"py-gpu-publish-{os.getpid()}"
+    consumer = gst(f"rscudaipcsrc channel={channel} connect-timeout=30000 ! "
+                   "cudaprocess verify=true ! fakesink")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with cudaipc.Publisher(channel, "RGB", WIDTH, HEIGHT, transport="cuda",
+                           wait_for_consumers=1) as publisher:
+        for number in range(FRAMES):
+            with stream:
+                pixels = counter_rows(cp, number, HEIGHT, ROW_BYTES).reshape(HEIGHT, WIDTH, 3)
+            publisher.publish(pixels, pts=number * 33_333_333, stream=stream)
+    finish(consumer, "rscudaipcsrc ! cudaprocess verify=true")
+    print(f"publish: {FRAMES} 4K frames from CuPy passed cudaprocess verify=true")
+
+
+def main():
+    cp = cupy_or_skip()
+    read_and_verify(cp)
+    release_gate(cp)
+    publish_to_verify(cp)
+    print("gpu_check.py: all passed")
+
+
+if __name__ == "__main__":
+    main()

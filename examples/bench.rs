@@ -8,6 +8,8 @@
 //! cargo run --release --example bench -- --consumer-device 1   # every consumer reads from GPU 1
 //! cargo run --release --example bench -- --two-gpu     # consumer on GPU 0 and on GPU 1, side by side
 //! cargo run --release --example bench -- --gst-cuda    # only rows 13a-13e (GStreamer 1.24+, nvcodec)
+//! cargo run --release --example bench -- --rows 9      # a slow latest-frame viewer (9a, 9b)
+//! cargo run --release --example bench -- --rows 14,14u --max-streams 64   # streams per GPU
 //! cargo run --release --example bench -- --rows 15,15p  # the Python package's rows
 //! ```
 //!
@@ -35,10 +37,32 @@
 //! (`--gst-cuda-seconds`, from the producer's first frame) rather than a
 //! number of frames: upstream's sink drops frames its consumer has not taken,
 //! so its consumer's rate only means something over a fixed time.
-//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows and
-//! the two-process rows 3-12 (e.g. `gpu-sync=event slots=16`), to compare
-//! settings; `CUDAIPC_BENCH_SRC_PROPS` adds properties to our source in
-//! rows 13 (e.g. `frames=latest`).
+//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows,
+//! the two-process rows 3-12 and rows 9 and 14 (e.g. `gpu-sync=event
+//! slots=16`), to compare settings; `CUDAIPC_BENCH_SRC_PROPS` adds
+//! properties to our source in rows 13 and 14 (e.g. `frames=latest`).
+//!
+//! Rows 9 and 14 (issue 25) also run only when `--rows` names them.
+//! `--rows 9`: the producer's own rate (frames into its sink from the
+//! warm-up to the last) with four consumers that invert and verify every
+//! frame (9a), and with a fifth, `frames=latest ! identity sleep-time=20000`,
+//! a viewer that takes 20 ms a frame (9b, its note: its cost against 9a);
+//! the sink waits for every consumer (`wait-for-connection`), corrupt and
+//! missing are summed over the four. `--rows 14,14u`: streams per GPU, N
+//! pairs of a live 4K@30 producer and a consumer that processes every frame
+//! (ours: `cudaprocess operation=invert verify=true`; upstream's
+//! `cudaipcsink`/`cudaipcsrc io-mode=import`, GStreamer 1.24+: `cudaconvert`
+//! to BGRx, as cudaprocess takes only this plugin's memory), all started
+//! together; once every consumer has its first frame they run
+//! `--streams-seconds` (6), the first 2 not counted. A pair is late below
+//! 98% of the frames its producer should have made in that window, at a
+//! frame received over a frame period (33 ms) after it was published (ours
+//! only), at a corrupt or missing frame, or when its processes fail. N
+//! doubles from 1 until a pair is late, then bisects; the row gives the
+//! largest N without a late pair (its frames column; FPS: all its streams
+//! together), capped by `--max-streams` (64) and the device memory a pair
+//! took in the first trials (`nvidia-smi`). Without a GPU both rows run on
+//! the host transport (320x240, no GPU work); 14u says why it cannot run.
 //!
 //! Rows 15 and 15p (only when `--rows` names them) measure the Python
 //! package: a consumer taking every frame through DLPack (CuPy on its own
@@ -56,7 +80,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -139,6 +163,12 @@ struct Options {
     gst_cuda_seconds: f64,
     /// Rows 13 (`--pairs`): which of alone, ours, upstream to run.
     pairs: Vec<String>,
+    /// Rows 14 (`--max-streams`): the most pairs a trial starts.
+    max_streams: u32,
+    /// Rows 14 (`--streams-seconds`): how long each trial runs once every
+    /// consumer has its first frame; the first `STREAMS_SETTLE_S` are not
+    /// counted.
+    streams_seconds: f64,
 }
 
 /// `--rows`: the row ids (the first word of a configuration: 5, 5t, ...)
@@ -152,6 +182,11 @@ const GST_CUDA_IDS: [&str; 5] = ["13a", "13b", "13c", "13d", "13e"];
 fn gst_cuda_wanted() -> bool {
     ROWS.get()
         .is_some_and(|rows| rows.iter().any(|r| GST_CUDA_IDS.contains(&r.as_str())))
+}
+
+/// Whether `--rows` names `id`: rows 9 and 14 run only then.
+fn asked_for(id: &str) -> bool {
+    ROWS.get().is_some_and(|rows| rows.iter().any(|r| r == id))
 }
 
 /// Whether `--rows` leaves out the row of `config`.
@@ -175,6 +210,8 @@ impl Options {
             two_gpu: false,
             gst_cuda_seconds: 2.5,
             pairs: ["alone", "ours", "upstream"].map(String::from).to_vec(),
+            max_streams: 64,
+            streams_seconds: 6.0,
         };
         let mut rows: Option<Vec<String>> = None;
         let mut gst_cuda = false;
@@ -190,6 +227,10 @@ impl Options {
                     o.gst_cuda_seconds = value.parse().expect("--gst-cuda-seconds S")
                 }
                 "--pairs" => o.pairs = value.split(',').map(str::to_string).collect(),
+                "--max-streams" => o.max_streams = value.parse().expect("--max-streams N"),
+                "--streams-seconds" => {
+                    o.streams_seconds = value.parse().expect("--streams-seconds S")
+                }
                 "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
                 "--consumer-device" => {
                     o.consumer_device = Some(value.parse().expect("--consumer-device N"))
@@ -217,9 +258,11 @@ impl Options {
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,ours,upstream] [--out DIR] [--smoke]\n\
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,ours,upstream] [--max-streams N] [--streams-seconds S] [--out DIR] [--smoke]\n\
                          --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
-                         --pairs: in rows 13, only the producer alone, our pair or upstream's"
+                         --pairs: in rows 13, only the producer alone, our pair or upstream's\n\
+                         --rows 9: a slow latest-frame viewer beside four verifying consumers (9a without, 9b with)\n\
+                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)"
                     );
                     std::process::exit(0);
                 }
@@ -234,6 +277,9 @@ impl Options {
         }
         if let Some(rows) = rows {
             let _ = ROWS.set(rows);
+        }
+        if o.streams_seconds <= STREAMS_SETTLE_S {
+            panic!("--streams-seconds must be more than {STREAMS_SETTLE_S}");
         }
         if o.smoke {
             o.frames = 60;
@@ -306,6 +352,12 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
                 gst::PadProbeReturn::Ok
             });
     }
+    let produced = pipeline
+        .by_name("ipcsink")
+        .map(|sink| ProducerClock::attach(&sink, warmup));
+    // CUDAIPC_BENCH_CONTROL (rows 14): the parent steps the process through
+    // its standard input (see `Control`).
+    let control = std::env::var_os("CUDAIPC_BENCH_CONTROL").map(|_| Control::start(&pipeline));
     if let Ok(path) = std::env::var("CUDAIPC_BENCH_LOOP") {
         loop_file(&pipeline, &path);
     }
@@ -315,12 +367,13 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .map(Duration::from_secs_f64);
-    let end_pad = deadline
-        .and_then(|_| {
+    let end_pad = (deadline.is_some() || control.is_some())
+        .then(|| {
             pipeline
                 .by_name("ipcsink")
                 .or_else(|| pipeline.by_name("sink"))
         })
+        .flatten()
         .and_then(|e| e.static_pad("sink"));
     let first_frame: Arc<std::sync::OnceLock<Instant>> = Arc::default();
     if let Some(pad) = &end_pad {
@@ -334,7 +387,7 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
     let bus = pipeline.bus().unwrap();
     let mut ok = true;
     let mut ended: Option<Instant> = None;
-    let poll = deadline.map(|_| gst::ClockTime::from_mseconds(50));
+    let poll = end_pad.as_ref().map(|_| gst::ClockTime::from_mseconds(50));
     loop {
         if let Some(msg) = bus.timed_pop(poll) {
             match msg.view() {
@@ -347,9 +400,12 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
                 _ => {}
             }
         }
-        if let (Some(deadline), Some(pad)) = (deadline, &end_pad) {
+        if let Some(pad) = &end_pad {
+            let due = deadline
+                .is_some_and(|deadline| first_frame.get().is_some_and(|t| t.elapsed() >= deadline))
+                || control.as_ref().is_some_and(Control::stop_asked);
             match ended {
-                None if first_frame.get().is_some_and(|t| t.elapsed() >= deadline) => {
+                None if due => {
                     // Serialised with the streaming thread (the pad's stream
                     // lock); upstream then gets FLOW_EOS and stops.
                     pad.send_event(gst::event::Eos::new());
@@ -397,6 +453,12 @@ fn run_pipeline(warmup: u64, description: &str) -> i32 {
         );
     }
     fields.insert("frames".into(), frames.to_string());
+    if let Some(produced) = &produced {
+        produced.report(&mut fields);
+    }
+    if let Some(control) = &control {
+        control.report(&mut fields);
+    }
     for (name, prefix) in [("src", "src"), ("check", "check"), ("ipcsink", "ipcsink")] {
         if let Some(element) = pipeline.by_name(name)
             && element.find_property("stats").is_some()
@@ -421,6 +483,180 @@ fn has_own_elements(pipeline: &gst::Pipeline) -> bool {
             .and_then(|f| f.plugin_name())
             .is_some_and(|p| p == "cudaipc")
     })
+}
+
+/// The producer's own clock: frames into the sink named `ipcsink`, timed
+/// from the arrival of the first frame after the warm-up to the arrival of
+/// the last one (the sink renders one frame at a time, so each arrival
+/// means the frame before it is published).
+struct ProducerClock {
+    warmup: u64,
+    times: Arc<Mutex<ProducerTimes>>,
+}
+
+#[derive(Default)]
+struct ProducerTimes {
+    arrived: u64,
+    from: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl ProducerClock {
+    fn attach(sink: &gst::Element, warmup: u64) -> ProducerClock {
+        let times: Arc<Mutex<ProducerTimes>> = Arc::default();
+        if let Some(pad) = sink.static_pad("sink") {
+            let times = times.clone();
+            pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+                let now = Instant::now();
+                let mut times = times.lock().unwrap();
+                times.arrived += 1;
+                if times.arrived == warmup + 1 {
+                    times.from = Some(now);
+                }
+                times.last = Some(now);
+                gst::PadProbeReturn::Ok
+            });
+        }
+        ProducerClock { warmup, times }
+    }
+
+    /// `produced.measured` frames in `produced.seconds`.
+    fn report(&self, fields: &mut BTreeMap<String, String>) {
+        let times = self.times.lock().unwrap();
+        if let (Some(from), Some(last)) = (times.from, times.last) {
+            let measured = times.arrived - (self.warmup + 1);
+            let seconds = last.duration_since(from).as_secs_f64();
+            fields.insert("produced.measured".into(), measured.to_string());
+            fields.insert("produced.seconds".into(), format!("{seconds:.6}"));
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for the parent and every child.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// A child that rows 14 run in step with others, through its standard
+/// input and output: a consumer says `READY` at its first frame; the parent
+/// then sends every consumer `WINDOW <start> <end>` (CLOCK_MONOTONIC
+/// nanoseconds: the counted time) and each producer `STOP` (or closes its
+/// input) to end its stream.
+struct Control {
+    state: Arc<ControlState>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    stop: AtomicBool,
+    /// `READY` was said (at the first frame).
+    ready: AtomicBool,
+    /// A frame came in the window.
+    in_window: AtomicBool,
+    window_start: AtomicU64,
+    window_end: AtomicU64,
+    window_frames: AtomicU64,
+    /// The source's (`src`) stats at the first frame after the window.
+    window_stats: Mutex<Option<gst::Structure>>,
+}
+
+impl Control {
+    fn start(pipeline: &gst::Pipeline) -> Control {
+        let state: Arc<ControlState> = Arc::default();
+        {
+            let state = state.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::stdin().lock().lines() {
+                    let Ok(line) = line else { break };
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    match words.as_slice() {
+                        ["WINDOW", start, end] => {
+                            let (Ok(start), Ok(end)) = (start.parse(), end.parse()) else {
+                                eprintln!("bad control line: {line}");
+                                continue;
+                            };
+                            state.window_end.store(end, Ordering::SeqCst);
+                            state.window_start.store(start, Ordering::SeqCst);
+                        }
+                        ["STOP"] => break,
+                        _ => eprintln!("bad control line: {line}"),
+                    }
+                }
+                state.stop.store(true, Ordering::SeqCst);
+            });
+        }
+        let source = pipeline
+            .by_name("src")
+            .filter(|s| s.find_property("stats").is_some());
+        if let Some(pad) = pipeline.by_name("sink").and_then(|s| s.static_pad("sink")) {
+            let state = state.clone();
+            pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+                if !state.ready.swap(true, Ordering::Relaxed) {
+                    println!("READY");
+                }
+                let start = state.window_start.load(Ordering::SeqCst);
+                if start == 0 {
+                    return gst::PadProbeReturn::Ok;
+                }
+                let now = monotonic_ns();
+                let end = state.window_end.load(Ordering::SeqCst);
+                if now >= end {
+                    let mut stats = state.window_stats.lock().unwrap();
+                    if stats.is_none() {
+                        *stats = Some(
+                            source
+                                .as_ref()
+                                .map(|s| s.property::<gst::Structure>("stats"))
+                                .unwrap_or_else(|| gst::Structure::new_empty("none")),
+                        );
+                    }
+                } else if now >= start {
+                    if !state.in_window.swap(true, Ordering::Relaxed)
+                        && let Some(source) = &source
+                    {
+                        // The latency figures cover the window only.
+                        source.emit_by_name::<()>("reset-stats", &[]);
+                    }
+                    state.window_frames.fetch_add(1, Ordering::Relaxed);
+                }
+                gst::PadProbeReturn::Ok
+            });
+        }
+        Control { state }
+    }
+
+    fn stop_asked(&self) -> bool {
+        self.state.stop.load(Ordering::SeqCst)
+    }
+
+    /// `window.frames` and `window.seconds`, and the source's stats over
+    /// the window (`window.<stat>`) when a frame came after it.
+    fn report(&self, fields: &mut BTreeMap<String, String>) {
+        let start = self.state.window_start.load(Ordering::SeqCst);
+        if start == 0 {
+            return;
+        }
+        let end = self.state.window_end.load(Ordering::SeqCst);
+        let frames = self.state.window_frames.load(Ordering::Relaxed);
+        fields.insert("window.frames".into(), frames.to_string());
+        fields.insert(
+            "window.seconds".into(),
+            format!("{:.6}", end.saturating_sub(start) as f64 / 1e9),
+        );
+        if let Some(stats) = self.state.window_stats.lock().unwrap().as_ref() {
+            for (field, value) in stats.iter() {
+                let text = value.serialize().map(|s| s.to_string()).unwrap_or_default();
+                fields.insert(format!("window.{field}"), text);
+            }
+        }
+    }
 }
 
 /// Feeds the appsrc named `loop` with the bytes of `path` again and again
@@ -565,9 +801,25 @@ fn spawn_as(child: &Child, env: &[(String, String)], wrapper: &[&str]) -> std::p
 
 fn result_of(child: std::process::Child, what: &str) -> Result<BTreeMap<String, String>, String> {
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    parse_result(
+        what,
+        out.status.success(),
+        &out.status.to_string(),
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// The fields of a child's `RESULT` line, or why it has none.
+fn parse_result(
+    what: &str,
+    success: bool,
+    status: &str,
+    stdout: &str,
+    stderr: &str,
+) -> Result<BTreeMap<String, String>, String> {
     let line = stdout.lines().find(|l| l.starts_with("RESULT "));
-    match (out.status.success(), line) {
+    match (success, line) {
         (true, Some(line)) => Ok(line[7..]
             .split_whitespace()
             .filter_map(|kv| {
@@ -576,13 +828,8 @@ fn result_of(child: std::process::Child, what: &str) -> Result<BTreeMap<String, 
             })
             .collect()),
         _ => Err(format!(
-            "{what} failed: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .take(12)
-                .collect::<Vec<_>>()
-                .join("\n")
+            "{what} failed: {status}\n{}",
+            stderr.lines().take(12).collect::<Vec<_>>().join("\n")
         )),
     }
 }
@@ -957,6 +1204,15 @@ fn run_benchmark(o: &Options) -> i32 {
                     rows.push(row);
                 }
             }
+            if !o.two_gpu {
+                for mut row in viewer_rows(o, &env, true)
+                    .into_iter()
+                    .chain(streams_rows(o, &env, true))
+                {
+                    row.mps = mps;
+                    rows.push(row);
+                }
+            }
         }
         if !o.two_gpu {
             for mut row in paced_rows(o, true).into_iter().filter(|r| !r.left_out) {
@@ -988,6 +1244,8 @@ fn run_benchmark(o: &Options) -> i32 {
                 rows.push(row);
             }
         }
+        rows.extend(viewer_rows(o, &[], false));
+        rows.extend(streams_rows(o, &[], false));
     }
     println!();
     print_table(&rows, gpu);
@@ -1818,6 +2076,863 @@ fn host_rows(o: &Options) -> Vec<Row> {
         ));
     }
     rows
+}
+
+// ------------------------- rows 9 and 14: consumers side by side, streams
+
+/// A child process of rows 9 and 14, its output read as it comes (a
+/// consumer's `READY` is passed on at once) and its input kept to step it
+/// (`Control`).
+struct Proc {
+    what: String,
+    process: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    output: std::thread::JoinHandle<String>,
+    errors: std::thread::JoinHandle<String>,
+}
+
+/// A child's `RESULT` fields, or why it has none.
+type ChildResult = Result<BTreeMap<String, String>, String>;
+
+/// What the output of a `Proc` (its index) said.
+enum ProcEvent {
+    Ready(usize),
+    Gone(usize),
+}
+
+impl Proc {
+    fn start(
+        what: String,
+        child: &Child,
+        env: &[(String, String)],
+        index: usize,
+        events: &std::sync::mpsc::Sender<ProcEvent>,
+    ) -> Result<Proc, String> {
+        use std::io::{BufRead, Read};
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut process = Command::new(exe)
+            .args([
+                "--role",
+                child.role,
+                &child.warmup.to_string(),
+                &child.pipeline,
+            ])
+            .envs(env.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {what}: {e}"))?;
+        let (Some(stdout), Some(mut stderr)) = (process.stdout.take(), process.stderr.take())
+        else {
+            let _ = process.kill();
+            let _ = process.wait();
+            return Err(format!("{what}: no output pipes"));
+        };
+        let events = events.clone();
+        let output = std::thread::spawn(move || {
+            let mut text = String::new();
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line == "READY" {
+                    let _ = events.send(ProcEvent::Ready(index));
+                }
+                text.push_str(&line);
+                text.push('\n');
+            }
+            let _ = events.send(ProcEvent::Gone(index));
+            text
+        });
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        Ok(Proc {
+            what,
+            input: process.stdin.take(),
+            process,
+            output,
+            errors,
+        })
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write;
+        if let Some(input) = self.input.as_mut() {
+            // A process that has ended already reads nothing: no matter.
+            let _ = writeln!(input, "{line}");
+        }
+    }
+
+    /// The end of its input: a stepped process ends its stream.
+    fn close_input(&mut self) {
+        self.input = None;
+    }
+}
+
+/// Waits for each process until `limit` from now, kills those still
+/// running then (through their handles: by their own pid, not yet reaped),
+/// and reads their `RESULT` lines. The bool says whether any was killed.
+fn finish_all(mut procs: Vec<Proc>, limit: Duration) -> (Vec<ChildResult>, bool) {
+    let deadline = Instant::now() + limit;
+    let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; procs.len()];
+    let mut killed = false;
+    loop {
+        for (proc, status) in procs.iter_mut().zip(statuses.iter_mut()) {
+            if status.is_none()
+                && let Ok(Some(exited)) = proc.process.try_wait()
+            {
+                *status = Some(exited);
+            }
+        }
+        if statuses.iter().all(Option::is_some) {
+            break;
+        }
+        if Instant::now() > deadline {
+            for (proc, status) in procs.iter_mut().zip(statuses.iter_mut()) {
+                if status.is_none() {
+                    let _ = proc.process.kill();
+                    *status = proc.process.wait().ok();
+                    killed = true;
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let results = procs
+        .into_iter()
+        .zip(statuses)
+        .map(|(proc, status)| {
+            let stdout = proc.output.join().unwrap_or_default();
+            let stderr = proc.errors.join().unwrap_or_default();
+            let success = status.is_some_and(|s| s.success());
+            let status = status.map_or("not waited for".to_string(), |s| s.to_string());
+            parse_result(&proc.what, success, &status, &stdout, &stderr)
+        })
+        .collect();
+    (results, killed)
+}
+
+/// The frame of rows 9 and 14: 4K RGB on a GPU, 320x240 on the host
+/// transport.
+fn frame_geometry(gpu: bool) -> (u32, u32) {
+    if gpu { (WIDTH, HEIGHT) } else { (320, 240) }
+}
+
+/// Rows 9: the producer with four consumers that invert and verify every
+/// frame (9a), and the same with a fifth consumer of the latest frame that
+/// takes 20 ms a frame (9b); the producer's own rate makes each row. Every
+/// consumer is attached before the first frame (`wait-for-connection`).
+fn viewer_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let transport = if gpu { "" } else { " (host transport)" };
+    let configs = [
+        (
+            "9a",
+            format!("9a four verifying consumers{transport}"),
+            false,
+        ),
+        (
+            "9b",
+            format!("9b four verifying consumers + slow latest-frame viewer{transport}"),
+            true,
+        ),
+    ];
+    for (id, config, with_viewer) in configs {
+        if !asked_for("9") && !asked_for(id) {
+            continue;
+        }
+        let mut row = viewer_row(&config, with_viewer, o, env, gpu);
+        if with_viewer
+            && let Some(alone) = rows.iter().find(|r: &&Row| r.config.starts_with("9a"))
+            && alone.fps > 0.0
+            && row.fps > 0.0
+        {
+            row.note = format!(
+                "the viewer costs the producer {:.1}% ({:.0} -> {:.0} FPS); {}",
+                100.0 * (1.0 - row.fps / alone.fps),
+                alone.fps,
+                row.fps,
+                row.note
+            );
+        }
+        print_row(&row);
+        rows.push(row);
+    }
+    rows
+}
+
+/// Verifying consumers in rows 9.
+const VERIFYING_CONSUMERS: usize = 4;
+
+fn viewer_row(
+    config: &str,
+    with_viewer: bool,
+    o: &Options,
+    env: &[(String, String)],
+    gpu: bool,
+) -> Row {
+    let (width, height) = frame_geometry(gpu);
+    let total = o.frames + o.warmup;
+    let ch = channel(if with_viewer {
+        "viewer-9b"
+    } else {
+        "viewer-9a"
+    });
+    let consumers = VERIFYING_CONSUMERS + with_viewer as usize;
+    let (generate, transport, process) = if gpu {
+        (
+            format!(
+                "cudatestsrc num-buffers={total} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={width},height={height},framerate=0/1"
+            ),
+            "",
+            "! cudaprocess name=check operation=invert verify=true ",
+        )
+    } else {
+        (
+            format!(
+                "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width={width},height={height},framerate=0/1 ! imagefreeze num-buffers={total}"
+            ),
+            "transport=host",
+            "",
+        )
+    };
+    let producer = format!(
+        "{generate} ! rscudaipcsink name=ipcsink channel={ch} sync=false {transport} wait-for-connection={consumers} {}",
+        std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
+    );
+    let verifying = format!(
+        "rscudaipcsrc name=src channel={ch} connect-timeout=60000 {process}! fakesink name=sink sync=false"
+    );
+    let viewer = format!(
+        "rscudaipcsrc name=src channel={ch} connect-timeout=60000 frames=latest ! identity sleep-time=20000 ! fakesink name=sink sync=false"
+    );
+    let (events, _) = std::sync::mpsc::channel();
+    let mut procs = Vec::new();
+    let mut errors = Vec::new();
+    let pipelines = std::iter::repeat_n(&verifying, VERIFYING_CONSUMERS)
+        .chain(with_viewer.then_some(&viewer))
+        .chain([&producer]);
+    for (index, pipeline) in pipelines.enumerate() {
+        let (what, warmup) = match index {
+            i if i < VERIFYING_CONSUMERS => (format!("consumer {}", i + 1), o.warmup),
+            i if i < consumers => ("viewer".to_string(), 0),
+            _ => ("producer".to_string(), o.warmup),
+        };
+        let child = Child {
+            role: "pipeline",
+            warmup,
+            pipeline: pipeline.clone(),
+        };
+        match Proc::start(what, &child, env, index, &events) {
+            Ok(proc) => procs.push(proc),
+            Err(e) => {
+                errors.push(e);
+                break;
+            }
+        }
+    }
+    // A consumer that never attaches leaves the producer waiting: bounded
+    // by a generous time for the frames (200 FPS at least) and start-up.
+    let limit = if errors.is_empty() {
+        Duration::from_secs(60 + total / 200)
+    } else {
+        Duration::ZERO
+    };
+    let (results, killed) = finish_all(procs, limit);
+    if killed {
+        errors.push(format!("killed after {} s", limit.as_secs()));
+    }
+    errors.extend(results.iter().filter_map(|r| r.as_ref().err().cloned()));
+    if !errors.is_empty() || results.len() != consumers + 1 {
+        return Row {
+            config: config.into(),
+            error: errors.join(" / "),
+            ..Default::default()
+        };
+    }
+    let fields: Vec<&BTreeMap<String, String>> = results.iter().flatten().collect();
+    let (verifiers, rest) = fields.split_at(VERIFYING_CONSUMERS);
+    let producer = rest[rest.len() - 1];
+    let viewer = with_viewer.then(|| rest[0]);
+    let measured = number(producer, "produced.measured").unwrap_or(0.0);
+    let seconds = number(producer, "produced.seconds").unwrap_or(0.0);
+    let verified: Vec<Row> = verifiers
+        .iter()
+        .map(|c| row_from(config, c, Some(producer)))
+        .collect();
+    let most = |f: fn(&Row) -> f64| verified.iter().map(f).fold(0.0, f64::max);
+    let sum = |f: fn(&Row) -> Option<u64>| {
+        verified
+            .iter()
+            .map(f)
+            .try_fold(0, |total, v| v.map(|v| total + v))
+    };
+    let consumer_frames: Vec<String> = verified.iter().map(|r| r.frames.to_string()).collect();
+    let mut note = format!(
+        "producer: {measured:.0} frames in {seconds:.2} s after {} of warm-up; verifying consumers got {} frames",
+        o.warmup,
+        consumer_frames.join(" / ")
+    );
+    if let Some(viewer) = viewer {
+        note.push_str(&format!(
+            ", the viewer {}",
+            number(viewer, "frames").unwrap_or(0.0)
+        ));
+    }
+    if let Some(paths) = Some(paths_taken(verifiers[0], Some(producer))).filter(|p| !p.is_empty()) {
+        note.push_str(&format!("; {paths}"));
+    }
+    Row {
+        config: config.into(),
+        fps: if seconds > 0.0 {
+            measured / seconds
+        } else {
+            0.0
+        },
+        consumer_cpu: verified.iter().map(|r| r.consumer_cpu).sum::<f64>() / verified.len() as f64,
+        producer_cpu: verified[0].producer_cpu,
+        latency_p50_us: most(|r| r.latency_p50_us),
+        latency_p99_us: most(|r| r.latency_p99_us),
+        latency_max_us: most(|r| r.latency_max_us),
+        corrupt: sum(|r| r.corrupt),
+        missing: sum(|r| r.missing),
+        frames: measured as u64,
+        frame_bytes: (width * height * 3) as f64,
+        note,
+        ..Default::default()
+    }
+}
+
+/// Rows 14: seconds of a trial (after every consumer's first frame) that
+/// are not counted.
+const STREAMS_SETTLE_S: f64 = 2.0;
+/// The frame rate of rows 14's producers.
+const STREAM_FPS: f64 = 30.0;
+/// A pair is late below this share of the frames its producer should make.
+const STREAM_FRAMES_NEEDED: f64 = 0.98;
+/// How long the consumers of a trial may take to get their first frame.
+const STREAMS_START_LIMIT: Duration = Duration::from_secs(90);
+/// Share of the device's memory the pairs may fill (rows 14's cap).
+const STREAMS_MEMORY_SHARE: f64 = 0.9;
+
+/// The producer's and the consumer's pipeline of a pair on a channel.
+type PairPipelines = Box<dyn Fn(&str) -> (String, String)>;
+/// The file of a channel (upstream's socket).
+type AddressOf = Box<dyn Fn(&str) -> PathBuf>;
+
+/// One of rows 14's pairs: the pipelines of its producer and consumer on a
+/// channel (or address), and what its consumer does.
+struct StreamPair {
+    config: String,
+    make: PairPipelines,
+    consumer_does: &'static str,
+    /// Whether its consumer reports publish-to-receive latency (ours).
+    latency_known: bool,
+    /// Files to remove after a trial, by channel tag (upstream's sockets).
+    address_of: Option<AddressOf>,
+}
+
+/// How one trial of N pairs went.
+#[derive(Default)]
+struct StreamsTrial {
+    pairs: u32,
+    /// Why it is late (the first reason found); `None`: no late frame.
+    late: Option<String>,
+    /// Over all pairs: the fewest frames a consumer got in the window,
+    /// and how many the producer should have made.
+    fewest_frames: u64,
+    expected_frames: f64,
+    latency_p50_us: f64,
+    latency_p99_us: f64,
+    latency_max_us: f64,
+    corrupt: Option<u64>,
+    missing: Option<u64>,
+    consumer_cpu: f64,
+    producer_cpu: f64,
+    /// Device memory in use during the window (MiB), if readable.
+    memory_used_mib: Option<u64>,
+}
+
+/// Total and used memory of GPU 0 in MiB (from `nvidia-smi`: the parent
+/// holds no CUDA context).
+fn gpu_memory_mib() -> Option<(u64, u64)> {
+    let out = Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=memory.total,memory.used",
+            "--format=csv,noheader,nounits",
+            "-i",
+            "0",
+        ])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (total, used) = text.trim().split_once(',')?;
+    Some((total.trim().parse().ok()?, used.trim().parse().ok()?))
+}
+
+fn streams_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
+    let (width, height) = frame_geometry(gpu);
+    let frame_bytes = (width * height * 3) as f64;
+    let caps = |memory: &str| {
+        format!(
+            "video/x-raw{memory},format=RGB,width={width},height={height},framerate={STREAM_FPS}/1"
+        )
+    };
+    // The bare names are always upstream's in these rows (as in rows 13).
+    let mut env = env.to_vec();
+    env.push(("CUDAIPC_ELEMENT_NAMES".into(), "rs".into()));
+    let mut rows: Vec<Row> = Vec::new();
+    if asked_for("14") {
+        let transport = if gpu { "" } else { " (host transport)" };
+        let (generate, sink_props, consumer, consumer_does) = if gpu {
+            (
+                format!(
+                    "cudatestsrc is-live=true pattern=counter ! {}",
+                    caps("(memory:CUDAMemory)")
+                ),
+                "",
+                "! cudaprocess name=check operation=invert verify=true ",
+                "inverts + verifies every frame",
+            )
+        } else {
+            (
+                format!("videotestsrc is-live=true ! {}", caps("")),
+                "transport=host",
+                "",
+                "takes every frame",
+            )
+        };
+        let pair = StreamPair {
+            config: format!("14 streams per GPU, this pair{transport}"),
+            make: Box::new(move |ch: &str| {
+                (
+                    format!(
+                        "{generate} ! rscudaipcsink name=ipcsink channel={ch} sync=false wait-for-connection=1 {sink_props} {}",
+                        std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
+                    ),
+                    format!(
+                        "rscudaipcsrc name=src channel={ch} connect-timeout=60000 {} {consumer}! fakesink name=sink sync=false",
+                        std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default()
+                    ),
+                )
+            }),
+            consumer_does,
+            latency_known: true,
+            address_of: None,
+        };
+        let row = streams_row(&pair, o, &env, gpu, frame_bytes);
+        print_row(&row);
+        rows.push(row);
+    }
+    if asked_for("14u") {
+        let config = "14u streams per GPU, upstream pair (cudaipcsink/cudaipcsrc io-mode=import)";
+        let upstream_missing = ["cudaipcsink", "cudaipcsrc", "cudaconvert"]
+            .iter()
+            .any(|name| {
+                gst::ElementFactory::find(name)
+                    .and_then(|f| f.plugin_name())
+                    .is_none_or(|p| p != "nvcodec")
+            });
+        let row = if upstream_missing || !gpu {
+            Row {
+                config: config.into(),
+                note: format!(
+                    "not available: upstream's cudaipcsink/cudaipcsrc and cudaconvert need GStreamer 1.24+ with nvcodec and a CUDA device ({} here)",
+                    gst::version_string()
+                ),
+                ..Default::default()
+            }
+        } else {
+            let generate = format!(
+                "cudatestsrc is-live=true pattern=counter output-memory=gstcuda ! {}",
+                caps("(memory:CUDAMemory)")
+            );
+            let address = |tag: &str| std::env::temp_dir().join(format!("cudaipc-{tag}"));
+            let pair = StreamPair {
+                config: config.into(),
+                make: Box::new(move |tag: &str| {
+                    let address = address(tag);
+                    (
+                        format!(
+                            "{generate} ! cudaipcsink name=ipcsink address={} sync=false",
+                            address.display()
+                        ),
+                        format!(
+                            "cudaipcsrc address={} io-mode=import connection-timeout=60 ! cudaconvert ! video/x-raw(memory:CUDAMemory),format=BGRx ! fakesink name=sink sync=false enable-last-sample=false",
+                            address.display()
+                        ),
+                    )
+                }),
+                // cudaprocess takes only this plugin's memory.
+                consumer_does: "converts every frame to BGRx (cudaconvert); no check, no latency figure",
+                latency_known: false,
+                address_of: Some(Box::new(address)),
+            };
+            streams_row(&pair, o, &env, gpu, frame_bytes)
+        };
+        if let Some(ours) = rows.iter_mut().find(|r| r.config.starts_with("14 "))
+            && row.frames > 0
+            && ours.error.is_empty()
+        {
+            ours.note = format!(
+                "{:.1}x the streams of upstream's pair; {}",
+                ours.frames as f64 / row.frames as f64,
+                ours.note
+            );
+        }
+        print_row(&row);
+        rows.push(row);
+    }
+    rows
+}
+
+/// Rows 14's search: N pairs at once, N doubling from 1 until a pair is
+/// late, then halving the step between the last good N and the first late
+/// one; the largest N with no late pair makes the row (its `frames` column;
+/// `fps`: the frames per second all its pairs carry).
+fn streams_row(
+    pair: &StreamPair,
+    o: &Options,
+    env: &[(String, String)],
+    gpu: bool,
+    frame_bytes: f64,
+) -> Row {
+    let baseline = gpu.then(gpu_memory_mib).flatten();
+    let mut cap = o.max_streams.max(1);
+    let mut capped_by = "--max-streams";
+    let mut trials: Vec<StreamsTrial> = Vec::new();
+    let mut good: Option<usize> = None;
+    let mut bad: Option<u32> = None;
+    let mut n = 1;
+    loop {
+        let trial = streams_trial(pair, n, o, env, gpu);
+        eprintln!(
+            "  {} N={n}: {}; fewest frames {} of {:.0}, latency max {:.0} us",
+            pair.config,
+            trial.late.as_deref().unwrap_or("no late frame"),
+            trial.fewest_frames,
+            trial.expected_frames,
+            trial.latency_max_us
+        );
+        // Per pair: what the trial's processes added to the device's use.
+        if let (Some((total, before)), Some(during)) = (baseline, trial.memory_used_mib) {
+            let per_pair = during.saturating_sub(before) / u64::from(n);
+            let room = (total as f64 * STREAMS_MEMORY_SHARE) as u64;
+            if let Some(fits) = room.saturating_sub(before).checked_div(per_pair) {
+                let fits = u32::try_from(fits.max(1)).unwrap_or(u32::MAX);
+                if fits < cap {
+                    cap = fits;
+                    capped_by = "device memory";
+                }
+            }
+        }
+        if trial.late.is_none() {
+            good = Some(trials.len());
+        } else {
+            bad = Some(n);
+        }
+        trials.push(trial);
+        let good_n = good.map_or(0, |g| trials[g].pairs);
+        n = match bad {
+            None if n >= cap => break,
+            None => (n * 2).min(cap),
+            Some(bad) if bad - good_n <= 1 => break,
+            Some(bad) => (good_n + bad) / 2,
+        };
+    }
+    let history: Vec<String> = trials
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {}",
+                t.pairs,
+                if t.late.is_some() { "late" } else { "ok" }
+            )
+        })
+        .collect();
+    let sum = |f: fn(&StreamsTrial) -> Option<u64>| {
+        trials
+            .iter()
+            .map(f)
+            .try_fold(0, |total, v| v.map(|v| total + v))
+    };
+    let first_late = trials.iter().find(|t| t.late.is_some());
+    let mut note = match (good.map(|g| &trials[g]), first_late) {
+        (Some(best), Some(late)) => format!(
+            "N = {} (largest with no late frame; N = {} late: {})",
+            best.pairs,
+            late.pairs,
+            late.late.as_deref().unwrap_or_default()
+        ),
+        (Some(best), None) => format!(
+            "N >= {} (no late frame up to the cap, {capped_by})",
+            best.pairs
+        ),
+        (None, late) => format!(
+            "N = 0: one pair is late ({})",
+            late.and_then(|t| t.late.as_deref()).unwrap_or_default()
+        ),
+    };
+    note.push_str(&format!(
+        "; trials: {}; consumer {}; {:.0} s a trial, the first {STREAMS_SETTLE_S:.0} not counted",
+        history.join(", "),
+        pair.consumer_does,
+        o.streams_seconds
+    ));
+    if let (Some((_, before)), Some(best)) = (baseline, good.map(|g| &trials[g]))
+        && let Some(during) = best.memory_used_mib
+    {
+        note.push_str(&format!(
+            "; about {} MiB of GPU memory a pair",
+            during.saturating_sub(before) / u64::from(best.pairs)
+        ));
+    }
+    let Some(best) = good.map(|g| &trials[g]) else {
+        return Row {
+            config: pair.config.clone(),
+            corrupt: sum(|t| t.corrupt),
+            missing: sum(|t| t.missing),
+            frame_bytes,
+            note,
+            ..Default::default()
+        };
+    };
+    Row {
+        config: pair.config.clone(),
+        fps: f64::from(best.pairs) * STREAM_FPS,
+        consumer_cpu: best.consumer_cpu,
+        producer_cpu: best.producer_cpu,
+        latency_p50_us: best.latency_p50_us,
+        latency_p99_us: best.latency_p99_us,
+        latency_max_us: best.latency_max_us,
+        // Every trial's frames were checked: a bad frame in any counts.
+        corrupt: sum(|t| t.corrupt),
+        missing: sum(|t| t.missing),
+        frames: u64::from(best.pairs),
+        frame_bytes,
+        note,
+        ..Default::default()
+    }
+}
+
+/// One trial of rows 14: `n` pairs started together; once every consumer
+/// has its first frame, `--streams-seconds` more, the first
+/// `STREAMS_SETTLE_S` not counted. Every process is started and ended here.
+fn streams_trial(
+    pair: &StreamPair,
+    n: u32,
+    o: &Options,
+    env: &[(String, String)],
+    gpu: bool,
+) -> StreamsTrial {
+    let mut env = env.to_vec();
+    env.push(("CUDAIPC_BENCH_CONTROL".into(), "1".into()));
+    let (events, heard) = std::sync::mpsc::channel();
+    let mut consumers: Vec<Proc> = Vec::new();
+    let mut producers: Vec<Proc> = Vec::new();
+    let mut failure: Option<String> = None;
+    let tags: Vec<String> = (0..n)
+        .map(|i| channel(&format!("streams-{n}-{i}")))
+        .collect();
+    // Consumers first: each producer waits for its consumer (ours), or
+    // its consumer waits for it (upstream's).
+    for (i, tag) in tags.iter().enumerate() {
+        let (producer, consumer) = (pair.make)(tag);
+        let started = Proc::start(
+            format!("consumer {i}"),
+            &Child {
+                role: "pipeline",
+                warmup: 0,
+                pipeline: consumer,
+            },
+            &env,
+            2 * i,
+            &events,
+        )
+        .and_then(|c| {
+            consumers.push(c);
+            Proc::start(
+                format!("producer {i}"),
+                &Child {
+                    role: "pipeline",
+                    warmup: 0,
+                    pipeline: producer,
+                },
+                &env,
+                2 * i + 1,
+                &events,
+            )
+        });
+        match started {
+            Ok(p) => producers.push(p),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    // Every consumer's first frame: the pairs run.
+    let mut ready = std::collections::BTreeSet::new();
+    let start_by = Instant::now() + STREAMS_START_LIMIT;
+    while failure.is_none() && ready.len() < n as usize {
+        match heard.recv_timeout(start_by.saturating_duration_since(Instant::now())) {
+            Ok(ProcEvent::Ready(index)) => {
+                ready.insert(index);
+            }
+            Ok(ProcEvent::Gone(index)) => {
+                let role = if index % 2 == 0 {
+                    "consumer"
+                } else {
+                    "producer"
+                };
+                failure = Some(format!("{role} {} ended before every pair ran", index / 2));
+            }
+            Err(_) => {
+                failure = Some(format!(
+                    "{} of {n} consumers had a frame within {} s",
+                    ready.len(),
+                    STREAMS_START_LIMIT.as_secs()
+                ))
+            }
+        }
+    }
+    let mut memory_used_mib = None;
+    if failure.is_none() {
+        let start = monotonic_ns() + (STREAMS_SETTLE_S * 1e9) as u64;
+        let end = start + ((o.streams_seconds - STREAMS_SETTLE_S) * 1e9) as u64;
+        for consumer in &mut consumers {
+            consumer.say(&format!("WINDOW {start} {end}"));
+        }
+        // Memory in the middle of the counted time.
+        let middle = start + (end - start) / 2;
+        std::thread::sleep(Duration::from_nanos(middle.saturating_sub(monotonic_ns())));
+        if gpu {
+            memory_used_mib = gpu_memory_mib().map(|(_, used)| used);
+        }
+        std::thread::sleep(Duration::from_nanos(end.saturating_sub(monotonic_ns())));
+    }
+    // Producers end their streams; consumers end at their EOS (or at the
+    // end of their input, if they never attached).
+    for producer in &mut producers {
+        producer.say("STOP");
+        producer.close_input();
+    }
+    let limit = Duration::from_secs(30);
+    let (produced, producers_killed) = finish_all(producers, limit);
+    for consumer in &mut consumers {
+        consumer.close_input();
+    }
+    let (consumed, consumers_killed) = finish_all(consumers, limit);
+    if let Some(address_of) = &pair.address_of {
+        for tag in &tags {
+            let _ = std::fs::remove_file(address_of(tag));
+        }
+    }
+    let mut trial = StreamsTrial {
+        pairs: n,
+        memory_used_mib,
+        ..Default::default()
+    };
+    if let Some(failure) = failure {
+        // With the first error a process gave, if any.
+        let error = produced
+            .iter()
+            .chain(&consumed)
+            .find_map(|r| r.as_ref().err())
+            .map(|e| format!(": {}", e.replace('\n', " ")))
+            .unwrap_or_default();
+        trial.late = Some(format!("{failure}{error}"));
+        return trial;
+    }
+    if producers_killed || consumers_killed {
+        trial.late = Some(format!(
+            "processes killed {} s after the end",
+            limit.as_secs()
+        ));
+    }
+    let mut late = Vec::new();
+    let mut corrupt = Some(0);
+    let mut missing = Some(0);
+    let mut consumer_cpu = 0.0;
+    let mut producer_cpu = 0.0;
+    trial.fewest_frames = u64::MAX;
+    for (i, (c, p)) in consumed.iter().zip(&produced).enumerate() {
+        let (c, p) = match (c, p) {
+            (Ok(c), Ok(p)) => (c, p),
+            (c, p) => {
+                let errors: Vec<&String> = [c.as_ref().err(), p.as_ref().err()]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                late.push(format!(
+                    "pair {i}: {}",
+                    errors
+                        .iter()
+                        .map(|e| e.replace('\n', " "))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                ));
+                continue;
+            }
+        };
+        let row = row_from(&pair.config, c, Some(p));
+        consumer_cpu += row.consumer_cpu / f64::from(n);
+        producer_cpu += row.producer_cpu / f64::from(n);
+        let frames = number(c, "window.frames").unwrap_or(0.0) as u64;
+        // The parent's window: a consumer that never heard of it is late.
+        let expected = STREAM_FPS * (o.streams_seconds - STREAMS_SETTLE_S);
+        trial.expected_frames = expected;
+        trial.fewest_frames = trial.fewest_frames.min(frames);
+        if (frames as f64) < STREAM_FRAMES_NEEDED * expected {
+            late.push(format!("pair {i}: {frames} of {expected:.0} frames"));
+        }
+        if pair.latency_known {
+            // Over the window when a frame came after it, else to the end.
+            let latency_us = |stat: &str| {
+                number(c, &format!("window.latency-{stat}-ns"))
+                    .or_else(|| number(c, &format!("src.latency-{stat}-ns")))
+                    .unwrap_or(0.0)
+                    / 1e3
+            };
+            let worst = latency_us("max");
+            trial.latency_p50_us = trial.latency_p50_us.max(latency_us("p50"));
+            trial.latency_p99_us = trial.latency_p99_us.max(latency_us("p99"));
+            trial.latency_max_us = trial.latency_max_us.max(worst);
+            if worst > 1e6 / STREAM_FPS {
+                late.push(format!(
+                    "pair {i}: a frame {:.1} ms after it was published",
+                    worst / 1e3
+                ));
+            }
+        }
+        let add = |total: Option<u64>, v: Option<u64>| total.zip(v).map(|(t, v)| t + v);
+        corrupt = add(corrupt, row.corrupt);
+        missing = add(missing, row.missing);
+        if row.corrupt.unwrap_or(0) + row.missing.unwrap_or(0) > 0 {
+            late.push(format!(
+                "pair {i}: {} corrupt, {} missing",
+                opt(row.corrupt),
+                opt(row.missing)
+            ));
+        }
+    }
+    trial.corrupt = corrupt;
+    trial.missing = missing;
+    trial.consumer_cpu = consumer_cpu;
+    trial.producer_cpu = producer_cpu;
+    if trial.late.is_none() && !late.is_empty() {
+        let more = late.len() - 1;
+        trial.late = Some(if more > 0 {
+            format!("{} (and {more} more)", late[0])
+        } else {
+            late[0].clone()
+        });
+    }
+    trial
 }
 
 // ------------------------------------ rows 15: the Python package (cudaipc)

@@ -877,10 +877,12 @@ const AUTO_LENT_SLOTS_MIN: usize = 4;
 
 /// The ring depth `slots=0` stands for without MPS, for frames that come as
 /// fast as the pipeline runs: as many slots as 1 GiB holds, or 5% of the
-/// device's `total_memory` if that is less; at least 8, at most `MAX_SLOTS`.
+/// device's `total_memory` if that is less; at least 8, at most half of
+/// `MAX_SLOTS`, so that a ring of lent buffers as deep fits beside it (lent
+/// slots follow the slots they replace in one set).
 pub fn deep_ring_slots(total_memory: usize, frame_size: usize) -> usize {
     let budget = (1usize << 30).min(total_memory / 20);
-    (budget / frame_size.max(1)).clamp(8, MAX_SLOTS)
+    (budget / frame_size.max(1)).clamp(8, MAX_SLOTS / 2)
 }
 
 /// The ring depth `slots=0` stands for, for frames of `frame_size` bytes.
@@ -916,17 +918,17 @@ mod ring_depth {
 
     #[test]
     fn the_deep_ring_stays_within_1_gib_or_5_percent_of_the_device() {
-        // An 80 GB card: 1 GiB of 4K RGB frames.
-        assert_eq!(deep_ring_slots(80 * GIB, RGB_4K), 43);
-        assert!(deep_ring_slots(80 * GIB, RGB_4K) * RGB_4K <= GIB);
+        // An 80 GB card: 32 4K RGB frames, 800 MB.
+        assert_eq!(deep_ring_slots(80 * GIB, RGB_4K), 32);
         // A 16 GB card: 5% of it.
-        assert_eq!(deep_ring_slots(16 * GIB, RGB_4K), 34);
-        assert!(deep_ring_slots(16 * GIB, RGB_4K) * RGB_4K <= 16 * GIB / 20);
+        assert_eq!(deep_ring_slots(16 * GIB, 3840 * 2160 * 4), 25);
+        assert!(deep_ring_slots(16 * GIB, 3840 * 2160 * 4) * 3840 * 2160 * 4 <= 16 * GIB / 20);
     }
 
     #[test]
-    fn the_deep_ring_has_8_to_64_slots() {
-        assert_eq!(deep_ring_slots(80 * GIB, 640 * 480 * 3 / 2), 64);
+    fn the_deep_ring_has_8_to_32_slots_leaving_room_for_as_many_lent_ones() {
+        assert_eq!(deep_ring_slots(80 * GIB, 640 * 480 * 3 / 2), 32);
+        assert!(2 * deep_ring_slots(80 * GIB, 640 * 480 * 3 / 2) <= super::MAX_SLOTS);
         assert_eq!(deep_ring_slots(80 * GIB, 7680 * 4320 * 4), 8);
         assert_eq!(deep_ring_slots(0, RGB_4K), 8);
     }

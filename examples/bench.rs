@@ -2950,9 +2950,14 @@ fn python_wanted() -> bool {
 /// python3), which must import the cudaipc package (and CuPy with a GPU).
 fn spawn_python(program: &str, args: &[String], env: &[(String, String)]) -> std::process::Child {
     let python = std::env::var("CUDAIPC_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/python")
-        .join(program);
+    // The repository the benchmark was built in, or (a build carried to
+    // another machine) the one it runs in.
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python");
+    let folder = match built_in.exists() {
+        true => built_in,
+        false => PathBuf::from("examples/python"),
+    };
+    let script = folder.join(program);
     Command::new(python)
         .arg(script)
         .args(args)

@@ -240,11 +240,16 @@ impl CudaIpcSrc {
         // Wrapping is zero-copy, but a wrapped slot stays with us until
         // downstream drops it. Like v4l2src with its pool, copy instead when
         // we would otherwise leave the producer no slot to write into (a sink
-        // keeping its last buffer, a queue, or slots=1).
+        // keeping its last buffer, a queue, or slots=1). A consumer of the
+        // latest frame always copies: it promises never to hold the producer
+        // back, and a slow one (a viewer) would keep a slot of the ring for
+        // as long as downstream takes; a copy holds the slot only while the
+        // GPU copies.
+        let latest = self.settings.lock().unwrap().frames == crate::enums::ConsumerMode::Latest;
         let wrappable = (output.cuda
             && (output.gst_cuda_pool.is_none() || output.slot_wrapper.is_some()))
             || kind == Some(TransportKind::Host);
-        let wrap = wrappable && frame.frames_held() < frame.slot_count();
+        let wrap = wrappable && !latest && frame.frames_held() < frame.slot_count();
         let (seq, slot, held) = (frame.seq, frame.slot, frame.frames_held());
         let missed = frame.missed_before;
         let timestamps = self.timestamps();

@@ -103,15 +103,44 @@ impl FrameShared {
     }
 }
 
+impl FrameShared {
+    /// The CUDA device of the frame, if it is in device memory.
+    fn cuda_device(&self) -> Option<i32> {
+        match &self.source {
+            Source::Channel(frame) => frame.device_ordinal(),
+            Source::Buffer { cuda, .. } => cuda.map(|c| c.device_ordinal),
+        }
+    }
+
+    /// Orders the release after the work queued so far on the streams the
+    /// frame was exported to (and given to `release`), and forgets them:
+    /// called at `release()`, while the caller's streams are alive.
+    fn order_release(&self) -> Result<(), cudaipc::Error> {
+        let streams = std::mem::take(&mut *self.streams.lock().unwrap_or_else(|e| e.into_inner()));
+        for stream in streams {
+            // SAFETY: a stream a consumer handed to __dlpack__ or release(),
+            // in use by its caller at release() (docs/python.md).
+            unsafe { self.release_after_stream(stream) }?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for FrameShared {
     fn drop(&mut self) {
-        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for stream in streams {
-            // SAFETY: a stream a consumer handed to __dlpack__ or release();
-            // docs/python.md asks that they live until the frame is
-            // released. A failure leaves the release ordered after our own
-            // stream only: nothing better is left to do in a drop.
-            let _ = unsafe { self.release_after_stream(stream) };
+        // Streams still listed were never ordered by release(): they may be
+        // gone by now (Python frees a stream object and an array in any
+        // order), so none is touched; the release waits for the whole
+        // context's work instead, on the host. A failure leaves the release
+        // ordered after our own stream only: nothing better is left to do in
+        // a drop.
+        let unordered = !self
+            .streams
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if unordered && let Some(device) = self.cuda_device() {
+            let _ = cudaipc::synchronize_device(device);
         }
         // The buffer goes now, not at pyo3's next call: a DLPack deleter
         // runs outside pyo3's knowledge of the GIL, which would defer it.
@@ -413,7 +442,7 @@ impl Frame {
     /// on `stream` (a stream or a list of them: where CUDA Array Interface
     /// consumers read it). Further exports raise BufferError. Idempotent.
     #[pyo3(signature = (stream=None))]
-    fn release(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn release(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let handles = match stream {
             Some(stream) => streams::handles(stream)?,
             None => Vec::new(),
@@ -423,6 +452,9 @@ impl Frame {
             && self.device_ordinal.is_some()
         {
             shared.add_streams(&handles);
+            shared
+                .order_release()
+                .map_err(|e| crate::errors::to_py(py, e))?;
         }
         Ok(())
     }
@@ -432,8 +464,8 @@ impl Frame {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.release(None)?;
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.release(py, None)?;
         Ok(false)
     }
 

@@ -71,3 +71,15 @@ pub unsafe fn order_streams(
     // SAFETY: the caller's contract.
     unsafe { stream_waits_for(&device, waiter, signaller, "order two CUDA streams") }
 }
+
+/// Waits on the host until the work queued so far on every stream of the
+/// primary context of CUDA device `device_ordinal` is done: where the
+/// streams that read a frame are no longer known to be alive.
+pub fn synchronize_device(device_ordinal: i32) -> Result<(), Error> {
+    let device = Device::get(device_ordinal)
+        .map_err(|e| Error::Device(format!("CUDA device {device_ordinal}: {e}")))?;
+    device.synchronize_context().map_err(|e| Error::Transport {
+        what: "wait for the device's work",
+        source: TransportError::Cuda(e),
+    })
+}

@@ -380,6 +380,14 @@ impl Device {
         Ok(())
     }
 
+    /// Waits on the host until the work queued so far on every stream of
+    /// the device's primary context is done.
+    pub fn synchronize_context(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the primary context is current on this thread (bind).
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+
     /// The stream shared by this plugin's elements on this device.
     pub fn stream(&self) -> Stream<'_> {
         Stream {

@@ -2547,9 +2547,11 @@ fn streams_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
                 ..Default::default()
             }
         } else {
+            // RGBA: upstream's pair and cudaconvert as rows 13 run them
+            // (cudaconvert refused RGB input here).
             let generate = format!(
                 "cudatestsrc is-live=true pattern=counter output-memory=gstcuda ! {}",
-                caps("(memory:CUDAMemory)")
+                caps("(memory:CUDAMemory)").replacen("format=RGB,", "format=RGBA,", 1)
             );
             let address = |tag: &str| std::env::temp_dir().join(format!("cudaipc-{tag}"));
             let pair = StreamPair {
@@ -3009,10 +3011,10 @@ fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
     let (width, height) = if gpu { (WIDTH, HEIGHT) } else { (320, 240) };
     let producer = |ch: &str| match gpu {
         true => format!(
-            "cudatestsrc num-buffers={total} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! rscudaipcsink name=ipcsink channel={ch} sync=false"
+            "cudatestsrc num-buffers={total} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! rscudaipcsink name=ipcsink channel={ch} sync=false wait-for-connection=1"
         ),
         false => format!(
-            "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width={width},height={height},framerate=0/1 ! imagefreeze num-buffers={total} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false"
+            "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width={width},height={height},framerate=0/1 ! imagefreeze num-buffers={total} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false wait-for-connection=1"
         ),
     };
     let fakesink = |ch: &str| {

@@ -7,8 +7,8 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudaipc_transport::TransportError;
 use cudaipc_transport::cuda::{Device, Event};
+use cudaipc_transport::{SlotMemory, TransportError};
 
 use crate::Error;
 
@@ -44,6 +44,40 @@ pub(crate) unsafe fn stream_waits_for(
     // Dropping the event now is allowed: the wait holds what it needs, and
     // the driver frees the event once its record has run.
     Ok(())
+}
+
+/// Which of a slot's stream and a caller's stream waits for the other.
+#[derive(Clone, Copy)]
+pub(crate) enum Waiter {
+    /// The slot's stream waits for the caller's.
+    Slot,
+    /// The caller's stream waits for the slot's.
+    Caller,
+}
+
+/// Orders the stream of a slot in device memory and the caller's `stream`:
+/// `waiter` waits on the GPU for the work queued on the other so far.
+/// Nothing to do for a slot in host memory.
+///
+/// # Safety
+/// `stream` is a live `CUstream` of a context of the slot's device (or
+/// `CU_STREAM_LEGACY`, 1, or `CU_STREAM_PER_THREAD`, 2).
+pub(crate) unsafe fn order_with_slot(
+    memory: &SlotMemory,
+    stream: *mut c_void,
+    waiter: Waiter,
+    what: &'static str,
+) -> Result<(), Error> {
+    let SlotMemory::Device(region) = memory else {
+        return Ok(());
+    };
+    let slot_stream = region.device().stream().raw().cast();
+    let (waiter, signaller) = match waiter {
+        Waiter::Slot => (slot_stream, stream),
+        Waiter::Caller => (stream, slot_stream),
+    };
+    // SAFETY: the caller's contract; the other is the device's stream.
+    unsafe { stream_waits_for(region.device(), waiter, signaller, what) }
 }
 
 /// Makes later work on the CUDA stream `waiter` wait, on the GPU, for the

@@ -384,17 +384,14 @@ impl FrameLoan {
     /// `stream` is a live `CUstream` of a context of the slot's device, or
     /// `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2).
     pub unsafe fn wait_for_stream(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
-        match self.loan.memory() {
-            // SAFETY: the caller's contract; ours is the device's stream.
-            SlotMemory::Device(region) => unsafe {
-                crate::gpu_order::stream_waits_for(
-                    region.device(),
-                    region.device().stream().raw().cast(),
-                    stream,
-                    "order the frame's writes after a stream",
-                )
-            },
-            SlotMemory::Host(_) => Ok(()),
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::gpu_order::order_with_slot(
+                self.loan.memory(),
+                stream,
+                crate::gpu_order::Waiter::Slot,
+                "order the frame's writes after a stream",
+            )
         }
     }
 
@@ -407,17 +404,14 @@ impl FrameLoan {
     /// # Safety
     /// As for [`wait_for_stream`](Self::wait_for_stream).
     pub unsafe fn make_stream_wait(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
-        match self.loan.memory() {
-            // SAFETY: the caller's contract; ours is the device's stream.
-            SlotMemory::Device(region) => unsafe {
-                crate::gpu_order::stream_waits_for(
-                    region.device(),
-                    stream,
-                    region.device().stream().raw().cast(),
-                    "order a stream after the frame's writes",
-                )
-            },
-            SlotMemory::Host(_) => Ok(()),
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::gpu_order::order_with_slot(
+                self.loan.memory(),
+                stream,
+                crate::gpu_order::Waiter::Caller,
+                "order a stream after the frame's writes",
+            )
         }
     }
 

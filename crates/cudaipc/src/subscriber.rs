@@ -352,17 +352,14 @@ impl Frame {
     /// `stream` is a live `CUstream` of a context of the frame's device, or
     /// `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2).
     pub unsafe fn wait_on_stream(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
-        match self.held.memory() {
-            // SAFETY: the caller's contract; ours is the device's stream.
-            SlotMemory::Device(region) => unsafe {
-                crate::gpu_order::stream_waits_for(
-                    region.device(),
-                    stream,
-                    region.device().stream().raw().cast(),
-                    "order a stream after the frame's writes",
-                )
-            },
-            SlotMemory::Host(_) => Ok(()),
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::gpu_order::order_with_slot(
+                &self.held.memory(),
+                stream,
+                crate::gpu_order::Waiter::Caller,
+                "order a stream after the frame's writes",
+            )
         }
     }
 
@@ -375,17 +372,14 @@ impl Frame {
     /// # Safety
     /// As for [`wait_on_stream`](Self::wait_on_stream).
     pub unsafe fn release_after_stream(&self, stream: *mut std::ffi::c_void) -> Result<(), Error> {
-        match self.held.memory() {
-            // SAFETY: the caller's contract; ours is the device's stream.
-            SlotMemory::Device(region) => unsafe {
-                crate::gpu_order::stream_waits_for(
-                    region.device(),
-                    region.device().stream().raw().cast(),
-                    stream,
-                    "order the frame's release after a stream",
-                )
-            },
-            SlotMemory::Host(_) => Ok(()),
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::gpu_order::order_with_slot(
+                &self.held.memory(),
+                stream,
+                crate::gpu_order::Waiter::Slot,
+                "order the frame's release after a stream",
+            )
         }
     }
 }

@@ -28,14 +28,14 @@ use std::os::fd::OwnedFd;
 
 use super::timeline::Timeline;
 use super::{
-    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    WriterStream,
+    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, RECEIVED_POOL, SlotMemory, SlotRequest,
+    TransportError, WriterStream,
 };
 use crate::cuda::{Device, DeviceRegion, Event, IPC_HANDLE_BYTES, Stream};
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
 pub use memory::MemoryKind;
-use memory::{PoolAccess, ProducerMemory, RECEIVED_POOL};
+use memory::{PoolAccess, ProducerMemory};
 use ordering::{ConsumerOrdering, ProducerOrdering};
 
 /// One way to build the cuda transport's slots: where their memory comes

@@ -7,16 +7,15 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{ConsumerSlots, ProducerSlots, SharedObject, SlotMemory, SlotRequest, TransportError};
+use super::{
+    ConsumerSlots, ProducerSlots, RECEIVED_POOL, SharedObject, SlotMemory, SlotRequest,
+    TransportError,
+};
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::mapping::SharedMapping;
 use cudaipc_channel::shm::{self, SharedFile};
 use cudaipc_channel::socket::{self, Peers};
 use cudaipc_channel::{ChannelError, IpcMode, PoolInfo, Producer};
-
-/// The pool descriptor of a descriptor channel's host slots: consumers ask
-/// the producer's socket for the pool's memory (by generation).
-const RECEIVED_POOL: &[u8] = b"@socket";
 
 /// Slots start on page boundaries.
 const SLOT_ALIGN: usize = 4096;
@@ -260,14 +259,7 @@ impl HostConsumerSlots {
         pool: &PoolInfo,
         producers: &Peers,
     ) -> Result<Self, TransportError> {
-        let descriptor = pool
-            .pool_descriptor
-            .split(|&b| b == 0)
-            .next()
-            .unwrap_or(&[]);
-        if descriptor != RECEIVED_POOL {
-            return Err(TransportError::PoolNotHandedOver);
-        }
+        super::check_pool_received(pool)?;
         let (count, size, needed) = pool_extent(pool)?;
         let fd = super::request_pool(channel, pool.generation, producers)?;
         let [fd] = <[OwnedFd; 1]>::try_from(fd).map_err(|fds| TransportError::DescriptorCount {

@@ -595,6 +595,24 @@ pub fn create_producer_slots(
     }
 }
 
+/// The pool descriptor of a descriptor channel's slots (host or cuda):
+/// consumers ask the producer's socket for the pool's memory (by
+/// generation).
+const RECEIVED_POOL: &[u8] = b"@socket";
+
+/// Checks that `pool` is handed over a descriptor channel's socket.
+fn check_pool_received(pool: &PoolInfo) -> Result<(), TransportError> {
+    let descriptor = pool
+        .pool_descriptor
+        .split(|&b| b == 0)
+        .next()
+        .unwrap_or(&[]);
+    if descriptor != RECEIVED_POOL {
+        return Err(TransportError::PoolNotHandedOver);
+    }
+    Ok(())
+}
+
 /// Asks a descriptor channel's producer (one of `producers`) for the
 /// memory of pool `generation`.
 fn request_pool(

@@ -16,8 +16,6 @@ use crate::cuda::{
 use cudaipc_channel::layout::SLOT_DESCRIPTOR_BYTES;
 use cudaipc_channel::{ChannelInfo, IpcMode, PoolInfo};
 
-/// The pool descriptor of slots handed over a descriptor channel's socket.
-pub(super) const RECEIVED_POOL: &[u8] = b"@socket";
 /// Starts the memory half of a slot descriptor whose allocation is handed
 /// over the socket; its bytes (the allocation's size) follow, little endian.
 const SHARED_MEMORY_MARK: &[u8; 8] = b"@fdslot\0";
@@ -194,14 +192,7 @@ impl<'a> PoolAccess<'a> {
                 producer_uid: info.producer_uid,
             });
         };
-        let descriptor = pool
-            .pool_descriptor
-            .split(|&b| b == 0)
-            .next()
-            .unwrap_or(&[]);
-        if descriptor != RECEIVED_POOL {
-            return Err(TransportError::PoolNotHandedOver);
-        }
+        super::super::check_pool_received(pool)?;
         let fds = super::super::request_pool(channel, pool.generation, producers)?;
         let expected = pool.slot_descriptors.len() + first;
         if fds.len() != expected {

@@ -543,6 +543,26 @@ fn wire_values_round_trip() {
     assert_eq!(GpuSync::from_wire(7), None);
 }
 
+/// Attaches an every-frame subscriber to `channel`, for the tests of one
+/// producer's publishing; a failed read panics.
+fn every_frame_subscriber(channel: String, no: &AtomicBool) -> Subscriber {
+    Subscriber::attach(
+        SubscriberConfig {
+            channel,
+            mode: cudaipc_channel::ConsumerMode::EveryFrame,
+            wait_mode: cudaipc_channel::WaitMode::Hybrid,
+            connect_timeout: Some(Duration::from_secs(10)),
+            device_id: None,
+            on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
+            ipc_mode: None,
+            producers: Default::default(),
+        },
+        no,
+        || {},
+    )
+    .unwrap()
+}
+
 /// A frame whose source is pushed again (imagefreeze, a tee) is published
 /// again from a slot that still holds its copy: every frame arrives with
 /// its own metadata and the right bytes, each source is copied at most
@@ -570,21 +590,7 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
     publisher.set_caps("application/x-test").unwrap();
     let reader = std::thread::spawn(move || {
         let no = AtomicBool::new(false);
-        let mut subscriber = Subscriber::attach(
-            SubscriberConfig {
-                channel,
-                mode: cudaipc_channel::ConsumerMode::EveryFrame,
-                wait_mode: cudaipc_channel::WaitMode::Hybrid,
-                connect_timeout: Some(Duration::from_secs(10)),
-                device_id: None,
-                on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
-                ipc_mode: None,
-                producers: Default::default(),
-            },
-            &no,
-            || {},
-        )
-        .unwrap();
+        let mut subscriber = every_frame_subscriber(channel, &no);
         let mut pts = Vec::new();
         loop {
             match subscriber.next(&no).unwrap() {
@@ -661,21 +667,7 @@ fn a_loan_is_published_by_its_owner_or_given_back_when_dropped() {
     publisher.configure(SIZE).unwrap();
     publisher.set_caps("application/x-test").unwrap();
     let no = AtomicBool::new(false);
-    let mut subscriber = Subscriber::attach(
-        SubscriberConfig {
-            channel,
-            mode: cudaipc_channel::ConsumerMode::EveryFrame,
-            wait_mode: cudaipc_channel::WaitMode::Hybrid,
-            connect_timeout: Some(Duration::from_secs(10)),
-            device_id: None,
-            on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
-            ipc_mode: None,
-            producers: Default::default(),
-        },
-        &no,
-        || {},
-    )
-    .unwrap();
+    let mut subscriber = every_frame_subscriber(channel, &no);
     let meta = |pts| FrameMeta {
         size: SIZE as u64,
         pts: Some(pts),

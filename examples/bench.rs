@@ -938,17 +938,28 @@ fn two_process_as(
     );
     let producer_result = result_of(producer_child, "producer");
     let consumer_result = result_of(consumer_child, "consumer");
-    match (producer_result, consumer_result) {
+    pair_row(config, producer_result, consumer_result)
+}
+
+/// The row of a producer and a consumer that ran together, measured by the
+/// consumer; or their errors.
+fn pair_row(
+    config: &str,
+    producer: Result<BTreeMap<String, String>, String>,
+    consumer: Result<BTreeMap<String, String>, String>,
+) -> Row {
+    match (producer, consumer) {
         (Ok(p), Ok(c)) => row_from(config, &c, Some(&p)),
-        (p, c) => Row {
-            config: config.into(),
-            error: [p.err(), c.err()]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" / "),
-            ..Default::default()
-        },
+        (p, c) => failed_row(config, [p.err(), c.err()]),
+    }
+}
+
+/// The row of a measurement that failed: its errors, one after another.
+fn failed_row(config: &str, errors: impl IntoIterator<Item = Option<String>>) -> Row {
+    Row {
+        config: config.into(),
+        error: errors.into_iter().flatten().collect::<Vec<_>>().join(" / "),
+        ..Default::default()
     }
 }
 
@@ -1055,15 +1066,7 @@ fn two_independent(config: &str, pipeline: &str, warmup: u64, env: &[(String, St
             row.missing = Some(row.missing.unwrap_or(0) + other.missing.unwrap_or(0));
             row
         }
-        (a, b) => Row {
-            config: config.into(),
-            error: [a.err(), b.err()]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" / "),
-            ..Default::default()
-        },
+        (a, b) => failed_row(config, [a.err(), b.err()]),
     }
 }
 
@@ -2020,19 +2023,14 @@ fn timed_run(
     let row = match (producer_result, consumer_result) {
         (Ok(p), Some(Ok(c))) => row_from(config, &c, Some(&p)),
         (Ok(p), None) => row_from(config, &p, None),
-        (p, c) => Row {
-            config: config.into(),
-            error: [
+        (p, c) => failed_row(
+            config,
+            [
                 killed.then(|| format!("killed after {} s", limit.as_secs())),
                 p.err(),
                 c.and_then(Result::err),
-            ]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join(" / "),
-            ..Default::default()
-        },
+            ],
+        ),
     };
     (row, killed)
 }
@@ -2987,18 +2985,7 @@ fn python_pair(
         true => (python, other),
         false => (other, python),
     };
-    match (producer, consumer) {
-        (Ok(p), Ok(c)) => row_from(config, &c, Some(&p)),
-        (p, c) => Row {
-            config: config.into(),
-            error: [p.err(), c.err()]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" / "),
-            ..Default::default()
-        },
-    }
+    pair_row(config, producer, consumer)
 }
 
 /// Rows 15: a Python consumer taking every frame through DLPack (CuPy on a
@@ -3098,21 +3085,11 @@ fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
         ];
         args.extend(host_only.iter().map(|a| a.to_string()));
         let python = spawn_python("bench_producer.py", &args, env);
-        let row = match (
+        let row = pair_row(
+            python_producer,
             result_of(python, "Python producer"),
             result_of(consumer, "consumer"),
-        ) {
-            (Ok(p), Ok(c)) => row_from(python_producer, &c, Some(&p)),
-            (p, c) => Row {
-                config: python_producer.into(),
-                error: [p.err(), c.err()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-                ..Default::default()
-            },
-        };
+        );
         rows.push(row);
     }
     let frame_bytes = f64::from(width * height * 3);

@@ -14,26 +14,19 @@ the first row) per frame. ``--numpy`` reads host-transport frames with
     python3 examples/python/bench_consumer.py --channel bench --warmup 100
 """
 
-import argparse
-import resource
 import sys
 import time
 
 import cudaipc
-
-
-def cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from bench_common import add_numpy_option, argument_parser, cpu_seconds
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--channel", required=True)
+    parser = argument_parser(__doc__)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--reduce", action="store_true", help="sum the first row of each frame")
-    parser.add_argument("--numpy", action="store_true", help="host transport: NumPy, no GPU")
+    add_numpy_option(parser)
     args = parser.parse_args()
 
     if args.numpy:

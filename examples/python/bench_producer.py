@@ -14,26 +14,19 @@ transport instead (a smoke check without a GPU).
     python3 examples/python/bench_producer.py --channel bench --frames 2000
 """
 
-import argparse
-import resource
 import sys
 import time
 
 import cudaipc
-
-
-def cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from bench_common import add_numpy_option, argument_parser, cpu_seconds
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--channel", required=True)
+    parser = argument_parser(__doc__)
     parser.add_argument("--frames", type=int, default=1000)
     parser.add_argument("--width", type=int, default=3840)
     parser.add_argument("--height", type=int, default=2160)
-    parser.add_argument("--numpy", action="store_true", help="host transport: NumPy, no GPU")
+    add_numpy_option(parser)
     args = parser.parse_args()
 
     shape = (args.height, args.width, 3)

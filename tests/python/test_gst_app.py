@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import gst, reference_checksums, unique_channel
-from test_host import mapping_of
+from test_host import assert_zero_copy_read_only
 
 gi = pytest.importorskip(
     "gi", reason="PyGObject (Debian: python3-gi) is not installed: scripts/setup.sh installs it")
@@ -72,12 +72,7 @@ def test_appsink_frames_intact_zero_copy_held_until_released(children, fmt):
         assert frame.__dlpack_device__() == (1, 0)
         planes = [np.from_dlpack(plane) for plane in frame.planes]
         for plane in planes:
-            address = plane.__array_interface__["data"][0]
-            line = mapping_of(address)
-            # Zero copy: the channel's shared slot, not a private copy.
-            assert line is not None and line.split()[1][3] == "s", line
-            assert frame.address <= address < frame.address + frame.nbytes
-            assert not plane.flags.writeable
+            assert_zero_copy_read_only(frame, plane)
         sums.append(hashlib.sha1(b"".join(p.tobytes() for p in planes)).hexdigest())
         if not kept:
             # The first frame's arrays outlive its release: they hold the

@@ -33,6 +33,16 @@ def mapping_of(address):
     return None
 
 
+def assert_zero_copy_read_only(frame, plane):
+    """`plane`, a NumPy array of `frame`, is a read-only view of the
+    frame's bytes in the channel's shared slot, not a private copy."""
+    address = plane.__array_interface__["data"][0]
+    line = mapping_of(address)
+    assert line is not None and line.split()[1][3] == "s", line
+    assert frame.address <= address < frame.address + frame.nbytes
+    assert not plane.flags.writeable
+
+
 def sink(source, channel, mode, extra=""):
     return gst(f"{source} ! rscudaipcsink channel={channel} transport=host ipc-mode={mode} "
                f"wait-for-connection=1 {extra}")
@@ -62,12 +72,7 @@ def test_gst_producer_to_python_frames_intact_zero_copy_read_only(children, mode
                     with pytest.raises(BufferError, match="planes"):
                         np.from_dlpack(frame)
                 for plane in planes:
-                    address = plane.__array_interface__["data"][0]
-                    line = mapping_of(address)
-                    # Zero copy: the channel's shared slot, not a private copy.
-                    assert line is not None and line.split()[1][3] == "s", line
-                    assert frame.address <= address < frame.address + frame.nbytes
-                    assert not plane.flags.writeable
+                    assert_zero_copy_read_only(frame, plane)
                     with pytest.raises(ValueError, match="read-only"):
                         plane[0, 0] = 1
                 sums.append(hashlib.sha1(b"".join(p.tobytes() for p in planes)).hexdigest())

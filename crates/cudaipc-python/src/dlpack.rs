@@ -107,6 +107,47 @@ struct Export<M, K> {
     _keep: K,
 }
 
+/// The tensor inside a managed tensor of either DLPack version.
+trait ManagedTensor {
+    fn tensor_mut(&mut self) -> &mut DLTensor;
+}
+
+impl ManagedTensor for DLManagedTensor {
+    fn tensor_mut(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
+}
+
+impl ManagedTensor for DLManagedTensorVersioned {
+    fn tensor_mut(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
+}
+
+/// Puts `managed` into an [`Export`] with `shape`, `strides` and `keep`,
+/// its tensor pointing at that export's arrays; the caller owns the
+/// allocation.
+fn boxed_export<M: ManagedTensor, K>(
+    managed: M,
+    shape: [i64; 3],
+    strides: [i64; 3],
+    keep: K,
+) -> *mut Export<M, K> {
+    let export = Box::into_raw(Box::new(Export {
+        managed,
+        shape,
+        strides,
+        _keep: keep,
+    }));
+    // SAFETY: just allocated; the arrays live as long as the box.
+    unsafe {
+        let tensor = (*export).managed.tensor_mut();
+        tensor.shape = (*export).shape.as_mut_ptr();
+        tensor.strides = (*export).strides.as_mut_ptr();
+    }
+    export
+}
+
 unsafe extern "C" fn delete_versioned<K>(managed: *mut DLManagedTensorVersioned) {
     // SAFETY: `managed` is the first field of a boxed Export made by
     // `capsule`, handed to one consumer, whose deleter runs once.
@@ -177,8 +218,8 @@ pub fn capsule<K: Send + 'static>(
     let null_tensor = || fill_tensor(view, std::ptr::null_mut(), std::ptr::null_mut());
     let (pointer, name, destructor): (*mut c_void, &CStr, Option<ffi::PyCapsule_Destructor>) =
         if versioned {
-            let export = Box::into_raw(Box::new(Export {
-                managed: DLManagedTensorVersioned {
+            let export = boxed_export(
+                DLManagedTensorVersioned {
                     version: DLPackVersion { major: 1, minor: 0 },
                     manager_ctx: std::ptr::null_mut(),
                     deleter: Some(delete_versioned::<K>),
@@ -187,34 +228,24 @@ pub fn capsule<K: Send + 'static>(
                 },
                 shape,
                 strides,
-                _keep: keep,
-            }));
-            // SAFETY: just allocated; the arrays live as long as the box.
-            unsafe {
-                (*export).managed.dl_tensor.shape = (*export).shape.as_mut_ptr();
-                (*export).managed.dl_tensor.strides = (*export).strides.as_mut_ptr();
-            }
+                keep,
+            );
             (
                 export.cast(),
                 VERSIONED_NAME,
                 Some(destroy_versioned_capsule),
             )
         } else {
-            let export = Box::into_raw(Box::new(Export {
-                managed: DLManagedTensor {
+            let export = boxed_export(
+                DLManagedTensor {
                     dl_tensor: null_tensor(),
                     manager_ctx: std::ptr::null_mut(),
                     deleter: Some(delete_legacy::<K>),
                 },
                 shape,
                 strides,
-                _keep: keep,
-            }));
-            // SAFETY: as above.
-            unsafe {
-                (*export).managed.dl_tensor.shape = (*export).shape.as_mut_ptr();
-                (*export).managed.dl_tensor.strides = (*export).strides.as_mut_ptr();
-            }
+                keep,
+            );
             (export.cast(), LEGACY_NAME, Some(destroy_legacy_capsule))
         };
     // SAFETY: a valid pointer and a static name; on failure nothing owns

@@ -40,7 +40,10 @@ pub struct PublisherOptions {
     /// How consumers reach the channel: named files in the shm folder
     /// (`Legacy`) or descriptors handed over its socket (`Fd`).
     pub ipc_mode: IpcMode,
-    /// Slots in the ring; 0 lets the transport choose.
+    /// Slots in the ring; 0 lets the transport choose as `cudaipcsink`
+    /// does for frames that come as fast as they are made: on CUDA without
+    /// MPS as many as 1 GiB or 5% of the device memory holds (8 to 32), 2
+    /// with MPS, 4 in host memory.
     pub slots: usize,
     /// What `publish` and `loan` do when consumers hold every slot.
     pub when_full: WhenFull,

@@ -10,12 +10,12 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{
     Finished, Launch, OTHER_USER, ShmDir, example, gpu, launch, launch_with, other_user_or_skip,
-    reference_checksums, unique_channel,
+    reference_checksums, start_program, unique_channel,
 };
 use cudaipc::{VideoFormat, VideoLayout};
 
@@ -27,19 +27,7 @@ fn start(name: &str, args: &[&str]) -> Launch {
 }
 
 fn start_with(name: &str, args: &[&str], env: &[(&str, &str)]) -> Launch {
-    let program = example(name);
-    let child = Command::new(&program)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-    Launch {
-        child,
-        description: format!("{} {}", program.display(), args.join(" ")),
-    }
+    start_program(&example(name), args, env)
 }
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {

@@ -17,26 +17,16 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Finished, Launch, example, plugin_dir, unique_channel};
+use common::{Finished, Launch, example, plugin_dir, start_program, unique_channel};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);
 
 fn start(program: impl Into<PathBuf>, args: &[&str]) -> Launch {
-    let program = program.into();
-    let child = Command::new(&program)
-        .args(args)
-        // For the Python reader; the Rust examples link the plugin in.
-        .env("GST_PLUGIN_PATH", plugin_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-    Launch {
-        child,
-        description: format!("{} {}", program.display(), args.join(" ")),
-    }
+    // For the Python reader; the Rust examples link the plugin in.
+    let plugins = plugin_dir();
+    let plugins = plugins.to_str().expect("a UTF-8 plugin folder");
+    start_program(&program.into(), args, &[("GST_PLUGIN_PATH", plugins)])
 }
 
 fn run(program: impl Into<PathBuf>, args: &[&str]) -> Finished {

@@ -5,7 +5,7 @@
 // protocol.rs). Every child is killed when its handle drops, so a failed
 // test leaves none running.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -149,6 +149,23 @@ pub fn launch_with(wrapper: &[&str], env: &[(&str, &str)], pipeline: &str) -> La
     Launch {
         child,
         description: pipeline.to_string(),
+    }
+}
+
+/// Starts `program` (an example, a script) with `args` and extra
+/// environment, its output collected.
+pub fn start_program(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Launch {
+    let child = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+    Launch {
+        child,
+        description: format!("{} {}", program.display(), args.join(" ")),
     }
 }
 

@@ -258,9 +258,9 @@ impl Options {
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,ours,upstream] [--max-streams N] [--streams-seconds S] [--out DIR] [--smoke]\n\
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--streams-seconds S] [--out DIR] [--smoke]\n\
                          --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
-                         --pairs: in rows 13, only the producer alone, our pair or upstream's\n\
+                         --pairs: in rows 13, only the producer alone, alone with a queue of 32 frames before the consumer's half (queued, not run by default), our pair or upstream's\n\
                          --rows 9: a slow latest-frame viewer beside four verifying consumers (9a without, 9b with)\n\
                          --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)"
                     );
@@ -1070,6 +1070,15 @@ fn two_independent(config: &str, pipeline: &str, warmup: u64, env: &[(String, St
     }
 }
 
+/// How far apart rows 1q and 13 "queued" put a producer's and a consumer's
+/// half in one process: the depth of the default ring without MPS.
+const QUEUED_FRAMES: u32 = 32;
+
+/// A queue that holds `frames` frames between two halves of one pipeline.
+fn queue_of_frames(frames: u32) -> String {
+    format!("queue max-size-buffers={frames} max-size-bytes=0 max-size-time=0")
+}
+
 fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
     if left_out(config) {
         return Row::left_out(config);
@@ -1215,17 +1224,18 @@ fn run_benchmark(o: &Options) -> i32 {
                     row.mps = mps;
                     rows.push(row);
                 }
-            }
-        }
-        if !o.two_gpu {
-            for mut row in paced_rows(o, true).into_iter().filter(|r| !r.left_out) {
-                row.mps = false;
-                print_row(&row);
-                rows.push(row);
+                for mut row in paced_rows(o, true, &env)
+                    .into_iter()
+                    .filter(|r| !r.left_out)
+                {
+                    row.mps = mps;
+                    print_row(&row);
+                    rows.push(row);
+                }
             }
         }
     } else {
-        let measured = host_rows(o).into_iter().chain(paced_rows(o, false));
+        let measured = host_rows(o).into_iter().chain(paced_rows(o, false, &[]));
         for mut row in measured.filter(|r| !r.left_out) {
             row.frame_bytes = (320 * 240 * 3) as f64;
             print_row(&row);
@@ -1306,6 +1316,21 @@ fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
             &format!(
                 "{} ! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
                 generate(total)
+            ),
+            o.warmup,
+            env,
+        ));
+        // The halves as far apart as the deep ring puts them across two
+        // processes: each frame is inverted long after it was written, no
+        // longer in the L2 cache.
+        rows.push(single(
+            &format!(
+                "1q one process, the halves {QUEUED_FRAMES} frames apart: generate ! queue ! invert + verify"
+            ),
+            &format!(
+                "{} ! {} ! cudaprocess name=check operation=invert verify=true ! fakesink name=sink sync=false",
+                generate(total),
+                queue_of_frames(QUEUED_FRAMES)
             ),
             o.warmup,
             env,
@@ -1623,7 +1648,7 @@ fn spawn_copy(iterations: u64, env: &[(String, String)], to: Option<i32>) -> Row
 }
 
 /// 60 frames per second, live: latency and CPU per process by wait mode.
-fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
+fn paced_rows(o: &Options, gpu: bool, env: &[(String, String)]) -> Vec<Row> {
     let frames = 60 * o.paced_seconds;
     let mut rows = Vec::new();
     for wait in ["hybrid", "spin", "sleep"] {
@@ -1654,7 +1679,7 @@ fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
             &producer,
             &consumer,
             30.min(frames / 2),
-            &[],
+            env,
             o.consumer_device.filter(|_| gpu),
         ));
     }
@@ -1665,6 +1690,7 @@ fn paced_rows(o: &Options, gpu: bool) -> Vec<Row> {
 
 /// The three ways rows 13 take a producer's frames (the middle of a config).
 const PAIR_ALONE: &str = "alone";
+const PAIR_ALONE_QUEUED: &str = "alone, halves queued apart";
 const PAIR_OURS: &str = "rscudaipc pair";
 const PAIR_UPSTREAM: &str = "upstream import";
 
@@ -1867,6 +1893,7 @@ fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         ];
         let pairs = [
             (PAIR_ALONE, "alone"),
+            (PAIR_ALONE_QUEUED, "queued"),
             (PAIR_OURS, "ours"),
             (PAIR_UPSTREAM, "upstream"),
         ];
@@ -1893,6 +1920,14 @@ fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                     let address = std::env::temp_dir().join(format!("cudaipc-{tag}"));
                     let (producer, consumer) = match pair {
                         PAIR_ALONE => (format!("{} {convert}! {sink}", p.pipeline), None),
+                        PAIR_ALONE_QUEUED => (
+                            format!(
+                                "{} ! {} {convert}! {sink}",
+                                p.pipeline,
+                                queue_of_frames(QUEUED_FRAMES)
+                            ),
+                            None,
+                        ),
                         PAIR_OURS => (
                             format!(
                                 "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false {}",

@@ -15,7 +15,10 @@ CuPy's kernels.
    intact, although the producer writes into freed slots at once.
 3. A CuPy producer (``Publisher(transport='cuda')``, arrays published on
    its own stream) feeds ``rscudaipcsrc ! cudaprocess verify=true``.
-4. A GStreamer application (PyGObject): ``rscudaipcsrc ! appsink``, each
+4. PyTorch (where it imports): 1 and 2 with ``torch.from_dlpack`` on
+   torch's own stream (the counter pattern computed with torch), and 3
+   with torch tensors published with ``stream=``.
+5. A GStreamer application (PyGObject): ``rscudaipcsrc ! appsink``, each
    sample through ``cudaipc.from_gst_sample`` into CuPy on its own stream,
    zero copy (the array's pointer is the buffer's CudaIpcMeta device-ptr),
    with the release gate of 2 (the buffer's slot goes back after the work
@@ -220,11 +223,100 @@ def gst_app_gate(cp):
           "zero copy, release after the stream's work")
 
 
+def torch_counter_rows(torch, frame, rows, row_bytes):
+    """counter_rows with PyTorch, on its current stream."""
+    x = torch.arange(row_bytes, dtype=torch.int64, device="cuda")[None, :]
+    r = torch.arange(rows, dtype=torch.int64, device="cuda")[:, None]
+    pattern = (((frame * 131) & 0xFFFFFFFF) + r * 7 + x * 3).remainder(256).to(torch.uint8)
+    for i in range(4):
+        pattern[:, i] = (frame >> (8 * i)) & 0xFF
+    pattern[:, 4] = (r[:, 0] & 0xFF).to(torch.uint8)
+    pattern[:, 5] = ((r[:, 0] >> 8) & 0xFF).to(torch.uint8)
+    pattern[:, 6] = 0
+    pattern[:, 7] = 0xA5
+    return pattern
+
+
+class DLPackSpy:
+    """Passes DLPack through and records what the consumer asked for."""
+
+    def __init__(self, frame):
+        self.frame, self.asked = frame, None
+
+    def __dlpack_device__(self):
+        return self.frame.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        self.asked = kwargs
+        return self.frame.__dlpack__(**kwargs)
+
+
+def torch_checks():
+    """PyTorch as the consumer and as the producer: torch.from_dlpack on
+    torch's own stream (zero copy, every byte checked, the release gate)
+    and tensors published with stream=."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"SKIPPED: PyTorch checks (no torch: {e})")
+        return
+    channel = f"py-gpu-torch-{os.getpid()}"
+    process = producer(channel, 40)
+    stream = torch.cuda.Stream()
+    numbers, copies, asked = [], [], None
+    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+        for frame in subscriber:
+            spy = DLPackSpy(frame)
+            with torch.cuda.stream(stream):
+                pixels = torch.from_dlpack(spy)
+                assert pixels.data_ptr() == frame.address, "not zero copy"
+                assert pixels.shape == (HEIGHT, WIDTH, 3) and pixels.dtype == torch.uint8
+                rows = pixels.reshape(HEIGHT, ROW_BYTES)
+                number = int(rows[0, :4].cpu().numpy().view("<u4")[0])
+                wrong = int((rows != torch_counter_rows(torch, number, HEIGHT, ROW_BYTES))
+                            .count_nonzero().item())
+                if len(numbers) >= 30:
+                    # The release gate: ~20 ms on torch's stream, then a copy,
+                    # then release() at once.
+                    torch.cuda._sleep(40_000_000)
+                    copies.append(rows.clone())
+            asked = spy.asked
+            frame.release()
+            del pixels, rows
+            assert wrong == 0, f"torch: frame {number}: {wrong} bytes differ"
+            numbers.append(number)
+    stream.synchronize()
+    finish(process, "producer")
+    assert numbers == list(range(40)), numbers
+    for copy in copies:
+        number = int(copy[0, :4].cpu().numpy().view("<u4")[0])
+        wrong = int((copy != torch_counter_rows(torch, number, HEIGHT, ROW_BYTES))
+                    .count_nonzero().item())
+        assert wrong == 0, f"torch release gate: frame {number} was overwritten ({wrong} bytes)"
+    print(f"torch {torch.__version__}: 40 4K frames through torch.from_dlpack on its own stream, "
+          f"zero copy, verified; release gate held for {len(copies)}; torch asked __dlpack__ "
+          f"for {sorted(asked)} (max_version={asked.get('max_version')})")
+
+    channel = f"py-gpu-torch-publish-{os.getpid()}"
+    consumer = gst(f"rscudaipcsrc channel={channel} connect-timeout=30000 ! "
+                   "cudaprocess verify=true ! fakesink")
+    with cudaipc.Publisher(channel, "RGB", WIDTH, HEIGHT, transport="cuda",
+                           wait_for_consumers=1) as publisher:
+        for number in range(FRAMES):
+            with torch.cuda.stream(stream):
+                tensor = torch_counter_rows(torch, number, HEIGHT, ROW_BYTES)
+            publisher.publish(tensor.reshape(HEIGHT, WIDTH, 3), pts=number * 33_333_333,
+                              stream=stream)
+    finish(consumer, "rscudaipcsrc ! cudaprocess verify=true")
+    print(f"torch publish: {FRAMES} 4K tensors passed cudaprocess verify=true")
+
+
 def main():
     cp = cupy_or_skip()
     read_and_verify(cp)
     release_gate(cp)
     publish_to_verify(cp)
+    torch_checks()
     gst_app_gate(cp)
     print("gpu_check.py: all passed")
 

@@ -14,6 +14,7 @@ the first row) per frame. ``--numpy`` reads host-transport frames with
     python3 examples/python/bench_consumer.py --channel bench --warmup 100
 """
 
+import contextlib
 import sys
 import time
 
@@ -33,29 +34,30 @@ def main():
         import numpy as np
 
         take, stream, synchronize = np.from_dlpack, None, lambda: None
+        current = contextlib.nullcontext()
     else:
         import cupy
 
         stream = cupy.cuda.Stream(non_blocking=True)
-        take, synchronize = cupy.from_dlpack, stream.synchronize
+        take, synchronize, current = cupy.from_dlpack, stream.synchronize, stream
     frames = 0
     started = None
     checksum = 0
-    with cudaipc.Subscriber(args.channel, timeout=args.timeout) as subscriber:
+    total = None
+    reduce, warmup = args.reduce, args.warmup
+    # The stream is made current once, not per frame: every frame's work
+    # goes on it.
+    with cudaipc.Subscriber(args.channel, timeout=args.timeout) as subscriber, current:
         for frame in subscriber:
-            if stream is not None:
-                with stream:
-                    pixels = take(frame)
-                    if args.reduce:
-                        total = pixels[0].sum()
-            else:
-                pixels = take(frame)
-                if args.reduce:
-                    checksum += int(pixels[0].sum())
+            pixels = take(frame)
+            if reduce:
+                total = pixels[0].sum()
+                if stream is None:
+                    checksum += int(total)
             frame.release()
             del pixels
             frames += 1
-            if frames == args.warmup:
+            if frames == warmup:
                 started = (time.monotonic(), cpu_seconds())
     # The clock stops once the GPU work queued on the stream is done.
     synchronize()

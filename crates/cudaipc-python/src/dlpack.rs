@@ -86,14 +86,41 @@ pub struct DLManagedTensorVersioned {
     pub dl_tensor: DLTensor,
 }
 
+/// Up to three sizes of an array (its shape or its strides), held inline:
+/// a view is made for every export, without an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    len: usize,
+    values: [i64; 3],
+}
+
+impl Dims {
+    pub fn new<const N: usize>(values: [i64; N]) -> Self {
+        const { assert!(N <= 3) };
+        let mut inline = [0; 3];
+        inline[..N].copy_from_slice(&values);
+        Self {
+            len: N,
+            values: inline,
+        }
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        &self.values[..self.len]
+    }
+}
+
 /// A view to export: where it starts, its shape and its strides (in
 /// elements, which are bytes: every view is uint8).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct View {
     pub data: u64,
     pub device: DLDevice,
-    pub shape: Vec<i64>,
-    pub strides: Vec<i64>,
+    pub shape: Dims,
+    pub strides: Dims,
 }
 
 /// A managed tensor and what it points into, in one allocation: `managed`
@@ -207,14 +234,12 @@ pub fn capsule<K: Send + 'static>(
     keep: K,
     versioned: bool,
 ) -> PyResult<Py<PyAny>> {
-    let dims = view.shape.len();
-    if dims > 3 || view.strides.len() != dims {
-        return Err(PyBufferError::new_err("a view has at most 3 dimensions"));
+    if view.strides.len() != view.shape.len() {
+        return Err(PyBufferError::new_err(
+            "a view has as many strides as dimensions",
+        ));
     }
-    let mut shape = [0i64; 3];
-    let mut strides = [0i64; 3];
-    shape[..dims].copy_from_slice(&view.shape);
-    strides[..dims].copy_from_slice(&view.strides);
+    let (shape, strides) = (view.shape.values, view.strides.values);
     let null_tensor = || fill_tensor(view, std::ptr::null_mut(), std::ptr::null_mut());
     let (pointer, name, destructor): (*mut c_void, &CStr, Option<ffi::PyCapsule_Destructor>) =
         if versioned {

@@ -3,14 +3,14 @@
 //! A frame read from a channel, as DLPack and CUDA Array Interface
 //! objects: the whole frame (packed formats) and each plane.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudaipc::{VideoFormat, VideoLayout};
 use pyo3::exceptions::{PyAttributeError, PyBufferError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::dlpack::{self, DLDevice, View};
+use crate::dlpack::{self, DLDevice, Dims, View};
 use crate::streams;
 
 /// The frame's slot, held while the Python frame is not released or a
@@ -23,9 +23,12 @@ pub struct FrameShared {
 }
 
 /// Where a frame's bytes are and who gives them back.
+// Inline: it lives in the frame's one `Arc` allocation, and a box would
+// add one per frame.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     /// A frame of a subscriber: its slot goes back when it is dropped.
-    Channel(Box<cudaipc::Frame>),
+    Channel(cudaipc::Frame),
     /// A buffer of `cudaipcsrc` (GStreamer): held through its Python object
     /// (a `Gst.Buffer`, or a read map of one on the host transport); the
     /// source gives the slot back once the buffer's last reference goes,
@@ -37,10 +40,21 @@ enum Source {
 }
 
 /// The stream a `cudaipcsrc` buffer's frame is read on (its `CudaIpcMeta`).
-#[derive(Clone, Copy)]
 struct BufferStream {
     device_ordinal: i32,
     stream: usize,
+    /// The device, looked up at the first use and kept for the next ones.
+    device: OnceLock<cudaipc::CudaDevice>,
+}
+
+impl BufferStream {
+    fn device(&self) -> Result<&cudaipc::CudaDevice, cudaipc::Error> {
+        if let Some(device) = self.device.get() {
+            return Ok(device);
+        }
+        let device = cudaipc::CudaDevice::open(self.device_ordinal)?;
+        Ok(self.device.get_or_init(|| device))
+    }
 }
 
 impl FrameShared {
@@ -67,11 +81,8 @@ impl FrameShared {
             } => unsafe {
                 // SAFETY: the caller's; the source's stream lives as long as
                 // the buffer, which we hold.
-                cudaipc::order_streams(
-                    ours.device_ordinal,
-                    stream,
-                    ours.stream as *mut std::ffi::c_void,
-                )
+                ours.device()?
+                    .order_streams(stream, ours.stream as *mut std::ffi::c_void)
             },
             Source::Buffer { cuda: None, .. } => Ok(()),
         }
@@ -92,11 +103,8 @@ impl FrameShared {
                 cuda: Some(ours), ..
             } => unsafe {
                 // SAFETY: as above.
-                cudaipc::order_streams(
-                    ours.device_ordinal,
-                    ours.stream as *mut std::ffi::c_void,
-                    stream,
-                )
+                ours.device()?
+                    .order_streams(ours.stream as *mut std::ffi::c_void, stream)
             },
             Source::Buffer { cuda: None, .. } => Ok(()),
         }
@@ -104,11 +112,18 @@ impl FrameShared {
 }
 
 impl FrameShared {
-    /// The CUDA device of the frame, if it is in device memory.
-    fn cuda_device(&self) -> Option<i32> {
+    /// Waits on the host for the work queued on the frame's device, if it
+    /// is in device memory.
+    fn synchronize_device(&self) -> Result<(), cudaipc::Error> {
         match &self.source {
-            Source::Channel(frame) => frame.device_ordinal(),
-            Source::Buffer { cuda, .. } => cuda.map(|c| c.device_ordinal),
+            Source::Channel(frame) => match frame.device_ordinal() {
+                Some(ordinal) => cudaipc::synchronize_device(ordinal),
+                None => Ok(()),
+            },
+            Source::Buffer {
+                cuda: Some(ours), ..
+            } => ours.device()?.synchronize(),
+            Source::Buffer { cuda: None, .. } => Ok(()),
         }
     }
 
@@ -139,8 +154,8 @@ impl Drop for FrameShared {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty();
-        if unordered && let Some(device) = self.cuda_device() {
-            let _ = cudaipc::synchronize_device(device);
+        if unordered {
+            let _ = self.synchronize_device();
         }
         // The buffer goes now, not at pyo3's next call: a DLPack deleter
         // runs outside pyo3's knowledge of the GIL, which would defer it.
@@ -161,23 +176,24 @@ impl Drop for FrameShared {
 /// as an array: (height, width, channels) for packed formats, (height,
 /// width) for GRAY8, I420's planes and NV12's luma, (height / 2, width / 2,
 /// 2) for NV12's interleaved chroma.
-pub fn plane_view(layout: &VideoLayout, plane: usize) -> Option<(u64, Vec<i64>, Vec<i64>)> {
+pub fn plane_view(layout: &VideoLayout, plane: usize) -> Option<(u64, Dims, Dims)> {
     let format = layout.format();
     let placed = layout.planes().get(plane)?;
     let rows = format.rows(plane, layout.height()) as i64;
     let stride = i64::from(placed.stride);
+    let width = i64::from(layout.width());
     let (shape, strides) = match (format, plane) {
-        (VideoFormat::Rgb, _) => (vec![rows, i64::from(layout.width()), 3], vec![stride, 3, 1]),
+        (VideoFormat::Rgb, _) => (Dims::new([rows, width, 3]), Dims::new([stride, 3, 1])),
         (VideoFormat::Rgba | VideoFormat::Bgra | VideoFormat::Rgbx | VideoFormat::Bgrx, _) => {
-            (vec![rows, i64::from(layout.width()), 4], vec![stride, 4, 1])
+            (Dims::new([rows, width, 4]), Dims::new([stride, 4, 1]))
         }
         (VideoFormat::Nv12, 1) => (
-            vec![rows, format.row_bytes(1, layout.width()) as i64 / 2, 2],
-            vec![stride, 2, 1],
+            Dims::new([rows, format.row_bytes(1, layout.width()) as i64 / 2, 2]),
+            Dims::new([stride, 2, 1]),
         ),
         _ => (
-            vec![rows, format.row_bytes(plane, layout.width()) as i64],
-            vec![stride, 1],
+            Dims::new([rows, format.row_bytes(plane, layout.width()) as i64]),
+            Dims::new([stride, 1]),
         ),
     };
     Some((placed.offset, shape, strides))
@@ -224,7 +240,7 @@ impl Frame {
             device_ordinal: frame.device_ordinal(),
             stream: frame.cuda_stream().map(|s| s as usize),
             shared: Mutex::new(Some(Arc::new(FrameShared {
-                source: Source::Channel(Box::new(frame)),
+                source: Source::Channel(frame),
                 streams: Mutex::new(Vec::new()),
             }))),
         }
@@ -245,8 +261,8 @@ impl Frame {
             pts,
             missed_before: 0,
             address,
-            device_ordinal: cuda.map(|c| c.device_ordinal),
-            stream: cuda.map(|c| c.stream),
+            device_ordinal: cuda.as_ref().map(|c| c.device_ordinal),
+            stream: cuda.as_ref().map(|c| c.stream),
             shared: Mutex::new(Some(Arc::new(FrameShared {
                 source: Source::Buffer {
                     holder: Some(holder),
@@ -346,10 +362,11 @@ impl Frame {
         if self.device_ordinal.is_some() {
             // DLPack: None is the legacy default stream, -1 asks for no
             // synchronisation.
-            let handle = match stream {
+            let handle = match stream.map(|s| (s, s.extract::<i64>())) {
                 None => Some(streams::LEGACY_DEFAULT),
-                Some(s) if s.extract::<i64>().is_ok_and(|s| s == -1) => None,
-                Some(s) => Some(streams::handle(s)?),
+                Some((_, Ok(-1))) => None,
+                Some((_, Ok(raw))) if raw >= 0 => Some(raw as usize),
+                Some((s, _)) => Some(streams::handle(s)?),
             };
             if let Some(handle) = handle {
                 // SAFETY: the consumer's stream, live while it exports.
@@ -378,8 +395,8 @@ impl Frame {
         self.live()?;
         let view = view()?;
         let dict = PyDict::new(py);
-        dict.set_item("shape", PyTuple::new(py, &view.shape)?)?;
-        dict.set_item("strides", PyTuple::new(py, &view.strides)?)?;
+        dict.set_item("shape", PyTuple::new(py, view.shape.iter())?)?;
+        dict.set_item("strides", PyTuple::new(py, view.strides.iter())?)?;
         dict.set_item("typestr", "|u1")?;
         dict.set_item("data", (view.data, true))?;
         dict.set_item("version", 3)?;
@@ -616,7 +633,7 @@ impl FramePlane {
     /// The array's shape.
     #[getter]
     fn shape(&self) -> PyResult<Vec<i64>> {
-        Ok(self.frame.get().view(self.index)?.shape)
+        Ok(self.frame.get().view(self.index)?.shape.to_vec())
     }
 
     /// The frame this plane belongs to.
@@ -693,6 +710,7 @@ pub fn gst_buffer_frame(
         (Some(device_ordinal), Some(stream)) => Some(BufferStream {
             device_ordinal,
             stream: stream as usize,
+            device: OnceLock::new(),
         }),
         (None, None) => None,
         _ => {

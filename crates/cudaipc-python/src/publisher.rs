@@ -142,7 +142,7 @@ impl Publisher {
             1 => self.describe(),
             _ => format!("plane {plane} of {}", self.describe()),
         };
-        if shape != expected_shape || dtype != DLDataType::U8 {
+        if shape[..] != expected_shape[..] || dtype != DLDataType::U8 {
             let err = PyValueError::new_err(format!(
                 "{what}: expected shape {} dtype uint8, got shape {} dtype {}",
                 shape_text(&expected_shape),
@@ -465,7 +465,7 @@ impl Publisher {
     #[getter]
     fn shapes(&self) -> Vec<Vec<i64>> {
         (0..self.layout.format().plane_count())
-            .filter_map(|plane| plane_view(&self.layout, plane).map(|(_, shape, _)| shape))
+            .filter_map(|plane| plane_view(&self.layout, plane).map(|(_, shape, _)| shape.to_vec()))
             .collect()
     }
 

@@ -150,9 +150,10 @@ impl Subscriber {
         if self.ended {
             return Ok(None);
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // What is left of the timeout, counted down by the waits that ran
+        // out: no clock is read for a frame that comes within the first.
+        let mut left = timeout;
         loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let wait = left.map_or(SIGNAL_CHECK, |left| left.min(SIGNAL_CHECK));
             let inner = self.inner()?;
             match py.allow_threads(|| inner.next_frame(Some(wait))) {
@@ -162,6 +163,7 @@ impl Subscriber {
                     return Ok(None);
                 }
                 Err(cudaipc::Error::Timeout(_)) if left.is_none_or(|left| left > wait) => {
+                    left = left.map(|left| left - wait);
                     py.check_signals()?;
                 }
                 Err(cudaipc::Error::Timeout(_)) => {

@@ -352,8 +352,10 @@ impl Subscriber {
             return Ok(Some(Event::Frame(frame)));
         }
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        // The whole timeout on the first pass; what is left of it after a
+        // stale frame.
+        let mut left = timeout;
         loop {
-            let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
             let frame = match self.consumer.next(interrupt, left) {
                 Ok(Item::Frame(frame)) => frame,
                 Ok(Item::Eos) => return Ok(Some(Event::Eos)),
@@ -376,6 +378,7 @@ impl Subscriber {
                 Refresh::Current(slots) => slots,
                 Refresh::Stale => {
                     self.stale.fetch_add(1, Ordering::Relaxed);
+                    left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     continue;
                 }
                 Refresh::Gone(gone) => return Ok(Some(Event::ProducerGone(gone))),
@@ -383,6 +386,7 @@ impl Subscriber {
             let new_caps = if frame.caps_generation != self.caps_generation {
                 let Some(caps) = self.consumer.frame_caps(frame.caps_generation) else {
                     self.stale.fetch_add(1, Ordering::Relaxed);
+                    left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     continue;
                 };
                 self.caps_generation = frame.caps_generation;

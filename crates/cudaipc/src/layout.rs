@@ -150,14 +150,32 @@ const MAX_DIMENSION: u32 = i32::MAX as u32;
 /// assert!(VideoLayout::with_strides(VideoFormat::Rgb, 640, 480, &[1000]).is_err());
 /// # Ok::<(), cudaipc::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct VideoLayout {
     format: VideoFormat,
     width: u32,
     height: u32,
-    planes: Vec<Plane>,
+    /// The format's planes first, the rest zero: held inline, so that a
+    /// layout is copied with each frame without an allocation.
+    planes: [Plane; MAX_PLANES],
     frame_size: usize,
     framerate: (u32, u32),
+}
+
+/// The most planes a format has (I420).
+const MAX_PLANES: usize = 3;
+
+impl std::fmt::Debug for VideoLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VideoLayout")
+            .field("format", &self.format)
+            .field("width", &self.width)
+            .field("height", &self.height)
+            .field("planes", &self.planes())
+            .field("frame_size", &self.frame_size)
+            .field("framerate", &self.framerate)
+            .finish()
+    }
 }
 
 impl VideoLayout {
@@ -266,11 +284,16 @@ impl VideoLayout {
                 )));
             }
         }
+        let mut inline = [Plane {
+            offset: 0,
+            stride: 0,
+        }; MAX_PLANES];
+        inline[..planes.len()].copy_from_slice(planes);
         Ok(Self {
             format,
             width,
             height,
-            planes: planes.to_vec(),
+            planes: inline,
             frame_size,
             framerate: (0, 1),
         })
@@ -307,7 +330,7 @@ impl VideoLayout {
 
     /// Offset and stride of each plane, in plane order.
     pub fn planes(&self) -> &[Plane] {
-        &self.planes
+        &self.planes[..self.format.plane_count()]
     }
 
     /// Bytes of one frame: what [`Publisher::publish`](crate::Publisher::publish)
@@ -408,7 +431,7 @@ impl VideoLayout {
     /// (offset, stride) of each plane, as the channel's frame metadata
     /// carries them.
     pub(crate) fn wire_planes(&self) -> Vec<(u64, u32)> {
-        self.planes.iter().map(|p| (p.offset, p.stride)).collect()
+        self.planes().iter().map(|p| (p.offset, p.stride)).collect()
     }
 
     /// This layout's format and size with the planes a frame carries
@@ -418,11 +441,18 @@ impl VideoLayout {
         planes: &[(u64, u32)],
         frame_size: usize,
     ) -> Option<Self> {
-        let planes: Vec<Plane> = planes
-            .iter()
-            .map(|&(offset, stride)| Plane { offset, stride })
-            .collect();
-        Self::with_planes(self.format, self.width, self.height, &planes, frame_size)
+        if planes.len() > MAX_PLANES {
+            return None;
+        }
+        let mut inline = [Plane {
+            offset: 0,
+            stride: 0,
+        }; MAX_PLANES];
+        for (plane, &(offset, stride)) in inline.iter_mut().zip(planes) {
+            *plane = Plane { offset, stride };
+        }
+        let planes = &inline[..planes.len()];
+        Self::with_planes(self.format, self.width, self.height, planes, frame_size)
             .ok()
             .map(|layout| Self {
                 framerate: self.framerate,

@@ -47,7 +47,7 @@ mod subscriber;
 
 pub use cudaipc_channel::{IpcMode, WhenFull};
 pub use error::Error;
-pub use gpu_order::{order_streams, synchronize_device};
+pub use gpu_order::{CudaDevice, order_streams, synchronize_device};
 pub use layout::{Plane, VideoFormat, VideoLayout};
 pub use publisher::{FrameLoan, Published, Publisher, PublisherOptions, Transport};
 pub use subscriber::{Frame, Frames, Subscriber, SubscriberOptions};

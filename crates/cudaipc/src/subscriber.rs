@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{ConsumerMode, IpcMode, WaitMode};
@@ -181,12 +181,12 @@ impl Subscriber {
     /// none came in time; [`Error::ProducerGone`] once the producer closed
     /// the channel without an end of stream, or died.
     pub fn next_frame(&mut self, timeout: Option<Duration>) -> Result<Option<Frame>, Error> {
-        let deadline = timeout.map(|timeout| Instant::now() + timeout);
         loop {
-            let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            // The wait is `timeout` again after caps: they come with a frame
+            // that the next call hands out at once.
             let event = self
                 .inner
-                .next_within(&self.no_interrupt, left)
+                .next_within(&self.no_interrupt, timeout)
                 .map_err(Error::Read)?;
             match event {
                 None => return Err(Error::Timeout(timeout.unwrap_or_default())),

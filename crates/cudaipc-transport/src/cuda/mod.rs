@@ -160,6 +160,9 @@ pub struct Device {
     compute_capability: (i32, i32),
     mps: bool,
     total_memory: usize,
+    /// The event [`Device::order_streams`] re-records (null until first
+    /// used); the lock spans its record and the wait on it.
+    order_event: Mutex<sys::CUevent>,
 }
 
 // SAFETY: CUDA contexts and streams may be used from any thread once made
@@ -316,6 +319,7 @@ impl Device {
             compute_capability: (major, minor),
             mps: mps_known && mps != 0,
             total_memory,
+            order_event: Mutex::new(std::ptr::null_mut()),
         })
     }
 
@@ -378,6 +382,41 @@ impl Device {
         })?;
         CURRENT.with(|c| c.set(self.context));
         Ok(())
+    }
+
+    /// Makes later work on `waiter` wait, on the GPU, for the work queued on
+    /// `signaller` so far: one event of the device's own, recorded on the
+    /// one and waited for by the other. A wait captures the record made
+    /// before it, so re-recording the event for the next pair is safe; no
+    /// event is created or destroyed per call.
+    ///
+    /// # Safety
+    /// Both are live `CUstream`s of this device's primary context (or
+    /// `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`).
+    pub unsafe fn order_streams(
+        &self,
+        waiter: sys::CUstream,
+        signaller: sys::CUstream,
+    ) -> Result<()> {
+        self.bind()?;
+        let mut event = self.order_event.lock().unwrap_or_else(|e| e.into_inner());
+        if event.is_null() {
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: valid out pointer; the context is bound.
+            check("cuEventCreate", unsafe {
+                sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+            })?;
+            *event = raw;
+        }
+        // SAFETY: the caller's streams; the event is this context's and
+        // lives as long as the device (never destroyed).
+        unsafe {
+            check("cuEventRecord", sys::cuEventRecord(*event, signaller))?;
+            check(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(waiter, *event, 0),
+            )
+        }
     }
 
     /// Waits on the host until the work queued so far on every stream of

@@ -27,10 +27,11 @@
 # 32 MB: carry DIR in a call of its own if the 64 MiB carry limit bites), and envNNN.sh then points
 # GST_CUDA_NVRTC_LIBNAME at it.
 # With PYGI=1 the runtime also carries the suite's Python with PyGObject and the typelibs of GLib and
-# GStreamer (1.26: Python 3.13, about 4 MB more in the xz carry, without NumPy): envNNN.sh then makes
+# GStreamer (1.26: Python 3.13, without NumPy; docs/python.md says what it adds): envNNN.sh then makes
 # $GST_RT/wrap/python3-gi, which starts it through the runtime's loader, importing the runtime's
 # GStreamer (`gi.require_version('Gst', '1.0')`) and the plugin of GST_PLUGIN_PATH; packages of
-# your own (the cudaipc abi3 wheel) go on PYTHONPATH (`pip install --target DIR`, or unzip the wheel).
+# your own go on PYTHONPATH (`pip install --target`, or an unzipped wheel); DIR/python comes first
+# (scripts/stage-gpu-host.sh unpacks the cudaipc abi3 wheel there).
 # Proven on the H200 host (1.26): the plugin built on Debian 12 loads and
 # passes 4K frames between two gst-launch-1.0 processes, with nvcodec's
 # cudaupload/cudadownload, and upstream's cudaipc elements run beside it.
@@ -116,10 +117,11 @@ for b in bin/gst-launch-1.0 bin/gst-inspect-1.0 bin/gst-device-monitor-1.0 bin/g
   chmod +x $GST_RT/wrap/${b#bin/}
 done
 if [ -d $GST_RT/root/python ]; then
-  # The runtime's Python with PyGObject; PYTHONPATH (packages of your own) is kept.
+  # The runtime's Python with PyGObject. Packages of your own go on PYTHONPATH, after
+  # DIR/python (the cudaipc package that scripts/stage-gpu-host.sh puts there).
   _py=$(cd $GST_RT/root/python/bin && echo python3.*)
-  printf '#!/bin/sh\nPYTHONHOME=%s GI_TYPELIB_PATH=%s exec %s --library-path %s %s "$@"\n' \
-    "$GST_RT/root/python" "$GST_RT/root/python/girepository-1.0" "$GST_RT_LOADER" \
+  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} PYTHONHOME=%s GI_TYPELIB_PATH=%s exec %s --library-path %s %s "$@"\n' \
+    "$_gh/python" "$GST_RT/root/python" "$GST_RT/root/python/girepository-1.0" "$GST_RT_LOADER" \
     "$GST_RT_LIBS:/usr/lib/x86_64-linux-gnu" "$GST_RT/root/python/bin/$_py" > $GST_RT/wrap/python3-gi
   chmod +x $GST_RT/wrap/python3-gi
 fi

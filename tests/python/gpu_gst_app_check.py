@@ -27,8 +27,10 @@ channel B, which a second gst-launch-1.0 checks:
     $GST_RT/wrap/python3-gi tests/python/gpu_gst_app_check.py
     python3 tests/python/gpu_gst_app_check.py --transport host
 
-GST_PLUGIN_PATH must point at the plugin (envNNN.sh sets it on the GPU
-host); PYTHONPATH at the cudaipc package if it is not installed.
+GST_PLUGIN_PATH must point at the plugin and PYTHONPATH at the cudaipc
+package if it is not installed: on the GPU host, .gpu-host126/env126.sh
+sets the first and python3-gi puts .gpu-host126/python (staged by
+scripts/stage-gpu-host.sh --gst126) on sys.path.
 """
 
 import argparse

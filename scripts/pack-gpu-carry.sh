@@ -37,6 +37,8 @@ for nnn in "$@"; do
     *) echo "usage: $0 [122] [126] [128]" >&2; exit 2 ;;
   esac
   builds+=($dir/build)
+  # The cudaipc package stage-gpu-host.sh unpacked for the runtime's Python.
+  [ ! -d $dir/python ] || builds+=($dir/python)
 done
 tar cf - "${builds[@]}" | xz -T2 -6 --lzma2=preset=6,dict=192MiB > .gpu-carry/builds.tar.xz
 echo "xz -dc .gpu-carry/builds.tar.xz | tar xf -" >> .gpu-carry/unpack.sh

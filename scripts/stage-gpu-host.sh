@@ -6,7 +6,9 @@
 # (--gst128) it also stages a GStreamer 1.26 (1.28) runtime with nvcodec and
 # NVRTC 12 into .gpu-host126 (.gpu-host128) and a copy of the build given
 # that runtime's loader (.gpu-host126/build) for
-# `scripts/gpu-tests.sh --gst126` (--gst128).
+# `scripts/gpu-tests.sh --gst126` (--gst128), with the cudaipc Python package
+# (.gpu-host126/python) for the runtime's Python (PYGI=1 of make-runtime.sh):
+# `$GST_RT/wrap/python3-gi tests/python/gpu_gst_app_check.py`.
 # usage (repo root, this machine): scripts/stage-gpu-host.sh [--gst126] [--gst128]
 set -euo pipefail
 versions=()
@@ -18,6 +20,17 @@ for arg in "$@"; do
   esac
 done
 shared=../shared/gpu-host
+if [ ${#versions[@]} -gt 0 ]; then
+  # The cudaipc abi3 wheel, stripped, for the newer runtimes' Python.
+  # maturin in the venv of scripts/python-tests.sh, made as it makes it.
+  if [ ! -x target/python-venv/bin/maturin ]; then
+    [ -x target/python-venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages target/python-venv
+    target/python-venv/bin/pip install --quiet --disable-pip-version-check "maturin>=1.5,<2"
+  fi
+  rm -rf target/python-release/wheels
+  target/python-venv/bin/maturin build --quiet --release --strip -m crates/cudaipc-python/Cargo.toml \
+    -i target/python-venv/bin/python --target-dir target/python-release -o target/python-release/wheels
+fi
 [ -f .gpu-host/gst-runtime.tgz ] || "$shared/make-runtime.sh" .gpu-host
 "$shared/stage-build.sh" .gpu-host >/dev/null
 strip .gpu-host/build/* 2>/dev/null || true
@@ -25,7 +38,12 @@ cp /usr/lib/x86_64-linux-gnu/gstreamer-1.0/libgstvideoparsersbad.so .gpu-host/bu
 for version in "${versions[@]}"; do
   nnn=${version/./}
   dir=.gpu-host$nnn
-  [ -f $dir/gst$nnn.tgz ] || NVRTC12=1 scripts/gst-runtime/make-runtime.sh "$version" $dir
+  # Made again when it lacks the Python with PyGObject (PYGI=1), which
+  # tests/python/gpu_gst_app_check.py runs on (tar reads the whole listing:
+  # grep -q would end it early, and pipefail would fail the test).
+  if [ ! -f $dir/gst$nnn.tgz ] || ! tar tzf $dir/gst$nnn.tgz | grep '^root/python/bin/' >/dev/null; then
+    NVRTC12=1 PYGI=1 scripts/gst-runtime/make-runtime.sh "$version" $dir
+  fi
   rm -rf $dir/build && mkdir -p $dir/build
   cp .gpu-host/build/* $dir/build/
   # The runtime's own parsers come with it.
@@ -37,6 +55,9 @@ for version in "${versions[@]}"; do
     patchelf --force-rpath --set-interpreter /tmp/gst$nnn/root/lib/ld-linux-x86-64.so.2 \
       --set-rpath /tmp/gst$nnn/root/lib:/tmp/gst$nnn/nvrtc:/usr/lib/x86_64-linux-gnu "$f"
   done
+  # The cudaipc package for the runtime's Python (its wrap/python3-gi puts
+  # $dir/python on sys.path).
+  rm -rf $dir/python && python3 -m zipfile -e target/python-release/wheels/cudaipc-*.whl $dir/python
   du -sh $dir
 done
 du -sh .gpu-host

@@ -26,6 +26,12 @@
 # script also puts libnvrtc.so.12 (PyPI's nvidia-cuda-nvrtc-cu12 wheel) into DIR/nvrtc12.tar.xz (about
 # 32 MB: carry DIR in a call of its own if the 64 MiB carry limit bites), and envNNN.sh then points
 # GST_CUDA_NVRTC_LIBNAME at it.
+# With PYGI=1 the runtime also carries the suite's Python with PyGObject and the typelibs of GLib and
+# GStreamer (1.26: Python 3.13, without NumPy; docs/python.md says what it adds): envNNN.sh then makes
+# $GST_RT/wrap/python3-gi, which starts it through the runtime's loader, importing the runtime's
+# GStreamer (`gi.require_version('Gst', '1.0')`) and the plugin of GST_PLUGIN_PATH; packages of
+# your own go on PYTHONPATH (`pip install --target`, or an unzipped wheel); DIR/python comes first
+# (scripts/stage-gpu-host.sh unpacks the cudaipc abi3 wheel there).
 # Proven on the H200 host (1.26): the plugin built on Debian 12 loads and
 # passes 4K frames between two gst-launch-1.0 processes, with nvcodec's
 # cudaupload/cudadownload, and upstream's cudaipc elements run beside it.
@@ -55,15 +61,24 @@ case $packaged in
   $version.*) ;;
   *) echo "Debian $suite has GStreamer $packaged, not $version (set GST_RUNTIME_SUITE)" >&2; exit 1 ;;
 esac
+python=
+pygi_pkgs=
+if [ "${PYGI:-0}" = 1 ]; then
+  python=$(apt-cache $o depends python3-minimal | awk '/Depends: python3\.[0-9]+-minimal/{sub(/-minimal/, "", $2); print $2; exit}')
+  [ -n "$python" ] || { echo "Debian $suite: no python3.X-minimal found" >&2; exit 1; }
+  pygi_pkgs="$python-minimal lib$python-minimal lib$python-stdlib python3-gi gir1.2-glib-2.0 gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0"
+fi
 pkgs=$(apt-cache $o depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances \
-  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
+  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad $pygi_pkgs \
   | grep -v '^ ' | grep -v '^<' | sort -u | grep -Ev '^(debconf|dpkg|perl-base|tzdata|base-files|usrmerge|init-system-helpers|sensible-utils|debianutils)$')
 (cd $work/debs && apt-get $o download $pkgs >/dev/null 2>&1 || true)
 (cd $work/debs && apt-get $o download libc6 libstdc++6 libgcc-s1 >/dev/null)
 mkdir -p $work/stage
 for f in $work/debs/*.deb; do dpkg -x $f $work/stage; done
-EXTRA_LIBS="libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libgstcheck-1.0.so.0 libgstcuda-1.0.so.0 libgstapp-1.0.so.0 libgstvideo-1.0.so.0" \
-  python3 "$here/mkroot.py" $work/stage $work/root \
+extra_libs="libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libgstcheck-1.0.so.0 libgstcuda-1.0.so.0 libgstapp-1.0.so.0 libgstvideo-1.0.so.0"
+# The libraries of the typelibs, which PyGObject opens by name.
+[ -z "$python" ] || extra_libs="$extra_libs libgio-2.0.so.0 libgmodule-2.0.so.0 libgstbase-1.0.so.0"
+EXTRA_LIBS="$extra_libs" PYTHON="$python" python3 "$here/mkroot.py" $work/stage $work/root \
   coreelements coretracers videotestsrc videoconvertscale videorate app nvcodec imagefreeze debugutilsbad debug videoparsersbad jpeg png shm inter
 cp -L $work/stage/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 $work/root/lib/ 2>/dev/null || cp -L $work/stage/lib64/ld-linux-x86-64.so.2 $work/root/lib/
 echo "GStreamer $packaged (Debian $suite)" > $work/root/VERSION
@@ -101,6 +116,15 @@ for b in bin/gst-launch-1.0 bin/gst-inspect-1.0 bin/gst-device-monitor-1.0 bin/g
   printf '#!/bin/sh\nexec %s --library-path %s %s "$@"\n' "$GST_RT_LOADER" "$GST_RT_LIBS:/usr/lib/x86_64-linux-gnu" "$GST_RT/root/$b" > $GST_RT/wrap/${b#bin/}
   chmod +x $GST_RT/wrap/${b#bin/}
 done
+if [ -d $GST_RT/root/python ]; then
+  # The runtime's Python with PyGObject. Packages of your own go on PYTHONPATH, after
+  # DIR/python (the cudaipc package that scripts/stage-gpu-host.sh puts there).
+  _py=$(cd $GST_RT/root/python/bin && echo python3.*)
+  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} PYTHONHOME=%s GI_TYPELIB_PATH=%s exec %s --library-path %s %s "$@"\n' \
+    "$_gh/python" "$GST_RT/root/python" "$GST_RT/root/python/girepository-1.0" "$GST_RT_LOADER" \
+    "$GST_RT_LIBS:/usr/lib/x86_64-linux-gnu" "$GST_RT/root/python/bin/$_py" > $GST_RT/wrap/python3-gi
+  chmod +x $GST_RT/wrap/python3-gi
+fi
 export PATH=$GST_RT/wrap:$PATH
 unset LD_LIBRARY_PATH
 export GST_PLUGIN_SYSTEM_PATH=$GST_RT/root/gst GST_REGISTRY=$GST_RT/registry.bin GST_REGISTRY_FORK=no

@@ -23,7 +23,9 @@ CuPy's kernels.
    zero copy (the array's pointer is the buffer's CudaIpcMeta device-ptr),
    with the release gate of 2 (the buffer's slot goes back after the work
    queued on the stream), frames verified against the counter pattern.
-   Without PyGObject it prints ``SKIPPED: from_gst_sample (...)``.
+   Without PyGObject it prints ``SKIPPED: from_gst_sample (...)``: a GPU
+   host without it runs tests/python/gpu_gst_app_check.py through the
+   GStreamer runtime's Python (scripts/gst-runtime/make-runtime.sh, PYGI=1).
 
     GST_PLUGIN_PATH=target/release python3 tests/python/gpu_check.py
 """
@@ -181,7 +183,8 @@ def gst_app_gate(cp):
         gi.require_version("Gst", "1.0")
         from gi.repository import Gst
     except (ImportError, ValueError) as e:
-        print(f"SKIPPED: from_gst_sample (no PyGObject: {e})")
+        print(f"SKIPPED: from_gst_sample (no PyGObject: {e}); without CuPy, the GStreamer "
+              "runtime's Python checks it: $GST_RT/wrap/python3-gi tests/python/gpu_gst_app_check.py")
         return
     Gst.init(None)
     channel = f"py-gpu-appsink-{os.getpid()}"

@@ -8,6 +8,8 @@ import ctypes
 import gc
 import hashlib
 import subprocess
+import sys
+from pathlib import Path
 
 import cudaipc
 import numpy as np
@@ -186,3 +188,11 @@ def test_without_a_gpu_ordering_a_cuda_buffer_is_an_exception():
     with pytest.raises(cudaipc.DeviceError):
         frame.__dlpack__()
     frame.release()
+
+
+def test_the_gpu_host_appsink_check_passes_on_the_host_transport():
+    check = Path(__file__).with_name("gpu_gst_app_check.py")
+    done = subprocess.run([sys.executable, str(check), "--transport", "host"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{check.name} failed:\n{done.stdout}\n{done.stderr}"
+    assert "from_gst_sample: 30 frames" in done.stdout and "all passed" in done.stdout, done.stdout

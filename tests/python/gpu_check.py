@@ -36,17 +36,10 @@ import sys
 import time
 
 import cudaipc
+from gpu_skip import skip
 
 WIDTH, HEIGHT, FRAMES = 3840, 2160, 60
 ROW_BYTES = WIDTH * 3
-
-
-def skip(why):
-    if os.environ.get("CUDAIPC_REQUIRE_GPU") == "1":
-        print(f"FAILED: CUDAIPC_REQUIRE_GPU=1 but {why}", file=sys.stderr)
-        sys.exit(1)
-    print(f"SKIPPED: no CUDA device ({why})")
-    sys.exit(0)
 
 
 def cupy_or_skip():

@@ -41,15 +41,9 @@ import re
 import subprocess
 import sys
 
+from gpu_skip import skip
+
 CU_STREAM_LEGACY = 1
-
-
-def skip(why):
-    if os.environ.get("CUDAIPC_REQUIRE_GPU") == "1":
-        print(f"FAILED: CUDAIPC_REQUIRE_GPU=1 but {why}", file=sys.stderr)
-        sys.exit(1)
-    print(f"SKIPPED: no CUDA device ({why})")
-    sys.exit(0)
 
 
 def cuda_device_or_skip():

@@ -190,19 +190,28 @@ pub enum ProducerLost {
 #[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcFrames")]
 pub enum ConsumerMode {
-    #[default]
-    #[enum_value(name = "Every frame, in order", nick = "every")]
-    Every,
+    #[enum_value(
+        name = "Every frame, in order, live or not: the producer waits for this consumer, even a live one",
+        nick = "every"
+    )]
+    Every = 0,
     #[enum_value(
         name = "Only the latest frame; never holds the producer back",
         nick = "latest"
     )]
-    Latest,
+    Latest = 1,
+    #[default]
+    #[enum_value(
+        name = "Every frame, in order; on a live channel at this consumer's own pace (frames it falls behind on are missed), never holding the producer back",
+        nick = "auto"
+    )]
+    Auto = 2,
 }
 
 impl From<ConsumerMode> for ipc::ConsumerMode {
     fn from(f: ConsumerMode) -> Self {
         match f {
+            ConsumerMode::Auto => Self::Auto,
             ConsumerMode::Every => Self::EveryFrame,
             ConsumerMode::Latest => Self::Latest,
         }

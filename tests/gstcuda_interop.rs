@@ -281,6 +281,50 @@ fn cudatestsrc_writes_gst_cuda_memory_for_nvcodec() {
     assert!(frames == expected, "frames through cudadownload differ");
 }
 
+/// `output-memory=gstcuda` into nvcodec's elements: frames read back through
+/// `cudadownload` (and converted by `cudaconvert`) equal the chain without
+/// GstCudaMemory, and no GStreamer-CRITICAL is logged (`init` makes them
+/// fatal). A copy of the mapped output memory (`gst_memory_copy`, which
+/// fails while it is mapped for writing) once logged one per frame.
+#[test]
+fn gstcuda_output_of_cudatestsrc_is_read_unchanged_by_nvcodec_elements() {
+    if !gpu_with_nvcodec("gstcuda_output_of_cudatestsrc_is_read_unchanged_by_nvcodec_elements") {
+        return;
+    }
+    let caps = "format=RGBA,width=1920,height=1080,framerate=30/1";
+    let expected = frames_of(&format!(
+        "cudatestsrc num-buffers=12 ! video/x-raw,{caps} ! appsink name=sink sync=false"
+    ));
+    assert_eq!(expected.len(), FRAMES);
+    for memory in ["gstcuda", "auto"] {
+        let frames = frames_with(
+            &format!(
+                "cudatestsrc name=probe output-memory={memory} num-buffers=12 ! video/x-raw(memory:CUDAMemory),{caps} ! cudadownload ! video/x-raw,{caps} ! appsink name=sink sync=false"
+            ),
+            |buffer| assert!(gstcuda::is_cuda_memory(buffer.peek_memory(0))),
+        );
+        assert_eq!(frames.len(), FRAMES, "output-memory={memory}");
+        assert!(frames == expected, "output-memory={memory}: frames differ");
+    }
+    if gst::ElementFactory::find("cudaconvert").is_none() {
+        return;
+    }
+    let nv12 = "format=NV12,width=1920,height=1080,framerate=30/1";
+    let converted = |head: &str| {
+        frames_of(&format!(
+            "{head} ! cudaconvert ! video/x-raw(memory:CUDAMemory),{nv12} ! cudadownload ! video/x-raw,{nv12} ! appsink name=sink sync=false"
+        ))
+    };
+    let reference = converted(&format!(
+        "cudatestsrc num-buffers=12 ! video/x-raw,{caps} ! cudaupload ! video/x-raw(memory:CUDAMemory),{caps}"
+    ));
+    let from_gstcuda = converted(&format!(
+        "cudatestsrc output-memory=gstcuda num-buffers=12 ! video/x-raw(memory:CUDAMemory),{caps}"
+    ));
+    assert_eq!(reference.len(), FRAMES);
+    assert!(from_gstcuda == reference, "cudaconvert's NV12 differs");
+}
+
 #[test]
 fn the_cuda_context_is_shared_with_nvcodec_elements() {
     if !gpu_with_nvcodec("the_cuda_context_is_shared_with_nvcodec_elements") {

@@ -119,7 +119,7 @@ fn properties_have_documented_defaults() {
     for (property, nick) in [
         ("wait-mode", "hybrid"),
         ("on-producer-lost", "error"),
-        ("frames", "every"),
+        ("frames", "auto"),
     ] {
         let value = src.property_value(property);
         let (_, enum_value) = glib::EnumValue::from_value(&value).unwrap();
@@ -198,8 +198,10 @@ fn sink_and_source_in_one_process_deliver_frames_and_stats() {
     ));
     sink.set_src_caps(caps("RGBA", 64, 48));
     sink.play();
+    // The harness answers latency queries as a live source, which makes the
+    // channel live: every frame is asked for.
     let mut src = harness(&format!(
-        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=5000"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=5000 frames=every"
     ));
     src.play();
     // A consumer that attaches to a running channel starts with the next

@@ -1,6 +1,7 @@
 // Stream changes on the producer side, seen by consumers in other
 // processes: caps changes mid-stream, EOS followed by a new stream, flushing
-// seeks upstream of the sink. The producer runs in this process, so that a
+// seeks upstream of the sink; and consumers of different speeds on one live
+// channel. The producer runs in this process, so that a
 // probe can record exactly which frames (PTS and SHA-1) reached the sink;
 // the consumers are `gst-launch-1.0 ... ! checksumsink` children.
 
@@ -35,9 +36,20 @@ struct Producer {
 impl Producer {
     /// `videotestsrc ! capsfilter name=f ! identity ! cudaipcsink name=sink`.
     fn start(channel: &str, caps: &str, sink: &str) -> Self {
+        Self::start_from(
+            &format!(
+                "videotestsrc pattern=ball ! capsfilter name=f caps={caps} ! identity sleep-time=2000"
+            ),
+            channel,
+            sink,
+        )
+    }
+
+    /// `source ! cudaipcsink name=sink`.
+    fn start_from(source: &str, channel: &str, sink: &str) -> Self {
         init();
         let pipeline = gst::parse::launch(&format!(
-            "videotestsrc pattern=ball ! capsfilter name=f caps={caps} ! identity sleep-time=2000 ! rscudaipcsink name=sink channel={channel} sync=false {sink}"
+            "{source} ! rscudaipcsink name=sink channel={channel} sync=false {sink}"
         ))
         .unwrap()
         .downcast::<gst::Pipeline>()
@@ -332,5 +344,106 @@ fn host_latest_frame_consumer_copies_its_frames_out_of_the_slots() {
 fn cuda_latest_frame_consumer_copies_its_frames_out_of_the_slots() {
     if gpu("cuda_latest_frame_consumer_copies_its_frames_out_of_the_slots") {
         latest_frame_consumer_copies(CUDA);
+    }
+}
+
+/// One live producer (30 FPS) and four consumers in other processes: one at
+/// the producer's pace, one asking for every frame (`frames=every`), and two
+/// that take 100 ms and 500 ms a frame. The slow ones never hold the
+/// producer back (it waits for no slot) nor the others (which get every
+/// frame, intact and in order); they miss frames, count them and warn once.
+fn live_channel_consumers_keep_their_own_pace(sink: &str) {
+    const FRAMES: usize = 60;
+    let channel = unique_channel("pace");
+    let src = format!("rscudaipcsrc name=src channel={channel} connect-timeout=20000");
+    let fast = launch(&format!("{src} ! checksumsink"));
+    let every = launch(&format!("{src} frames=every ! checksumsink"));
+    let slow: Vec<PipelineChild> = [100_000, 500_000]
+        .iter()
+        .map(|us| {
+            PipelineChild::spawn(
+                &format!("{src} ! identity sleep-time={us} ! fakesink sync=false"),
+                &["src"],
+            )
+        })
+        .collect();
+    wait_for_waiting_consumers(&channel, 4, LIMIT);
+    let producer = Producer::start_from(
+        &format!(
+            "videotestsrc is-live=true pattern=ball num-buffers={FRAMES} ! capsfilter caps={}",
+            caps("RGB", 320, 240)
+        ),
+        &channel,
+        sink,
+    );
+    producer.wait_recorded(FRAMES);
+    let published: Vec<String> = producer
+        .take_records()
+        .iter()
+        .map(|line| line.split_whitespace().nth(1).unwrap().to_string())
+        .collect();
+    for (consumer, what) in [
+        (fast, "the consumer at the producer's pace"),
+        (every, "frames=every"),
+    ] {
+        let done = consumer.finish(LIMIT);
+        done.assert_success(what);
+        assert!(
+            done.checksums() == published,
+            "{what}: {} frames, not the {FRAMES} published in order",
+            done.checksums().len()
+        );
+    }
+    // The producer never waited for the slow consumers: they hold at most a
+    // frame each, and it does not wait for frames they have not taken. (It
+    // may wait for the frames=every consumer, which asked for that: while it
+    // opens the slots, say.) Waiting for the 2 FPS one would take over 20 s.
+    let waited = Duration::from_nanos(producer.stat("slot-wait-time"));
+    assert!(
+        waited < Duration::from_secs(1),
+        "the producer waited {waited:?} for slots"
+    );
+    let bus = producer.pipeline.bus().unwrap();
+    let slow_pids: Vec<String> = slow.iter().map(|c| format!("pid {} ", c.pid())).collect();
+    while let Some(msg) = bus.pop_filtered(&[gst::MessageType::Warning]) {
+        if let gst::MessageView::Warning(w) = msg.view() {
+            let text = w.error().to_string();
+            assert!(
+                !slow_pids.iter().any(|pid| text.contains(pid.as_str())),
+                "the producer waited for a slow consumer: {text}"
+            );
+        }
+    }
+    for mut consumer in slow {
+        consumer.send("quit");
+        let end = consumer.finish(LIMIT);
+        end.assert_success("a slow consumer");
+        let report = end.report.expect("the slow consumer's final report");
+        assert!(report.num("src.missed") > 0, "{report:?}");
+        let warnings: Vec<&str> = end
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("WARNING") && l.contains("missed"))
+            .collect();
+        assert_eq!(
+            warnings.len(),
+            1,
+            "one warning, naming the fix: {}",
+            end.stderr
+        );
+        assert!(warnings[0].contains("frames=every"), "{}", warnings[0]);
+    }
+    drop(producer);
+}
+
+#[test]
+fn host_live_channel_consumers_keep_their_own_pace() {
+    live_channel_consumers_keep_their_own_pace(HOST);
+}
+
+#[test]
+fn cuda_live_channel_consumers_keep_their_own_pace() {
+    if gpu("cuda_live_channel_consumers_keep_their_own_pace") {
+        live_channel_consumers_keep_their_own_pace(CUDA);
     }
 }

@@ -79,6 +79,8 @@ pub struct CudaIpcSink {
     cuda_context: gstcuda::ContextShare,
     /// Time spent in `render` since `start`, in nanoseconds (`stats`).
     render_ns: AtomicU64,
+    /// Warns when consumers hold a live producer back.
+    held_back: super::held_back::HeldBack,
 }
 
 impl CudaIpcSink {
@@ -355,6 +357,7 @@ impl BaseSinkImpl for CudaIpcSink {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         self.render_ns.store(0, Ordering::Relaxed);
+        self.held_back.reset();
         let settings = self.settings.lock().unwrap().clone();
         let kind = TransportKind::resolve(settings.transport.into());
         let device = publishing::device_for(kind, settings.device_id)?;
@@ -487,6 +490,9 @@ impl BaseSinkImpl for CudaIpcSink {
         let result = cudaipc_channel::wait::timed(&self.render_ns, || {
             publishing::render(&self.obj(), &state, &info, buffer)
         });
+        let channel = self.settings.lock().unwrap().channel.clone();
+        self.held_back
+            .check(self.obj().upcast_ref(), &channel, &state.publisher);
         if result.is_ok() && self.ticker.due() {
             let message = gst::message::Element::builder(self.stats())
                 .src(&*self.obj())

@@ -23,6 +23,7 @@ use std::sync::LazyLock;
 use gst::glib;
 use gst::prelude::*;
 
+mod held_back;
 mod imp;
 mod pool;
 mod publishing;

@@ -35,6 +35,9 @@ pub(super) struct Settings {
     pub(super) is_live: bool,
     pub(super) timestamp_mode: TimestampMode,
     pub(super) frames: enums::ConsumerMode,
+    /// Buffers downstream keeps while this source pushes the next (0: none
+    /// declared).
+    pub(super) hold: u32,
     pub(super) output_memory: OutputMemory,
     pub(super) ipc_mode: enums::SrcIpcMode,
     /// Producers trusted beside the own user (descriptor channels).
@@ -52,6 +55,7 @@ impl Default for Settings {
             is_live: DEFAULT_IS_LIVE,
             timestamp_mode: DEFAULT_TIMESTAMP_MODE,
             frames: enums::ConsumerMode::default(),
+            hold: 0,
             output_memory: OutputMemory::default(),
             ipc_mode: enums::SrcIpcMode::default(),
             allowed_producers: String::new(),
@@ -152,7 +156,14 @@ impl ObjectImpl for CudaIpcSrc {
                     .build(),
                 glib::ParamSpecEnum::builder_with_default("frames", enums::ConsumerMode::default())
                     .nick("Frames")
-                    .blurb("Every frame in order (the producer may wait for us) or only the latest")
+                    .blurb("Which frames: every frame in order, at this consumer's own pace on a live channel (auto); every frame, the producer waiting for this consumer even when live (every); only the latest (latest)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("hold")
+                    .nick("Hold")
+                    .blurb("Buffers downstream keeps while this source pushes the next (an aggregator, a batch, appsink max-buffers); 0: none declared. The producer's ring must have hold+2 slots, or the source fails when it attaches; frames beyond are copied out of their slots")
+                    .maximum(62)
+                    .default_value(0)
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecEnum::builder_with_default("output-memory", OutputMemory::default())
@@ -210,6 +221,7 @@ impl ObjectImpl for CudaIpcSrc {
             }
             "timestamp-mode" => settings.timestamp_mode = value.get().unwrap(),
             "frames" => settings.frames = value.get().unwrap(),
+            "hold" => settings.hold = value.get().unwrap(),
             "output-memory" => settings.output_memory = value.get().unwrap(),
             "ipc-mode" => settings.ipc_mode = value.get().unwrap(),
             "allowed-producers" => {
@@ -234,6 +246,7 @@ impl ObjectImpl for CudaIpcSrc {
             "is-live" => settings.is_live.to_value(),
             "timestamp-mode" => settings.timestamp_mode.to_value(),
             "frames" => settings.frames.to_value(),
+            "hold" => settings.hold.to_value(),
             "output-memory" => settings.output_memory.to_value(),
             "ipc-mode" => settings.ipc_mode.to_value(),
             "allowed-producers" => settings.allowed_producers.to_value(),

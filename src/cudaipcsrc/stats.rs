@@ -22,6 +22,8 @@ pub(super) struct Stats {
     pub producer_pid: u32,
     /// Publish to receive.
     pub latency: LatencyHistogram,
+    /// Whether missed frames were reported (once per start).
+    pub warned_behind: bool,
 }
 
 impl Stats {
@@ -29,6 +31,7 @@ impl Stats {
     pub fn reset(&mut self) {
         *self = Stats {
             producer_pid: self.producer_pid,
+            warned_behind: self.warned_behind,
             ..Stats::default()
         };
     }

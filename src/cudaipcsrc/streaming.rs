@@ -54,6 +54,10 @@ impl CudaIpcSrc {
                     .unwrap_or_default(),
                 gids: Vec::new(),
             },
+            hold: (settings.hold > 0).then_some(settings.hold),
+            // Downstream's threads release our frames while we wait, and we
+            // copy frames rather than hold every slot (`frame_to_buffer`).
+            refuse_self_wait: false,
         };
         let subscriber = Subscriber::attach(config, &self.interrupt, || {
             let (channel, timeout) = (&settings.channel, settings.connect_timeout_ms);
@@ -245,11 +249,20 @@ impl CudaIpcSrc {
         // back, and a slow one (a viewer) would keep a slot of the ring for
         // as long as downstream takes; a copy holds the slot only while the
         // GPU copies.
-        let latest = self.settings.lock().unwrap().frames == crate::enums::ConsumerMode::Latest;
+        // A declared `hold` bounds the slots downstream keeps: frames beyond
+        // it are copied, so that the ring fits every consumer's holds.
+        let (latest, hold) = {
+            let settings = self.settings.lock().unwrap();
+            (
+                settings.frames == crate::enums::ConsumerMode::Latest,
+                settings.hold,
+            )
+        };
         let wrappable = (output.cuda
             && (output.gst_cuda_pool.is_none() || output.slot_wrapper.is_some()))
             || kind == Some(TransportKind::Host);
-        let wrap = wrappable && !latest && frame.frames_held() < frame.slot_count();
+        let within_hold = hold == 0 || frame.frames_held() <= hold as usize;
+        let wrap = wrappable && !latest && within_hold && frame.frames_held() < frame.slot_count();
         let (seq, slot, held) = (frame.seq, frame.slot, frame.frames_held());
         let missed = frame.missed_before;
         let timestamps = self.timestamps();
@@ -271,7 +284,37 @@ impl CudaIpcSrc {
         stats.frames += 1;
         stats.missed += missed;
         stats.count(delivery);
+        let first_missed = missed > 0 && !std::mem::replace(&mut stats.warned_behind, true);
+        let total_missed = stats.missed;
+        drop(stats);
+        if first_missed {
+            self.warn_behind(total_missed);
+        }
         Ok(buffer)
+    }
+
+    /// Once per start: this consumer fell behind its producer and missed
+    /// frames; how to get every frame.
+    fn warn_behind(&self, missed: u64) {
+        let Settings {
+            channel, frames, ..
+        } = self.settings.lock().unwrap().clone();
+        let how = match frames {
+            crate::enums::ConsumerMode::Every => {
+                "its producer drops frames (when-full=drop on rscudaipcsink)".to_owned()
+            }
+            _ => "the channel is live and this consumer is slower than its producer, which does not wait for it; set frames=every on rscudaipcsrc to get every frame (the producer then waits for this consumer), or frames=latest to take only the newest".to_owned(),
+        };
+        gst::element_imp_warning!(
+            self,
+            gst::ResourceError::Read,
+            (
+                "rscudaipcsrc missed {} frames of channel '{}' (stats: missed)",
+                missed,
+                channel
+            ),
+            ["{}", how]
+        );
     }
 
     /// By default this pipeline's running time now; while not playing

@@ -537,7 +537,12 @@ impl<'a> MappedCudaMemory<'a> {
         &self,
     ) -> Result<cudaipc_transport::cuda::DeviceRegion, cudaipc_transport::cuda::CudaError> {
         let device = self.device()?;
-        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(self.memory.to_owned());
+        // A reference, not `to_owned()`: that is `gst_memory_copy`, a copy
+        // of the whole frame on the GPU, which fails (NULL) while the memory
+        // is mapped for writing.
+        // SAFETY: a valid memory; from_glib_none takes a new reference.
+        let memory: gst::Memory = unsafe { gst::Memory::from_glib_none(self.memory.as_ptr()) };
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(memory);
         // SAFETY: a GstCudaMemory's device allocation is `size` bytes at
         // `ptr` in its context's device, and stays allocated while the
         // memory (a reference of which the region owns) lives.

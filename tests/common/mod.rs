@@ -34,6 +34,8 @@ pub use users::*;
 pub fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
+        // As gst-check does: a GStreamer or GLib CRITICAL fails the test.
+        gst::glib::log_set_always_fatal(gst::glib::LogLevels::LEVEL_CRITICAL);
         gst::init().unwrap();
         gstcudaipc::plugin_register_static().unwrap();
     });

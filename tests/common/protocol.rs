@@ -164,10 +164,17 @@ pub fn child_pipeline_main() {
         Ok(_) => loop {
             let msg = bus.timed_pop_filtered(
                 gst::ClockTime::from_mseconds(period),
-                &[gst::MessageType::Eos, gst::MessageType::Error],
+                &[
+                    gst::MessageType::Eos,
+                    gst::MessageType::Error,
+                    gst::MessageType::Warning,
+                ],
             );
             match msg.as_ref().map(|m| m.view()) {
                 Some(gst::MessageView::Eos(_)) => break ("eos", String::new()),
+                Some(gst::MessageView::Warning(w)) => {
+                    eprintln!("WARNING: {} ({:?})", w.error(), w.debug());
+                }
                 Some(gst::MessageView::Error(e)) => {
                     let text = format!("{} ({:?})", e.error(), e.debug());
                     eprintln!("ERROR: {text}");

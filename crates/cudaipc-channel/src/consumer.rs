@@ -29,17 +29,29 @@ pub struct ConsumerConfig {
     /// The producers trusted beside the own user: the owner of a channel's
     /// control block, and on a descriptor channel its socket's peer too.
     pub producers: Peers,
+    /// Frames this consumer keeps while it asks for the next one, if it
+    /// declared a number: asking while holding more is an error, and a
+    /// ring with fewer than `hold + 2` slots is refused.
+    pub hold: Option<u32>,
+    /// Whether [`Consumer::next`] fails at once
+    /// ([`ChannelError::HoldsEverySlot`]) instead of waiting when this
+    /// consumer holds every frame it may hold, so that waiting would wait
+    /// on itself. A GStreamer source leaves it off: other threads
+    /// (downstream) release its frames while it waits.
+    pub refuse_self_wait: bool,
 }
 
 impl Default for ConsumerConfig {
     fn default() -> Self {
         Self {
             channel: String::new(),
-            mode: ConsumerMode::EveryFrame,
+            mode: ConsumerMode::Auto,
             wait_mode: WaitMode::Hybrid,
             connect_timeout: Some(Duration::from_secs(10)),
             ipc_mode: None,
             producers: Peers::default(),
+            hold: None,
+            refuse_self_wait: false,
         }
     }
 }
@@ -345,11 +357,12 @@ impl Consumer {
             for slot in &h.slots {
                 slot.holders.fetch_and(!bit, Ordering::SeqCst);
             }
-            let mode = match config.mode {
-                ConsumerMode::EveryFrame => MODE_EVERY_FRAME,
-                ConsumerMode::Latest => MODE_LATEST,
-            };
-            record.mode.store(mode, Ordering::Relaxed);
+            record
+                .mode
+                .store(config.mode.record_value(), Ordering::Relaxed);
+            record
+                .hold
+                .store(config.hold.unwrap_or(u32::MAX), Ordering::Relaxed);
             record.pid.store(std::process::id(), Ordering::Relaxed);
             record.session.store(shm::random_u64(), Ordering::Relaxed);
             record.frames_received.store(0, Ordering::Relaxed);
@@ -497,6 +510,7 @@ impl Consumer {
                 pool.slot_size
             )));
         }
+        self.check_hold_fits(count)?;
         self.slot_count = count;
         self.slot_size = pool.slot_size;
         self.pool_generation = pool.generation;
@@ -601,6 +615,7 @@ impl Consumer {
         let deadline = timeout.map(|t| Instant::now() + t);
         let next = (|| loop {
             self.check_intact()?;
+            self.check_not_waiting_on_itself()?;
             let published = self.wait_published(interrupt, deadline)?;
             self.check_intact()?;
             if let Some(item) = self.take(published)? {
@@ -635,6 +650,57 @@ impl Consumer {
             if let Some(item) = self.take(published)? {
                 return Ok(Some(item));
             }
+        }
+    }
+
+    /// Slots of the current pool this consumer holds a frame of.
+    pub fn held_count(&self) -> usize {
+        let h = self.header();
+        (0..self.slot_count.min(MAX_SLOTS))
+            .filter(|&i| h.slots[i].holders.load(Ordering::SeqCst) & self.bit != 0)
+            .count()
+    }
+
+    /// Whether the producer marks the channel live (frames come paced).
+    pub fn channel_is_live(&self) -> bool {
+        self.header().live.load(Ordering::Relaxed) != 0
+    }
+
+    /// With `refuse_self_wait`, before waiting for a frame: fails if this
+    /// consumer holds more frames than it declared, or every slot of the
+    /// ring, while no new frame is there to take.
+    fn check_not_waiting_on_itself(&self) -> Result<(), ChannelError> {
+        if !self.config.refuse_self_wait || self.slot_count == 0 {
+            return Ok(());
+        }
+        if self.header().published.load(Ordering::Acquire) > self.cursor {
+            return Ok(());
+        }
+        let held = self.held_count();
+        let over = match self.config.hold {
+            Some(hold) => held > hold as usize,
+            None => held >= self.slot_count,
+        };
+        if over {
+            return Err(ChannelError::HoldsEverySlot {
+                channel: self.config.channel.clone(),
+                held,
+                slots: self.slot_count,
+                hold: self.config.hold,
+            });
+        }
+        Ok(())
+    }
+
+    /// Fails if the declared `hold` does not fit the ring of `slots`.
+    fn check_hold_fits(&self, slots: usize) -> Result<(), ChannelError> {
+        match self.config.hold {
+            Some(hold) if slots < hold as usize + 2 => Err(ChannelError::HoldExceedsRing {
+                channel: self.config.channel.clone(),
+                hold,
+                slots,
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -780,8 +846,7 @@ impl Consumer {
         let h = control_header(&shared);
         let record = &h.consumers[self.index];
         self.cursor = cursor;
-        if missed > 0 && self.config.mode == ConsumerMode::EveryFrame && cursor > self.silent_before
-        {
+        if missed > 0 && self.config.mode != ConsumerMode::Latest && cursor > self.silent_before {
             self.missed = self.missed.saturating_add(missed);
             self.missed_pending = self.missed_pending.saturating_add(missed);
             record.frames_missed.fetch_add(missed, Ordering::Relaxed);

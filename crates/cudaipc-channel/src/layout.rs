@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// "CUDAIPC\0" in little endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAIPC\0");
 /// Bump on any change of the layout or of the rules.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Most slots a channel can have.
 pub const MAX_SLOTS: usize = 64;
@@ -52,9 +52,14 @@ pub const GPU_SYNC_TIMELINE: u32 = 2;
 pub const CONSUMER_FREE: u32 = 0;
 pub const CONSUMER_ACTIVE: u32 = 1;
 
-/// `ConsumerRecord::mode`
-pub const MODE_EVERY_FRAME: u32 = 0;
+/// `ConsumerRecord::mode`: every frame in order; the producer waits for it
+/// unless the channel is live (`ControlHeader::live`), where the consumer
+/// keeps its own pace and misses the frames it cannot keep up with.
+pub const MODE_AUTO: u32 = 0;
+/// Only the newest frame; the producer never waits for it.
 pub const MODE_LATEST: u32 = 1;
+/// Every frame in order, live or not: the producer waits for it.
+pub const MODE_EVERY_FRAME: u32 = 2;
 
 /// Set in `SlotRecord::seq` while the producer owns the slot (empty, being
 /// written, or reserved). A consumer never takes a slot in that state.
@@ -95,7 +100,10 @@ pub struct ControlHeader {
 
     /// STATE_OPEN while the producer lives, STATE_CLOSED after a clean stop.
     pub state: AtomicU32,
-    pub _pad0: AtomicU32,
+    /// 1 while frames come paced (a live source, or a sink synchronised to a
+    /// clock): the producer then waits only for `MODE_EVERY_FRAME`
+    /// consumers. Written by the producer at any time.
+    pub live: AtomicU32,
 
     // Slot pool: guarded by `pool_seqlock` (odd while being written).
     pub pool_seqlock: AtomicU64,
@@ -164,6 +172,10 @@ pub struct ConsumerRecord {
     pub pid: AtomicU32,
     /// Number of valid entries in `release` (slots 0..release_count).
     pub release_count: AtomicU32,
+    /// Frames the consumer declared it holds at once beyond the one it reads
+    /// (`u32::MAX`: none declared). For messages and tools.
+    pub hold: AtomicU32,
+    pub _pad0: AtomicU32,
     /// Random per attachment; tells the producer a record has a new owner.
     pub session: AtomicU64,
     /// Next sequence number this consumer wants (every-frame mode).

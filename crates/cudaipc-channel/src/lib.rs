@@ -23,7 +23,7 @@ pub use consumer::{
 };
 pub use control_block::ControlBlock;
 pub use producer::{
-    ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
+    Blocker, ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
 };
 pub use wait::WaitMode;
 
@@ -41,12 +41,29 @@ pub enum IpcMode {
 /// Which frames a consumer wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConsumerMode {
-    /// Every frame, in order; with `WhenFull::Block` the producer waits for
-    /// this consumer, so nothing is lost.
+    /// Every frame, in order, at the consumer's own pace on a live channel:
+    /// there the producer never waits for it, and a consumer that falls
+    /// behind misses frames (counted). On a channel that is not live it is
+    /// [`EveryFrame`](Self::EveryFrame).
     #[default]
+    Auto,
+    /// Every frame, in order, live or not: with `WhenFull::Block` the
+    /// producer waits for this consumer, so nothing is lost, even when that
+    /// holds a live source back.
     EveryFrame,
     /// Only the newest frame; never holds the producer back.
     Latest,
+}
+
+impl ConsumerMode {
+    /// The value of `ConsumerRecord::mode`.
+    pub(crate) fn record_value(self) -> u32 {
+        match self {
+            ConsumerMode::Auto => layout::MODE_AUTO,
+            ConsumerMode::EveryFrame => layout::MODE_EVERY_FRAME,
+            ConsumerMode::Latest => layout::MODE_LATEST,
+        }
+    }
 }
 
 /// Why the producer is gone.
@@ -154,6 +171,22 @@ pub enum ChannelError {
     Corrupt(String),
     /// Every consumer record of the channel is taken.
     TooManyConsumers,
+    /// The consumer asked for a frame while it holds every frame it may
+    /// hold: `held` frames, `slots` in the ring, `hold` declared (if any).
+    /// Waiting would wait on itself.
+    HoldsEverySlot {
+        channel: String,
+        held: usize,
+        slots: usize,
+        hold: Option<u32>,
+    },
+    /// A declared `hold` that the ring cannot fit: it needs `hold + 2`
+    /// slots (the frames held, the one read, the one being written).
+    HoldExceedsRing {
+        channel: String,
+        hold: u32,
+        slots: usize,
+    },
     ProducerGone(ProducerGone),
     Timeout,
     /// A waiting call was interrupted (element flushing or stopping).
@@ -279,6 +312,42 @@ impl fmt::Display for ChannelError {
                 "the channel already has {} consumers, the most it supports",
                 layout::MAX_CONSUMERS
             ),
+            ChannelError::HoldsEverySlot {
+                channel,
+                held,
+                slots,
+                hold,
+            } => {
+                write!(
+                    f,
+                    "this consumer holds {held} frames of channel '{channel}' and asked for another"
+                )?;
+                match hold {
+                    Some(hold) => write!(
+                        f,
+                        ", more than it declared (hold={hold}: {} frames at once)",
+                        *hold as u64 + 1
+                    )?,
+                    None => write!(
+                        f,
+                        "; the ring has {slots} slots, so the producer cannot publish one until this consumer releases a frame"
+                    )?,
+                }
+                write!(
+                    f,
+                    ": release frames it no longer needs, keep copies instead (copy=True), or declare how many it holds (hold=N; the ring needs N+2 slots)"
+                )
+            }
+            ChannelError::HoldExceedsRing {
+                channel,
+                hold,
+                slots,
+            } => write!(
+                f,
+                "channel '{channel}' has {slots} slots, and hold={hold} needs {}: give the producer more slots (slots={} or more) or hold fewer frames (keep copies instead)",
+                *hold as u64 + 2,
+                *hold as u64 + 2
+            ),
             ChannelError::ProducerGone(ProducerGone::Closed) => {
                 write!(f, "the producer closed the channel")
             }
@@ -346,3 +415,5 @@ fn write_seqlocked(lock: &std::sync::atomic::AtomicU64, write: impl FnOnce()) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_pace;

@@ -116,6 +116,30 @@ pub struct Producer {
     gate_open: std::sync::atomic::AtomicBool,
     /// The socket of a descriptor channel (`IpcMode::Fd`), until closed.
     listener: Mutex<Option<socket::Listener>>,
+    /// Who kept the producer waiting the last time it waited for a slot.
+    last_blockers: Mutex<Vec<Blocker>>,
+}
+
+/// A consumer that kept the producer from writing a slot: it holds frames,
+/// or it asks for every frame and has not taken them all yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocker {
+    /// Its consumer record.
+    pub index: usize,
+    pub pid: u32,
+    /// It asked for every frame, live or not
+    /// ([`ConsumerMode::EveryFrame`](crate::ConsumerMode::EveryFrame)).
+    pub every_frame: bool,
+    /// Slots it holds.
+    pub held: u32,
+    /// Frames published that it has not taken (counted only for consumers
+    /// the producer waits for).
+    pub behind: u64,
+}
+
+/// Whether the producer waits for a consumer of record mode `mode`.
+fn waits_for(mode: u32, live: bool) -> bool {
+    mode == MODE_EVERY_FRAME || (mode == MODE_AUTO && !live)
 }
 
 /// How long a new producer waits for consumers that were already waiting
@@ -208,6 +232,7 @@ impl Producer {
             waiters_gate: Mutex::new(None),
             gate_open: AtomicBool::new(false),
             listener: Mutex::new(listener),
+            last_blockers: Mutex::new(Vec::new()),
         }
     }
 
@@ -458,15 +483,73 @@ impl Producer {
         Ok(generation)
     }
 
+    /// The cursors of the consumers the producer waits for: those that ask
+    /// for every frame, and on a channel that is not live those of
+    /// [`ConsumerMode::Auto`](crate::ConsumerMode::Auto) too.
     fn every_frame_cursors(&self) -> impl Iterator<Item = u64> + '_ {
+        let live = self.is_live();
         self.header()
             .consumers
             .iter()
-            .filter(|c| {
+            .filter(move |c| {
                 c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE
-                    && c.mode.load(Ordering::Relaxed) == MODE_EVERY_FRAME
+                    && waits_for(c.mode.load(Ordering::Relaxed), live)
             })
             .map(|c| c.cursor.load(Ordering::SeqCst))
+    }
+
+    /// Says whether frames come paced (a live source, a clock): on a live
+    /// channel the producer waits only for consumers that ask for every
+    /// frame ([`ConsumerMode::EveryFrame`](crate::ConsumerMode::EveryFrame)).
+    pub fn set_live(&self, live: bool) {
+        self.header().live.store(u32::from(live), Ordering::SeqCst);
+        // A producer waiting for a consumer it no longer waits for re-checks.
+        let h = self.header();
+        wait::notify(&h.release_futex, &h.producer_sleepers);
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.header().live.load(Ordering::Relaxed) != 0
+    }
+
+    /// The consumers that kept the producer waiting for a slot the last
+    /// time it had to wait (see [`Blocker`]).
+    pub fn last_blockers(&self) -> Vec<Blocker> {
+        self.last_blockers.lock().unwrap().clone()
+    }
+
+    /// The consumers that keep every slot from being written now: those
+    /// holding slots, and those the producer waits for that have frames
+    /// still to take.
+    fn blockers_now(&self) -> Vec<Blocker> {
+        let h = self.header();
+        let live = self.is_live();
+        let published = h.published.load(Ordering::Acquire);
+        let count = self.slot_count();
+        h.consumers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE)
+            .filter_map(|(index, c)| {
+                let bit = 1u64 << index;
+                let held = (0..count)
+                    .filter(|&i| h.slots[i].holders.load(Ordering::SeqCst) & bit != 0)
+                    .count() as u32;
+                let mode = c.mode.load(Ordering::Relaxed);
+                let behind = if waits_for(mode, live) {
+                    published.saturating_sub(c.cursor.load(Ordering::SeqCst))
+                } else {
+                    0
+                };
+                (held > 0 || behind > 0).then(|| Blocker {
+                    index,
+                    pid: c.pid.load(Ordering::Relaxed),
+                    every_frame: mode == MODE_EVERY_FRAME,
+                    held,
+                    behind,
+                })
+            })
+            .collect()
     }
 
     fn wait_producer_side<T>(
@@ -530,6 +613,7 @@ impl Producer {
             return Ok(None);
         }
         self.waits.fetch_add(1, Ordering::Relaxed);
+        *self.last_blockers.lock().unwrap() = self.blockers_now();
         wait::timed(&self.wait_ns, || {
             self.wait_producer_side(interrupt, || Ok(self.try_reserve()))
         })

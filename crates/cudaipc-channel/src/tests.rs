@@ -39,6 +39,8 @@ fn consumer_waiting(channel: &str, mode: ConsumerMode, wait_mode: WaitMode) -> C
             connect_timeout: Some(Duration::from_secs(5)),
             ipc_mode: None,
             producers: Default::default(),
+            hold: None,
+            refuse_self_wait: false,
         },
         &AtomicBool::new(false),
     )

@@ -34,6 +34,7 @@ pub fn to_py(py: Python<'_>, e: cudaipc::Error) -> PyErr {
         E::InvalidChannelName(_) => "InvalidArgumentError",
         E::Device(_) => "DeviceError",
         E::Closed => "ClosedError",
+        E::Holds(_) => "HoldError",
         _ => "Error",
     };
     raise(py, class, e.to_string())

@@ -40,9 +40,13 @@ pub fn parse_ipc_mode(name: Option<&str>) -> PyResult<Option<IpcMode>> {
 /// The consumer end of a channel, what `rscudaipcsrc` is to a pipeline:
 /// reads what `rscudaipcsink` or a `cudaipc.Publisher` publishes.
 ///
-/// `Subscriber(channel, timeout=10.0, frames='every', ipc_mode=None,
-/// allowed_producers=(), allowed_groups=(), device=None)`: attaches,
-/// waiting up to `timeout` seconds (None: forever) for a producer.
+/// `Subscriber(channel, timeout=10.0, frames='auto', hold=None,
+/// ipc_mode=None, allowed_producers=(), allowed_groups=(), device=None)`:
+/// attaches, waiting up to `timeout` seconds (None: forever) for a producer.
+/// `frames`: 'auto' (every frame, at this subscriber's own pace on a live
+/// channel), 'every' (every frame; the producer waits for this subscriber)
+/// or 'latest'. `hold`: how many frames it keeps while asking for the next
+/// (a batch of 8: 7); the ring must have `hold + 2` slots.
 /// Iterating gives frames until the producer's end of stream, each within
 /// `timeout` (WaitTimeoutError otherwise).
 #[pyclass(module = "cudaipc")]
@@ -64,7 +68,7 @@ impl Subscriber {
 #[pymethods]
 impl Subscriber {
     #[new]
-    #[pyo3(signature = (channel, *, timeout=Some(10.0), frames="every", ipc_mode=None,
+    #[pyo3(signature = (channel, *, timeout=Some(10.0), frames="auto", hold=None, ipc_mode=None,
                         allowed_producers=Vec::new(), allowed_groups=Vec::new(), device=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -72,6 +76,7 @@ impl Subscriber {
         channel: &str,
         timeout: Option<f64>,
         frames: &str,
+        hold: Option<u32>,
         ipc_mode: Option<&str>,
         allowed_producers: Vec<u32>,
         allowed_groups: Vec<u32>,
@@ -79,11 +84,12 @@ impl Subscriber {
     ) -> PyResult<Self> {
         let timeout = seconds(timeout)?;
         let frames = match frames {
+            "auto" => Frames::Auto,
             "every" => Frames::Every,
             "latest" => Frames::Latest,
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "frames={other:?}: 'every' or 'latest'"
+                    "frames={other:?}: 'auto', 'every' or 'latest'"
                 )));
             }
         };
@@ -94,6 +100,7 @@ impl Subscriber {
             let options = SubscriberOptions {
                 timeout: Some(left.map_or(SIGNAL_CHECK, |left| left.min(SIGNAL_CHECK))),
                 frames,
+                hold,
                 ipc_mode: parse_ipc_mode(ipc_mode)?,
                 allowed_producer_uids: allowed_producers.clone(),
                 allowed_producer_gids: allowed_groups.clone(),

@@ -346,6 +346,8 @@ mod tests {
                 connect_timeout: Some(Duration::from_secs(5)),
                 ipc_mode: None,
                 producers: Default::default(),
+                hold: None,
+                refuse_self_wait: false,
             },
             &no,
         )

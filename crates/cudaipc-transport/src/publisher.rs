@@ -391,6 +391,20 @@ impl<T: Send + 'static> Publisher<T> {
     /// frames. Takes effect at the next allocation.
     pub fn set_paced(&self, paced: bool) {
         self.paced.store(paced, Ordering::Relaxed);
+        // A paced channel is live: consumers keep their own pace on it.
+        self.producer.set_live(paced);
+    }
+
+    /// Whether frames come paced ([`set_paced`](Self::set_paced)): the
+    /// channel is live.
+    pub fn is_paced(&self) -> bool {
+        self.paced.load(Ordering::Relaxed)
+    }
+
+    /// The consumers that kept the producer waiting for a slot the last
+    /// time it waited.
+    pub fn last_blockers(&self) -> Vec<cudaipc_channel::Blocker> {
+        self.producer.last_blockers()
     }
 
     /// Allocates and publishes a new set of slots of our own.
@@ -889,7 +903,9 @@ pub fn deep_ring_slots(total_memory: usize, frame_size: usize) -> usize {
 /// Without MPS the two processes' contexts take turns on the GPU, each turn
 /// change costs the GPU a fixed time, and each lap of the ring needs two:
 /// for frames that come as fast as the pipeline runs, [`deep_ring_slots`]
-/// make the laps long; `paced` frames leave time between them, and 8 do.
+/// make the laps long; `paced` frames leave time between them, and 8 do:
+/// enough, on a live channel, for several consumers each at its own pace to
+/// hold a frame while the producer writes the next.
 /// With MPS the kernels run side by side, and a shallow ring keeps the
 /// frame in flight inside the L2 cache (and the latency low). Figures in
 /// docs/performance.md.
@@ -900,11 +916,10 @@ fn auto_slots(
     paced: bool,
 ) -> usize {
     match (kind, device) {
+        (_, _) if paced => 8,
         (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
-        (TransportKind::Cuda, Some(device)) if !paced => {
-            deep_ring_slots(device.total_memory(), frame_size)
-        }
-        (TransportKind::Cuda, _) => 8,
+        (TransportKind::Cuda, Some(device)) => deep_ring_slots(device.total_memory(), frame_size),
+        (TransportKind::Cuda, None) => 8,
         (TransportKind::Host, _) => 4,
     }
 }

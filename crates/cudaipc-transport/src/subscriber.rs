@@ -34,6 +34,12 @@ pub struct SubscriberConfig {
     pub ipc_mode: Option<cudaipc_channel::IpcMode>,
     /// For a descriptor channel: the producers trusted beside the own user.
     pub producers: cudaipc_channel::socket::Peers,
+    /// Frames kept while asking for the next one, if declared (see
+    /// `ConsumerConfig::hold`).
+    pub hold: Option<u32>,
+    /// Fail instead of waiting on frames this subscriber holds itself (see
+    /// `ConsumerConfig::refuse_self_wait`).
+    pub refuse_self_wait: bool,
 }
 
 #[derive(Debug)]
@@ -249,6 +255,8 @@ impl Subscriber {
             connect_timeout,
             ipc_mode: config.ipc_mode,
             producers: config.producers.clone(),
+            hold: config.hold,
+            refuse_self_wait: config.refuse_self_wait,
         };
         // One look first, so that a wait is announced only when it happens.
         let consumer = match Consumer::attach(consumer_config(Some(Duration::ZERO)), interrupt) {
@@ -317,6 +325,17 @@ impl Subscriber {
     /// [`HeldFrame::is_written`]).
     pub fn wait_on_host(&mut self, on: bool) {
         self.host_waits = on;
+    }
+
+    /// Frames this subscriber missed: overwritten before it took them (it
+    /// fell behind a live producer, or one that drops).
+    pub fn frames_missed(&self) -> u64 {
+        self.consumer.frames_missed()
+    }
+
+    /// Whether the producer marks the channel live (frames come paced).
+    pub fn channel_is_live(&self) -> bool {
+        self.consumer.channel_is_live()
     }
 
     /// Frames skipped because the pool or caps had moved on past them.
@@ -445,7 +464,9 @@ impl Subscriber {
         let pool = match self.consumer.frame_pool(generation) {
             Some(pool) => pool.clone(),
             None if self.consumer.pool_generation() > generation => {
-                // A latest-frame consumer overtaken by a newer pool.
+                // A consumer the producer does not wait for (latest frame,
+                // or its own pace on a live channel) overtaken by a newer
+                // pool.
                 return Ok(Refresh::Stale);
             }
             None => {
@@ -552,6 +573,8 @@ mod tests {
             on_finish_read_error: Arc::new(|_, e| panic!("finish_read: {e}")),
             ipc_mode: None,
             producers: Default::default(),
+            hold: None,
+            refuse_self_wait: false,
         };
         let subscriber = Subscriber::attach(config, &no, || {}).unwrap();
         (producer, slots, subscriber)

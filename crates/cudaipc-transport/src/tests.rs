@@ -556,6 +556,8 @@ fn every_frame_subscriber(channel: String, no: &AtomicBool) -> Subscriber {
             on_finish_read_error: Arc::new(|_, e| panic!("{e}")),
             ipc_mode: None,
             producers: Default::default(),
+            hold: None,
+            refuse_self_wait: false,
         },
         no,
         || {},

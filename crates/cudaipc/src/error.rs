@@ -104,9 +104,24 @@ pub enum Error {
     },
     /// A frame could not be read (the subscriber's error).
     Read(SubscriberError),
+    /// The subscriber holds frames in a way that cannot work: it asked for
+    /// a frame while holding every frame it may hold (waiting would wait on
+    /// itself), or declared a `hold` its producer's ring cannot fit. The
+    /// channel's error says how many and what to do.
+    Holds(ChannelError),
 }
 
 impl Error {
+    /// A subscriber's failure to read, with holding mistakes told apart.
+    pub(crate) fn read(e: SubscriberError) -> Self {
+        match e {
+            SubscriberError::Read(TransportError::Channel(
+                e @ (ChannelError::HoldsEverySlot { .. } | ChannelError::HoldExceedsRing { .. }),
+            )) => Self::Holds(e),
+            e => Self::Read(e),
+        }
+    }
+
     /// The channel's error, as the cause that the variants above name.
     pub(crate) fn channel(channel: &str, what: &'static str, e: ChannelError) -> Self {
         match e {
@@ -219,6 +234,7 @@ impl fmt::Display for Error {
             Self::Channel { what, source } => write!(f, "cannot {what}: {source}"),
             Self::Transport { what, source } => write!(f, "cannot {what}: {source}"),
             Self::Read(e) => write!(f, "cannot read a frame: {e}"),
+            Self::Holds(e) => write!(f, "{e}"),
         }
     }
 }
@@ -229,6 +245,7 @@ impl std::error::Error for Error {
             Self::Channel { source, .. } => Some(source),
             Self::Transport { source, .. } => Some(source),
             Self::Read(e) => Some(e),
+            Self::Holds(e) => Some(e),
             _ => None,
         }
     }

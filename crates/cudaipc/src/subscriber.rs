@@ -18,9 +18,16 @@ use crate::{Error, VideoLayout};
 /// Which frames a [`Subscriber`] gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Frames {
-    /// Every frame, in order; a producer with `when_full: Block` waits for
-    /// this subscriber, so nothing is lost.
+    /// Every frame, in order, at this subscriber's own pace on a live
+    /// channel (a producer paced by a clock or a live source): there the
+    /// producer never waits for it, and frames it cannot keep up with are
+    /// missed ([`Subscriber::frames_missed`]). On a channel that is not
+    /// live, the same as [`Every`](Self::Every).
     #[default]
+    Auto,
+    /// Every frame, in order, live or not: a producer with
+    /// `when_full: Block` waits for this subscriber, so nothing is lost,
+    /// even when that holds a live source back.
     Every,
     /// Only the newest frame; never holds the producer back.
     Latest,
@@ -33,8 +40,16 @@ pub struct SubscriberOptions {
     /// How long [`Subscriber::attach`] waits for a producer to appear
     /// (`None`: forever).
     pub timeout: Option<Duration>,
-    /// Every frame, or only the newest.
+    /// Every frame (at its own pace on a live channel, or always), or only
+    /// the newest.
     pub frames: Frames,
+    /// How many frames this subscriber keeps while it asks for the next
+    /// one (a batch of 8: 7). `None`: not declared. Declared, a ring with
+    /// fewer than `hold + 2` slots is refused ([`Error::Holds`]), and
+    /// asking for a frame while holding more fails at once. Undeclared,
+    /// asking while holding every slot of the ring fails at once
+    /// ([`Error::Holds`]) rather than waiting on itself.
+    pub hold: Option<u32>,
     /// How the channel is reached; `None`: through its socket if it has
     /// one, else by its files' names.
     pub ipc_mode: Option<IpcMode>,
@@ -52,7 +67,8 @@ impl Default for SubscriberOptions {
     fn default() -> Self {
         Self {
             timeout: Some(Duration::from_secs(10)),
-            frames: Frames::Every,
+            frames: Frames::Auto,
+            hold: None,
             ipc_mode: None,
             allowed_producer_uids: Vec::new(),
             allowed_producer_gids: Vec::new(),
@@ -115,9 +131,12 @@ impl Subscriber {
         let config = SubscriberConfig {
             channel: channel.to_owned(),
             mode: match options.frames {
+                Frames::Auto => ConsumerMode::Auto,
                 Frames::Every => ConsumerMode::EveryFrame,
                 Frames::Latest => ConsumerMode::Latest,
             },
+            hold: options.hold,
+            refuse_self_wait: true,
             wait_mode: WaitMode::Hybrid,
             connect_timeout: options.timeout,
             device_id: options.device,
@@ -148,7 +167,7 @@ impl Subscriber {
                     "{e}; set SubscriberOptions::device to read through peer access from another GPU"
                 )),
                 e @ SubscriberError::Device { .. } => Error::Device(e.to_string()),
-                e => Error::Read(e),
+                e => Error::read(e),
             },
         )?;
         Ok(Self {
@@ -170,6 +189,20 @@ impl Subscriber {
         self.inner.kind() == TransportKind::Cuda
     }
 
+    /// Frames this subscriber missed so far: on a live channel, those it
+    /// fell too far behind to take ([`Frames::Auto`]); with a producer that
+    /// drops, those overwritten before it took them. Ask for
+    /// [`Frames::Every`] to get every frame (the producer then waits).
+    pub fn frames_missed(&self) -> u64 {
+        self.inner.frames_missed()
+    }
+
+    /// Whether the channel is live: its producer is paced (a live source,
+    /// a clock), and [`Frames::Auto`] subscribers keep their own pace.
+    pub fn is_live(&self) -> bool {
+        self.inner.channel_is_live()
+    }
+
     /// The layout the producer announced last (`None` before its caps came
     /// with the first frame).
     pub fn layout(&self) -> Option<&VideoLayout> {
@@ -187,7 +220,7 @@ impl Subscriber {
             let event = self
                 .inner
                 .next_within(&self.no_interrupt, timeout)
-                .map_err(Error::Read)?;
+                .map_err(Error::read)?;
             match event {
                 None => return Err(Error::Timeout(timeout.unwrap_or_default())),
                 Some(Event::Caps(caps)) => self.layout = Some(VideoLayout::from_caps(&caps)?),
@@ -271,9 +304,10 @@ impl Frame {
         self.held.pts.map(Duration::from_nanos)
     }
 
-    /// Frames an every-frame subscriber lost right before this one (a
-    /// producer with `when_full: Drop` overwrote them). A latest-frame
-    /// subscriber skips frames by design and counts none.
+    /// Frames this subscriber lost right before this one: it fell behind a
+    /// live producer ([`Frames::Auto`]), or a producer with
+    /// `when_full: Drop` overwrote them. A latest-frame subscriber skips
+    /// frames by design and counts none.
     pub fn missed_before(&self) -> u64 {
         self.held.missed_before
     }

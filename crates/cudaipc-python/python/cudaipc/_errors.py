@@ -44,3 +44,10 @@ class DeviceError(Error, RuntimeError):
 
 class ClosedError(Error):
     """The channel was closed."""
+
+
+class HoldError(Error, RuntimeError):
+    """The subscriber holds frames in a way that cannot work: it asked for a
+    frame while holding every frame it may hold (waiting would wait on
+    itself), or declared a ``hold`` that its producer's ring cannot fit.
+    Release frames, keep copies (``copy=True``), or declare ``hold``."""

@@ -1,0 +1,210 @@
+// Consumers at their own pace: live channels, consumers that ask for every
+// frame, declared holds (docs/protocol.md, "Live channels and holds").
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::tests::unique_channel;
+use super::*;
+
+/// A producer of a 4-slot pool, live or not.
+fn producer(channel: &str, live: bool) -> Producer {
+    let p = Producer::create(ProducerConfig {
+        channel: channel.into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let no = AtomicBool::new(false);
+    p.configure_pool(64, &[[0u8; layout::SLOT_DESCRIPTOR_BYTES]; 4], b"pool", &no)
+        .unwrap();
+    p.set_caps("video/x-raw, format=(string)RGB", &no).unwrap();
+    p.set_live(live);
+    p
+}
+
+fn consumer(channel: &str, mode: ConsumerMode, hold: Option<u32>) -> Consumer {
+    Consumer::attach(
+        ConsumerConfig {
+            channel: channel.into(),
+            mode,
+            connect_timeout: Some(Duration::from_secs(5)),
+            hold,
+            refuse_self_wait: true,
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    )
+    .unwrap()
+}
+
+fn publish(p: &Producer, n: u64) {
+    let no = AtomicBool::new(false);
+    for i in 0..n {
+        let slot = p.reserve(&no).unwrap().expect("a slot");
+        p.publish(
+            slot,
+            &FrameMeta {
+                size: 1,
+                pts: Some(i),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    }
+}
+
+fn next_frame(c: &mut Consumer) -> Frame {
+    let no = AtomicBool::new(false);
+    match c.next(&no, Some(Duration::from_secs(5))).unwrap() {
+        Item::Frame(f) => f,
+        Item::Eos => panic!("end of stream"),
+    }
+}
+
+#[test]
+fn a_live_producer_never_waits_for_a_consumer_that_falls_behind() {
+    let channel = unique_channel("live-slow");
+    let p = producer(&channel, true);
+    let mut slow = consumer(&channel, ConsumerMode::Auto, None);
+    // Far more frames than slots, none taken: on a live channel nothing waits.
+    publish(&p, 20);
+    assert_eq!(p.stats().waits, 0, "{:?}", p.stats());
+    // The slow consumer gets the frames still there, in order, and counts
+    // those it missed.
+    let first = next_frame(&mut slow);
+    assert!(
+        first.seq >= 16,
+        "the oldest frame still in the ring: {first:?}"
+    );
+    assert_eq!(first.missed_before, first.seq);
+    slow.release(first.slot);
+    let second = next_frame(&mut slow);
+    assert_eq!(second.seq, first.seq + 1, "in order after a miss");
+    assert_eq!(slow.frames_missed(), first.seq);
+}
+
+#[test]
+fn a_consumer_that_asks_for_every_frame_holds_a_live_producer_back_and_is_named() {
+    let channel = unique_channel("live-every");
+    let p = Arc::new(producer(&channel, true));
+    let mut every = consumer(&channel, ConsumerMode::EveryFrame, None);
+    let _fast = consumer(&channel, ConsumerMode::Auto, None);
+    publish(&p, 4);
+    let p2 = p.clone();
+    let blocked = std::thread::spawn(move || publish(&p2, 1));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !blocked.is_finished(),
+        "the every-frame consumer has 4 frames to take"
+    );
+    let blockers = p.last_blockers();
+    assert_eq!(blockers.len(), 1, "{blockers:?}");
+    assert_eq!(blockers[0].pid, std::process::id());
+    assert!(
+        blockers[0].every_frame && blockers[0].behind == 4,
+        "{blockers:?}"
+    );
+    let f = next_frame(&mut every);
+    every.release(f.slot);
+    blocked.join().unwrap();
+    assert_eq!(every.frames_missed(), 0);
+}
+
+#[test]
+fn a_channel_that_is_not_live_waits_for_every_consumer_as_before() {
+    let channel = unique_channel("not-live");
+    let p = Arc::new(producer(&channel, false));
+    let mut c = consumer(&channel, ConsumerMode::Auto, None);
+    publish(&p, 4);
+    let p2 = p.clone();
+    let blocked = std::thread::spawn(move || publish(&p2, 1));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!blocked.is_finished(), "lossless by default when not live");
+    // Going live lets the producer on at once.
+    p.set_live(true);
+    blocked.join().unwrap();
+    let f = next_frame(&mut c);
+    assert_eq!((f.seq, f.missed_before), (1, 1), "frame 0 was overwritten");
+}
+
+#[test]
+fn a_consumer_holding_every_slot_is_told_at_once_instead_of_waiting_on_itself() {
+    let channel = unique_channel("self-wait");
+    let p = producer(&channel, false);
+    let mut c = consumer(&channel, ConsumerMode::Auto, None);
+    publish(&p, 4);
+    let held: Vec<Frame> = (0..4).map(|_| next_frame(&mut c)).collect();
+    let no = AtomicBool::new(false);
+    let started = std::time::Instant::now();
+    let err = c.next(&no, Some(Duration::from_secs(5))).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1), "not a timeout");
+    assert!(
+        matches!(
+            err,
+            ChannelError::HoldsEverySlot {
+                held: 4,
+                slots: 4,
+                hold: None,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("holds 4 frames") && text.contains("hold="),
+        "{text}"
+    );
+    // Releasing one lets it wait (and get) the next frame.
+    c.release(held[0].slot);
+    publish(&p, 1);
+    assert_eq!(next_frame(&mut c).seq, 4);
+}
+
+#[test]
+fn a_declared_hold_bounds_the_frames_held_and_must_fit_the_ring() {
+    let channel = unique_channel("hold");
+    let p = producer(&channel, true);
+    // 4 slots fit hold=2 (2 kept, 1 read, 1 written).
+    let mut c = consumer(&channel, ConsumerMode::Auto, Some(2));
+    publish(&p, 3);
+    let kept: Vec<Frame> = (0..3).map(|_| next_frame(&mut c)).collect();
+    let no = AtomicBool::new(false);
+    let err = c.next(&no, Some(Duration::from_secs(5))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChannelError::HoldsEverySlot {
+                held: 3,
+                hold: Some(2),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("hold=2"), "{err}");
+    drop(kept);
+    // hold=3 needs 5 slots: refused when the pool is read, naming both.
+    let mut too_many = consumer(&channel, ConsumerMode::Auto, Some(3));
+    publish(&p, 1);
+    let err = too_many
+        .next(&no, Some(Duration::from_secs(5)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChannelError::HoldExceedsRing {
+                hold: 3,
+                slots: 4,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("4 slots") && text.contains("slots=5"),
+        "{text}"
+    );
+}

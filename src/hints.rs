@@ -34,7 +34,7 @@ pub fn channel(e: &ChannelError) -> &'static str {
 pub fn cuda(e: &CudaError) -> &'static str {
     match e {
         CudaError::NoDriver => {
-            " (without one, a channel of cudaipcsink transport=host, and cudaipcsrc reading it, need no GPU; cudatestsrc and cudaprocess do)"
+            " (without one, a channel of rscudaipcsink transport=host, and rscudaipcsrc reading it, need no GPU; cudatestsrc and cudaprocess do)"
         }
         _ => "",
     }

@@ -141,7 +141,7 @@ pub(super) fn negotiate(
                 gst::error_msg!(
                     gst::CoreError::Negotiation,
                     (
-                        "channel '{}' uses the host transport, so its frames are in system memory, but downstream takes only CUDA memory: put an upload element (cudaupload) after cudaipcsrc, or give the producer's cudaipcsink transport=cuda (or auto, on a machine with a GPU)",
+                        "channel '{}' uses the host transport, so its frames are in system memory, but downstream takes only CUDA memory: put an upload element (cudaupload) after rscudaipcsrc, or give the producer's rscudaipcsink transport=cuda (or auto, on a machine with a GPU)",
                         channel_name
                     ),
                     ["channel caps {}; downstream accepts {}", caps, peer]

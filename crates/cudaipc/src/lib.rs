@@ -3,10 +3,10 @@
 //! Publish and read video frames over a cudaipc channel from a Rust program
 //! that is not a GStreamer pipeline.
 //!
-//! A [`Publisher`] is what the `cudaipcsink` element is to a pipeline: its
-//! frames are read by `cudaipcsrc` (`gst-launch-1.0 rscudaipcsrc
+//! A [`Publisher`] is what the `rscudaipcsink` element is to a pipeline: its
+//! frames are read by `rscudaipcsrc` (`gst-launch-1.0 rscudaipcsrc
 //! channel=NAME ! ...`) or by a [`Subscriber`]. A [`Subscriber`] is what
-//! `cudaipcsrc` is: it reads what `cudaipcsink` or a [`Publisher`]
+//! `rscudaipcsrc` is: it reads what `rscudaipcsink` or a [`Publisher`]
 //! publishes. Frames are described by a [`VideoLayout`] (format, width,
 //! height, strides and offsets); no GStreamer types are involved, and this
 //! crate does not link GStreamer.

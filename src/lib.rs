@@ -43,7 +43,25 @@ mod video;
 /// The video formats every element of the plugin takes.
 pub use video::FORMATS;
 
+/// Registers every debug category of the plugin now, so that
+/// `--gst-debug-help` and `GST_DEBUG` find them before any element runs.
+fn register_debug_categories() {
+    for category in [
+        &cudaipcsink::CAT,
+        &cudaipcsrc::CAT,
+        &cudatestsrc::CAT,
+        &cudaprocess::CAT,
+        &memory::CAT,
+        &output_pool::CAT,
+        &gstcuda::CAT,
+        &cudaipcdeviceprovider::CAT,
+    ] {
+        std::sync::LazyLock::force(category);
+    }
+}
+
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    register_debug_categories();
     memory::meta::register();
     cudaipcsink::register(plugin)?;
     cudaipcsrc::register(plugin)?;

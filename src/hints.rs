@@ -66,6 +66,16 @@ pub fn subscriber(e: &SubscriberError) -> &'static str {
     }
 }
 
+/// Appended to the error for a channel whose producer is gone: closed
+/// (`closed`: stopped without sending an end of stream) or died.
+pub fn producer_lost(closed: bool) -> &'static str {
+    if closed {
+        " without an end of stream (set on-producer-lost=eos to end this stream, or on-producer-lost=wait to wait for a new producer; run the producer's gst-launch-1.0 with -e so that Ctrl-C sends an end of stream)"
+    } else {
+        " (set on-producer-lost=wait to wait for a new producer, or on-producer-lost=eos to end this stream)"
+    }
+}
+
 /// The message for `gpu-sync` settings that cannot work; `None` for other
 /// errors.
 pub fn gpu_sync(e: &TransportError) -> Option<&'static str> {

@@ -22,7 +22,8 @@ pub mod element_names;
 /// The channels in the shm folder: listing them, and removing stale ones.
 pub mod channels {
     pub use cudaipc_channel::directory::{
-        ChannelEntry, ChannelState, list_channels, live_channel_names, remove_if_stale,
+        ChannelEntry, ChannelState, list_channels, live_channel_names, live_channels_note,
+        remove_if_stale,
     };
     pub use cudaipc_channel::shm::shm_dir;
 }

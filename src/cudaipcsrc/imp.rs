@@ -118,7 +118,7 @@ impl ObjectImpl for CudaIpcSrc {
                     .build(),
                 glib::ParamSpecInt64::builder("connect-timeout")
                     .nick("Connect timeout")
-                    .blurb("Milliseconds to wait for a producer to appear (-1: forever)")
+                    .blurb("Milliseconds to wait for a producer to appear (-1: forever); after 2 s a warning names the channels that have one")
                     .minimum(-1)
                     .default_value(DEFAULT_CONNECT_TIMEOUT_MS)
                     .mutable_ready()

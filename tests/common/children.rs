@@ -119,15 +119,21 @@ pub fn launch(pipeline: &str) -> Launch {
     launch_with(&[], &[], pipeline)
 }
 
+/// Starts `gst-launch-1.0 <pipeline>` without `-q`, which also hides the
+/// warnings the elements post.
+pub fn launch_unquiet(pipeline: &str) -> Launch {
+    spawn_launch(&[], &[], false, pipeline)
+}
+
 /// Like `launch`, with `gst-launch-1.0` run through a `wrapper` command
 /// (e.g. `setpriv ...` or `unshare ...`) and with extra environment.
 pub fn launch_with(wrapper: &[&str], env: &[(&str, &str)], pipeline: &str) -> Launch {
     // -v (print caps) only works without -q.
-    let quiet = if pipeline.starts_with("-v") {
-        None
-    } else {
-        Some("-q")
-    };
+    spawn_launch(wrapper, env, !pipeline.starts_with("-v"), pipeline)
+}
+
+fn spawn_launch(wrapper: &[&str], env: &[(&str, &str)], quiet: bool, pipeline: &str) -> Launch {
+    let quiet = quiet.then_some("-q");
     let mut command = match wrapper.split_first() {
         Some((program, args)) => {
             let mut c = Command::new(program);

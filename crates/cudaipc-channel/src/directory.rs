@@ -79,6 +79,17 @@ pub fn live_channel_names() -> Vec<String> {
         .collect()
 }
 
+/// What a consumer that finds no producer says about the channels there are
+/// ("channels with a producer: a, b"), so that a mistyped name shows.
+pub fn live_channels_note() -> String {
+    let names = live_channel_names();
+    if names.is_empty() {
+        format!("no channel has a producer in {}", shm::shm_dir().display())
+    } else {
+        format!("channels with a producer: {}", names.join(", "))
+    }
+}
+
 fn empty_entry(name: &str, path: PathBuf) -> ChannelEntry {
     ChannelEntry {
         name: name.to_owned(),
@@ -248,6 +259,11 @@ mod tests {
         assert_eq!(c.transport, "host");
         assert_eq!(c.caps.as_deref(), Some("video/x-raw, width=(int)8"));
         assert!(live_channel_names().contains(&name));
+        assert!(
+            live_channels_note().contains(&name),
+            "{}",
+            live_channels_note()
+        );
         assert!(!remove_if_stale(&name).unwrap());
         assert!(shm::control_path(&name).exists());
         drop(producer);

@@ -51,3 +51,10 @@ pub use gpu_order::{CudaDevice, order_streams, synchronize_device};
 pub use layout::{Plane, VideoFormat, VideoLayout};
 pub use publisher::{FrameLoan, Published, Publisher, PublisherOptions, Transport};
 pub use subscriber::{Frame, Frames, Subscriber, SubscriberOptions};
+
+/// The channels that have a live producer, as an error about a missing
+/// producer names them: "channels with a producer: a, b", or "no channel
+/// has a producer in /dev/shm".
+pub fn live_channels_note() -> String {
+    cudaipc_channel::directory::live_channels_note()
+}

@@ -19,13 +19,14 @@ pub mod pattern;
 // channels that exist (what `cudaipc-channels` and the device provider show).
 pub mod element_names;
 
-/// The channels in the shm folder: listing them, and removing stale ones.
+/// The channels in the shm folder, and the markers of consumers waiting for
+/// a producer: listing them, and removing stale ones.
 pub mod channels {
     pub use cudaipc_channel::directory::{
-        ChannelEntry, ChannelState, list_channels, live_channel_names, live_channels_note,
-        remove_if_stale,
+        ChannelEntry, ChannelState, WaiterEntry, list_channels, list_waiters, live_channel_names,
+        live_channels_note, remove_if_stale, remove_stale_waiters,
     };
-    pub use cudaipc_channel::shm::shm_dir;
+    pub use cudaipc_channel::shm::{shm_dir, validate_channel_name};
 }
 pub mod memory;
 

@@ -17,7 +17,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Finished, Launch, example, plugin_dir, repo_file, start_program, unique_channel};
+use common::{
+    Finished, Launch, assert_no_glib_complaints, checked, example, plugin_dir, repo_file,
+    start_program, unique_channel,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);
@@ -464,7 +467,7 @@ fn gpu_publisher_and_readers_share_device_memory() {
 fn bench_redraws_a_plot_from_a_csv() {
     let csv = repo_file("docs/perf/bench-h100-gst126-rows13-run9.csv");
     let png = std::env::temp_dir().join(format!("cudaipc-replot-{}.png", std::process::id()));
-    let out = Command::new(example("bench"))
+    let out = checked(&mut Command::new(example("bench")))
         .arg("--replot")
         .arg(&csv)
         .arg(&png)
@@ -473,6 +476,7 @@ fn bench_redraws_a_plot_from_a_csv() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_no_glib_complaints("bench --replot", &stderr);
     assert!(
         stdout.contains("13b MPS on, consumer drops: this pair 19981 FPS = 12.47x upstream import"),
         "{stdout}"
@@ -485,7 +489,7 @@ fn bench_redraws_a_plot_from_a_csv() {
     let image = std::fs::read(&png).expect("the plot is written");
     assert_eq!(&image[1..4], b"PNG");
     let _ = std::fs::remove_file(&png);
-    let missing = Command::new(example("bench"))
+    let missing = checked(&mut Command::new(example("bench")))
         .args(["--replot", "/nonexistent/bench.csv"])
         .arg(&png)
         .output()

@@ -240,13 +240,14 @@ fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
          video/x-raw,format=RGB,width=3840,height=2160 ! rscudaipcsink transport=host channel=big; \
          echo exit=$?; echo left:; ls -A {d}"
     );
-    let out = Command::new("unshare")
+    let out = checked(&mut Command::new("unshare"))
         .args(["-m", "sh", "-c", &script])
         .env("GST_PLUGIN_PATH", plugin_dir())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_no_glib_complaints("the producer in a small shm folder", &stderr);
     assert!(
         stdout.contains("exit=1"),
         "the producer fails cleanly:\n{stdout}\n{stderr}"
@@ -276,7 +277,7 @@ fn channels_binary() -> std::path::PathBuf {
 }
 
 fn channels_command(dir: &ShmDir, args: &[&str]) -> String {
-    let out = Command::new(channels_binary())
+    let out = checked(&mut Command::new(channels_binary()))
         .args(args)
         .envs(dir.env())
         .output()
@@ -325,7 +326,7 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
         "{listing}"
     );
     // Without names or --all it only says what it would remove.
-    let asked = Command::new(channels_binary())
+    let asked = checked(&mut Command::new(channels_binary()))
         .arg("remove-stale")
         .envs(dir.env())
         .output()

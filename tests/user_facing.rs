@@ -646,12 +646,16 @@ fn documented_categories() -> Vec<String> {
 #[test]
 fn debug_categories_exist_as_soon_as_the_plugin_loads() {
     // A fresh process that only loads the plugins: nothing of ours ran.
-    let out = Command::new("gst-launch-1.0")
+    let out = checked(&mut Command::new("gst-launch-1.0"))
         .arg("--gst-debug-help")
         .env("GST_PLUGIN_PATH", plugin_dir())
         .env("GST_DEBUG_NO_COLOR", "1")
         .output()
         .expect("gst-launch-1.0 must be installed");
+    assert_no_glib_complaints(
+        "gst-launch-1.0 --gst-debug-help",
+        &String::from_utf8_lossy(&out.stderr),
+    );
     let listed = String::from_utf8_lossy(&out.stdout);
     let categories: Vec<&str> = listed
         .lines()
@@ -675,4 +679,50 @@ fn debug_categories_exist_as_soon_as_the_plugin_loads() {
             "the debug category {name} is not in docs/elements.md"
         );
     }
+}
+
+/// Entry of the child of `a_critical_in_a_child_fails_the_test`: logs a
+/// warning, then a critical, as GLib and GStreamer do.
+#[test]
+#[ignore]
+fn child_that_logs_a_critical() {
+    if std::env::var_os("CUDAIPC_CRITICAL_CHILD").is_none() {
+        return;
+    }
+    glib::g_warning!("GLib-GObject", "a warning the test provokes");
+    glib::g_critical!("GStreamer", "a critical the test provokes");
+    println!("survived the critical");
+}
+
+#[test]
+fn a_critical_in_a_child_fails_the_test() {
+    let out = checked(&mut Command::new(std::env::current_exe().unwrap()))
+        .args([
+            "child_that_logs_a_critical",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("CUDAIPC_CRITICAL_CHILD", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("survived the critical"), "{stdout}");
+    let complaints = glib_complaints(&stderr);
+    assert_eq!(complaints.len(), 2, "{stderr}");
+    assert!(
+        complaints[0].contains("GLib-GObject-WARNING **"),
+        "{stderr}"
+    );
+    assert!(complaints[1].contains("GStreamer-CRITICAL **"), "{stderr}");
+    // GStreamer's own debug log and gst-launch-1.0's element warnings are
+    // not GLib's complaints.
+    assert!(
+        glib_complaints(
+            "0:00:00.1 123 0x1 WARN GST_PADS gstpad.c:1 x\nWARNING: from element /x: y"
+        )
+        .is_empty()
+    );
 }

@@ -344,7 +344,10 @@ mod tests {
             .collect();
         assert_eq!(stale, [&dead]);
         assert!(list_waiters(None).iter().any(|w| w.path == dead));
-        assert_eq!(remove_stale_waiters(Some(&name)), [dead.clone()]);
+        assert_eq!(
+            remove_stale_waiters(Some(&name)),
+            std::slice::from_ref(&dead)
+        );
         assert!(!dead.exists());
         assert_eq!(list_waiters(Some(&name)).len(), 1);
         drop(live);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! Publishes frames on a channel with the `cudaipc` crate's Rust API, no
-//! GStreamer: what `cudaipcsink` does in a pipeline. `cudaipcsrc` reads
+//! GStreamer: what `rscudaipcsink` does in a pipeline. `rscudaipcsrc` reads
 //! them (`gst-launch-1.0 rscudaipcsrc channel=NAME ! ...`), and so does the
 //! `api_read` example.
 //!
@@ -22,7 +22,7 @@
 //! Each frame is a counter pattern (byte i of frame n is `i + 3n`, modulo
 //! 256) in the format's default layout (or the padded one); the program prints
 //! `frame=N pts=NS sha1=…` per frame, the SHA-1 of its bytes, which is what
-//! `checksumsink` prints for the buffer `cudaipcsrc` makes of it.
+//! `checksumsink` prints for the buffer `rscudaipcsrc` makes of it.
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! Reads the frames of a channel with the `cudaipc` crate's Rust API, no
-//! GStreamer: what `cudaipcsrc` does in a pipeline. It reads what
-//! `cudaipcsink` publishes, and what the `api_publish` example publishes.
+//! GStreamer: what `rscudaipcsrc` does in a pipeline. It reads what
+//! `rscudaipcsink` publishes, and what the `api_publish` example publishes.
 //!
 //! ```text
 //! cargo run --example api_read -- --channel demo --frames 100

@@ -5,10 +5,10 @@
 //!
 //! The producer (this process) renders the examples' pattern (on the GPU
 //! with CUDA, else on the CPU: see the `publisher` example) and publishes it
-//! through `appsrc ! cudaipcsink` with the default `when-full=block`: the
+//! through `appsrc ! rscudaipcsink` with the default `when-full=block`: the
 //! producer waits for the slowest consumer, so none misses a frame. Each
 //! consumer is this program run again (`--consumer CHANNEL`), reading with
-//! `cudaipcsrc ! appsink` and printing the SHA-1 of every frame; the
+//! `rscudaipcsrc ! appsink` and printing the SHA-1 of every frame; the
 //! producer compares them with what it published.
 //!
 //! ```text

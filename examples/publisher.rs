@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! An application that renders frames itself and publishes them on a
-//! channel through `appsrc ! cudaipcsink`, for `cudaipcsrc` in other
+//! channel through `appsrc ! rscudaipcsink`, for `rscudaipcsrc` in other
 //! processes (the `reader` example, `python/reader.py`, `gst-launch-1.0`).
 //!
 //! With CUDA, each frame is rendered on the GPU by a tiny NVRTC kernel

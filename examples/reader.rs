@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! An application that reads the frames of a channel with
-//! `cudaipcsrc ! appsink` and gets at each frame:
+//! `rscudaipcsrc ! appsink` and gets at each frame:
 //!
 //! - CUDA memory (cuda transport): the device pointer, size and device
 //!   through `gstcudaipc::memory::buffer_device_memory`, the row pitch

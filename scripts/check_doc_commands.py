@@ -56,6 +56,14 @@ THIS_PLUGINS_ELEMENTS = {
     "rscudaipcsink", "rscudaipcsrc", "cudaipcsink", "cudaipcsrc", "cudatestsrc", "cudaprocess",
 }
 MARKER = re.compile(r"^<!--\s*check:\s*(\w+)\s*(.*?)\s*-->\s*$")
+# A critical or a warning GLib or GStreamer logged (GStreamer-CRITICAL **,
+# GLib-GObject-WARNING **, ...): a command that logs one fails, and with
+# G_DEBUG=fatal-criticals (set for every command below) a critical aborts it.
+GLIB_COMPLAINT = re.compile(r"(^|[\s):])(GStreamer|GLib)[-\w]*-(CRITICAL|WARNING) \*\*")
+
+
+def glib_complaints(text):
+    return [line for line in (text or "").splitlines() if GLIB_COMPLAINT.search(line)]
 
 
 class Block:
@@ -245,8 +253,10 @@ def check_run(block, report):
     except subprocess.TimeoutExpired as e:
         code, out = "timeout", e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
     report.ran += len(commands)
-    if code != 0:
+    if code != 0 or glib_complaints(out):
         print(f"FAIL {block.where()}: exit {code}:\n" + "\n".join("      " + c for c in commands) + f"\n{tail(out)}")
+        for line in glib_complaints(out):
+            print(f"      GLib or GStreamer complained: {line}")
         return False
     for command in commands:
         print(f"ok   {block.where()}: {command}")
@@ -263,7 +273,7 @@ def check_pair(block, report, producers):
     commands = block.commands()
     background += commands[:-1]
     consumer, note = bounded(commands[-1])
-    started = []
+    started, problems = [], []
     try:
         for command in background:
             started.append((command, *start_background(command)))
@@ -274,9 +284,10 @@ def check_pair(block, report, producers):
                 os.remove(f)
         code, out = run_one(consumer, CONSUMER_TIMEOUT_S)
         report.ran += len(background) + 1
-        problems = []
         if code != 0:
             problems.append(f"the last command: exit {code}\n{tail(out)}")
+        problems += [f"the last command: GLib or GStreamer complained: {line}"
+                     for line in glib_complaints(out)]
         for f in files:
             if not os.path.exists(f) or os.path.getsize(f) == 0:
                 problems.append(f"{f} missing or empty")
@@ -286,8 +297,11 @@ def check_pair(block, report, producers):
                 log.seek(0)
                 problems.append(f"ended before the last command was done: {command}\n{tail(log.read())}")
     finally:
-        for _, process, log in reversed(started):
+        for command, process, log in reversed(started):
             stop(process)
+            log.seek(0)
+            problems += [f"{command}: GLib or GStreamer complained: {line}"
+                         for line in glib_complaints(log.read())]
             log.close()
     what = " | ".join(background + [consumer]) + (f"  [{note}]" if note else "")
     if problems:
@@ -396,6 +410,8 @@ def main():
 
 
 if __name__ == "__main__":
+    flags = os.environ.get("G_DEBUG", "")
+    os.environ["G_DEBUG"] = f"{flags},fatal-criticals" if flags else "fatal-criticals"
     SCRATCH = tempfile.mkdtemp(prefix="doc-commands-")
     try:
         sys.exit(main())

@@ -15,23 +15,19 @@ cargo build --quiet --release --lib
 cargo build --quiet --release --example demo
 target/release/examples/demo "${1:-600}"
 plugin_dir="$(pwd)/target/release"
-# GStreamer 1.24+ with nvcodec and a GPU owns the bare names: print the names
-# that give this plugin's elements here.
-sink=cudaipcsink src=cudaipcsrc
-if ! GST_PLUGIN_PATH=$plugin_dir gst-inspect-1.0 cudaipcsink 2>/dev/null | grep GstRsCudaIpcSink >/dev/null; then
-  sink=rscudaipcsink src=rscudaipcsrc
-fi
+# The rs names: the bare ones are GStreamer's own elements on 1.24+ with
+# nvcodec and a GPU.
 if [ -e /dev/nvidia0 ] || [ -e /dev/nvidiactl ]; then
-  producer="cudatestsrc ! \"video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160\" ! $sink channel=cam0"
+  producer="cudatestsrc ! \"video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160\" ! rscudaipcsink channel=cam0"
 else
-  producer="videotestsrc is-live=true ! video/x-raw,format=RGB,width=1280,height=720 ! $sink channel=cam0 transport=host"
+  producer="videotestsrc is-live=true ! video/x-raw,format=RGB,width=1280,height=720 ! rscudaipcsink channel=cam0 transport=host"
 fi
 cat <<NEXT
 
 The plugin is built: $plugin_dir/libgstcudaipc.so
 Next, in two terminals:
-  GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 $producer
-  GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 $src channel=cam0 ! videoconvert ! autovideosink
+  GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 -e $producer
+  GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 rscudaipcsrc channel=cam0 ! videoconvert ! autovideosink
 List channels: GST_PLUGIN_PATH=$plugin_dir gst-device-monitor-1.0 Video/Source/CudaIpc
            or: cargo run --release --bin cudaipc-channels
 NEXT

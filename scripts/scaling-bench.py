@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MPL-2.0
-"""Measures cudaipcsrc feeding GStreamer's network elements (docs/scaling.md).
+"""Measures rscudaipcsrc feeding GStreamer's network elements (docs/scaling.md).
 
 Each configuration runs three processes: a producer
-(``videotestsrc ! cudaipcsink``), a sender (``cudaipcsrc ! ... ! udpsink`` or
+(``videotestsrc ! rscudaipcsink``), a sender (``rscudaipcsrc ! ... ! udpsink`` or
 ``srtsink``) and, for the network paths, a receiver on 127.0.0.1
 (``udpsrc``/``srtsrc ! ... ! fakesink``). Every process is this script run
 again with ``--role``: it plays one pipeline and reports frames, timing and
@@ -46,11 +46,11 @@ X264 = "x264enc tune=zerolatency speed-preset=ultrafast bitrate=4000 key-int-max
 
 
 def configurations():
-    """(name, sender after cudaipcsrc, receiver or None, elements needed)."""
+    """(name, sender after rscudaipcsrc, receiver or None, elements needed)."""
     return [
-        ("local: cudaipcsrc ! fakesink",
+        ("local: rscudaipcsrc ! fakesink",
          "fakesink name=sink sync=false", None, []),
-        ("local: cudaipcsrc ! videoconvert (I420) ! fakesink",
+        ("local: rscudaipcsrc ! videoconvert (I420) ! fakesink",
          I420 + " ! fakesink name=sink sync=false", None, []),
         ("RTP raw video over UDP",
          "rtpvrawpay ! udpsink host=127.0.0.1 port={port} sync=false",
@@ -90,7 +90,7 @@ def cpu_seconds():
 
 
 def element_frames(pipeline):
-    """Frames seen so far: the fakesink's rendered count, else cudaipcsrc's."""
+    """Frames seen so far: the fakesink's rendered count, else rscudaipcsrc's."""
     sink = pipeline.get_by_name("sink")
     if sink is not None:
         return sink.get_property("stats").get_value("rendered")
@@ -170,8 +170,8 @@ def measure(name, sender, receiver, size, frames, fps):
     producer_desc = (
         f"videotestsrc {live} num-buffers={frames} pattern=smpte horizontal-speed=4 "
         f"! video/x-raw,format=RGB,width={w},height={h},framerate={rate} "
-        f"! cudaipcsink channel={channel} sync={'true' if fps else 'false'}")
-    sender_desc = (f"cudaipcsrc name=src channel={channel} connect-timeout=30000 ! "
+        f"! rscudaipcsink channel={channel} sync={'true' if fps else 'false'}")
+    sender_desc = (f"rscudaipcsrc name=src channel={channel} connect-timeout=30000 ! "
                    + sender.format(port=port))
     processes = {}
     if receiver:
@@ -223,22 +223,22 @@ def fanout(size, frames):
                 idle=2.0)
             time.sleep(0.5)
             processes["sender"] = spawn(
-                f"cudaipcsrc name=src channel={channel} connect-timeout=30000 frames={mode} "
+                f"rscudaipcsrc name=src channel={channel} connect-timeout=30000 frames={mode} "
                 f"! {I420} ! {X264} ! rtph264pay config-interval=1 "
                 f"! udpsink host=127.0.0.1 port={port} sync=false", idle=2.0)
         processes["local"] = spawn(
-            f"cudaipcsrc name=src channel={channel} connect-timeout=30000 "
+            f"rscudaipcsrc name=src channel={channel} connect-timeout=30000 "
             "! fakesink name=sink sync=false", idle=2.0)
         time.sleep(0.5)
         processes["producer"] = spawn(
             f"videotestsrc num-buffers={frames} pattern=smpte horizontal-speed=4 "
             f"! video/x-raw,format=RGB,width={w},height={h},framerate=30/1 "
-            f"! cudaipcsink channel={channel} sync=false")
+            f"! rscudaipcsink channel={channel} sync=false")
         results = {role: result(p) for role, p in processes.items()}
         local = results["local"]
         rate = int(local["frames"]) / float(local["active"]) if float(local["active"]) else 0
         remote = f"{results['receiver']['frames']} frames" if mode else "-"
-        sender = f"cudaipcsrc frames={mode}" if mode else "none"
+        sender = f"rscudaipcsrc frames={mode}" if mode else "none"
         print(f"| {sender} | {local['frames']} frames at {rate:.0f} frames/s | {remote} |",
               flush=True)
 
@@ -258,8 +258,8 @@ def main():
         return run_role(args.role, args.idle)
 
     Gst.init(None)
-    if Gst.ElementFactory.find("cudaipcsrc") is None:
-        sys.exit("cudaipcsrc not found: set GST_PLUGIN_PATH to the folder of libgstcudaipc.so")
+    if Gst.ElementFactory.find("rscudaipcsrc") is None:
+        sys.exit("rscudaipcsrc not found: set GST_PLUGIN_PATH to the folder of libgstcudaipc.so")
     w, h = (int(v) for v in args.size.split("x"))
     if args.fanout:
         fanout((w, h), args.frames)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Soak on a GPU host: one producer (cudatestsrc pattern=counter, 4K RGB, CUDA
-# memory, as fast as it goes) and two verifying consumers (cudaipcsrc !
+# memory, as fast as it goes) and two verifying consumers (rscudaipcsrc !
 # cudaprocess verify=true ! fakesink) for SECONDS (default 600). Samples the
 # processes' resident memory, descriptors and GPU memory every
 # SAMPLE_SECONDS (default 30) and fails on any corrupt, missing or lost frame

@@ -23,6 +23,9 @@ cleanup() {
 }
 trap cleanup EXIT
 export GST_PLUGIN_PATH=$plugin_dir GST_REGISTRY=$work/registry.bin GST_REGISTRY_FORK=no
+# A critical of GLib or GStreamer aborts the process (and fails the run);
+# one that does not, or a warning of theirs, fails it below.
+export G_DEBUG=${G_DEBUG:+$G_DEBUG,}fatal-criticals
 # The registry is written outside valgrind: scanning every plugin under it
 # takes minutes and reports on plugins that are not ours.
 gst-inspect-1.0 rscudaipcsink >/dev/null
@@ -61,6 +64,10 @@ for side in producer consumer; do
     failed=1
     sed -e 's/^==[0-9]*== //' "$work/$side.log" | grep -v '^[{}]' | tail -60
     cat "$work/$side.out"
+  fi
+  if grep -E '(GStreamer|GLib)[-A-Za-z]*-(CRITICAL|WARNING) \*\*' "$work/$side.out"; then
+    echo "valgrind: $side: GLib or GStreamer complained (above)"
+    failed=1
   fi
 done
 echo "valgrind: the consumer received $frames of 30 frames"

@@ -17,12 +17,29 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use gst::prelude::*;
+
 /// The names under which an element of this plugin registers.
 pub(crate) fn names(bare: &'static str, rs: &'static str) -> Vec<&'static str> {
     if register_bare_names() {
         vec![bare, rs]
     } else {
         vec![rs]
+    }
+}
+
+/// Renames an instance that GStreamer named after its GType
+/// (`GstRsCudaTestSrc` gives `rscudatestsrc0`) after its factory instead
+/// (`cudatestsrc0`), keeping GStreamer's number. A name the application
+/// gave is kept.
+pub(crate) fn name_after_factory(element: &impl IsA<gst::Object>, factory: &str) {
+    let name = element.name();
+    let number = name
+        .strip_prefix("rs")
+        .and_then(|rest| rest.strip_prefix(factory))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if let Some(number) = number {
+        element.set_property("name", format!("{factory}{number}"));
     }
 }
 

@@ -229,7 +229,7 @@ pub enum OutputMemory {
     )]
     Auto,
     #[enum_value(
-        name = "The plugin's own CudaIpcMemory (cudaipcsrc: the shared slots, no copy)",
+        name = "The plugin's own CudaIpcMemory (rscudaipcsrc: the shared slots, no copy)",
         nick = "cudaipc"
     )]
     CudaIpc,

@@ -34,7 +34,7 @@ pub fn channel(e: &ChannelError) -> &'static str {
 pub fn cuda(e: &CudaError) -> &'static str {
     match e {
         CudaError::NoDriver => {
-            " (without one, a channel of cudaipcsink transport=host, and cudaipcsrc reading it, need no GPU; cudatestsrc and cudaprocess do)"
+            " (without one, a channel of rscudaipcsink transport=host, and rscudaipcsrc reading it, need no GPU; cudatestsrc and cudaprocess do)"
         }
         _ => "",
     }
@@ -63,6 +63,16 @@ pub fn subscriber(e: &SubscriberError) -> &'static str {
             "; set cuda-device-id to read through peer access from another GPU"
         }
         _ => "",
+    }
+}
+
+/// Appended to the error for a channel whose producer is gone: closed
+/// (`closed`: stopped without sending an end of stream) or died.
+pub fn producer_lost(closed: bool) -> &'static str {
+    if closed {
+        " without an end of stream (set on-producer-lost=eos to end this stream, or on-producer-lost=wait to wait for a new producer; run the producer's gst-launch-1.0 with -e so that Ctrl-C sends an end of stream)"
+    } else {
+        " (set on-producer-lost=wait to wait for a new producer, or on-producer-lost=eos to end this stream)"
     }
 }
 

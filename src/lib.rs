@@ -19,12 +19,14 @@ pub mod pattern;
 // channels that exist (what `cudaipc-channels` and the device provider show).
 pub mod element_names;
 
-/// The channels in the shm folder: listing them, and removing stale ones.
+/// The channels in the shm folder, and the markers of consumers waiting for
+/// a producer: listing them, and removing stale ones.
 pub mod channels {
     pub use cudaipc_channel::directory::{
-        ChannelEntry, ChannelState, list_channels, live_channel_names, remove_if_stale,
+        ChannelEntry, ChannelState, WaiterEntry, list_channels, list_waiters, live_channel_names,
+        live_channels_note, remove_if_stale, remove_stale_waiters,
     };
-    pub use cudaipc_channel::shm::shm_dir;
+    pub use cudaipc_channel::shm::{shm_dir, validate_channel_name};
 }
 pub mod memory;
 
@@ -43,7 +45,25 @@ mod video;
 /// The video formats every element of the plugin takes.
 pub use video::FORMATS;
 
+/// Registers every debug category of the plugin now, so that
+/// `--gst-debug-help` and `GST_DEBUG` find them before any element runs.
+fn register_debug_categories() {
+    for category in [
+        &cudaipcsink::CAT,
+        &cudaipcsrc::CAT,
+        &cudatestsrc::CAT,
+        &cudaprocess::CAT,
+        &memory::CAT,
+        &output_pool::CAT,
+        &gstcuda::CAT,
+        &cudaipcdeviceprovider::CAT,
+    ] {
+        std::sync::LazyLock::force(category);
+    }
+}
+
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    register_debug_categories();
     memory::meta::register();
     cudaipcsink::register(plugin)?;
     cudaipcsrc::register(plugin)?;

@@ -1,6 +1,6 @@
 //! Which memory a source produces CUDA frames into, given downstream's answer
 //! to the allocation query and the `output-memory` property: one choice for
-//! `cudatestsrc` (which writes frames) and `cudaipcsrc` (which wraps or copies
+//! `cudatestsrc` (which writes frames) and `rscudaipcsrc` (which wraps or copies
 //! them).
 
 use std::sync::LazyLock;
@@ -12,7 +12,7 @@ use crate::gstcuda::{self, ContextShare};
 use crate::memory::{self, CudaAllocator};
 use crate::video;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaipcoutput",
         gst::DebugColorFlags::empty(),
@@ -42,7 +42,7 @@ pub(crate) enum CudaOutput {
     /// downstream is an element of GStreamer's CUDA library (or
     /// output-memory=gstcuda asked for it).
     GstCuda(SizedPool),
-    /// The plugin's own CUDA memory: downstream's pool of it (cudaipcsink's
+    /// The plugin's own CUDA memory: downstream's pool of it (rscudaipcsink's
     /// slots, or a pool with a `CudaAllocator`), not yet configured, if it
     /// offers one.
     Plugin(Option<SizedPool>),
@@ -60,7 +60,7 @@ pub(crate) fn choose_cuda_output(
     let frame_size = gst_video::VideoInfo::from_caps(caps)
         .map_err(|_| format!("invalid video caps {caps}"))?
         .size() as u32;
-    // cudaipcsink's slots take our frames without a copy, even where it
+    // rscudaipcsink's slots take our frames without a copy, even where it
     // proposes a GstCudaBufferPool first.
     let slot_pool = match output_memory {
         OutputMemory::GstCuda => None,
@@ -125,7 +125,7 @@ pub(crate) fn choose_cuda_output(
 
 /// Whether the buffers of downstream's `pool` are this plugin's CUDA memory:
 /// the pool's or the query's allocator is a `CudaAllocator`, or it is the slot
-/// pool of `cudaipcsink`.
+/// pool of `rscudaipcsink`.
 fn holds_plugin_memory(pool: &gst::BufferPool, query: &gst::query::Allocation) -> bool {
     if pool.type_().name() == memory::SLOT_POOL_TYPE_NAME {
         return true;

@@ -264,6 +264,123 @@ fn a_missing_producer_error_names_the_live_channels() {
 
 /// One slot, and a sink that keeps its last buffer (checksumsink, like most
 /// sinks): the source must copy rather than hold the only slot forever.
+/// A consumer that waits for a producer says so once, at the default
+/// verbosity, after about 2 s: which channel it waits for and which have a
+/// producer; it still fails at its timeout.
+#[test]
+fn a_waiting_consumer_warns_once_naming_the_live_channels() {
+    let live = unique_channel("warned");
+    let producer = launch(&format!(
+        "videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=30/1 ! rscudaipcsink channel={live} transport=host"
+    ));
+    assert!(
+        wait_for_channel(&live, LIMIT),
+        "the producer of {live} never appeared"
+    );
+    let start = std::time::Instant::now();
+    let done = launch_unquiet(&format!(
+        "rscudaipcsrc channel={live}-typo connect-timeout=3500 ! fakesink"
+    ))
+    .finish(LIMIT);
+    let elapsed = start.elapsed();
+    // A consumer that finds its producer at once warns of nothing, and a
+    // wait of 2 s or less ends before a warning would.
+    let quick = launch_unquiet(&format!(
+        "rscudaipcsrc channel={live} num-buffers=1 ! fakesink"
+    ))
+    .finish(LIMIT);
+    let short = launch_unquiet(&format!(
+        "rscudaipcsrc channel={live}-typo connect-timeout=2000 ! fakesink"
+    ))
+    .finish(LIMIT);
+    producer.signal(libc::SIGINT);
+    let _ = producer.finish(LIMIT);
+    assert!(!done.success);
+    let text = format!("{}{}", done.stdout, done.stderr);
+    let warnings: Vec<&str> = text.lines().filter(|l| l.starts_with("WARNING:")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    let expected = format!("still waiting for a producer on channel '{live}-typo'");
+    assert!(warnings[0].contains(&expected), "{text}");
+    assert!(warnings[0].contains("channels with a producer:"), "{text}");
+    assert!(warnings[0].contains(&live), "{text}");
+    let error = text.find("no producer appeared on channel").expect(&text);
+    assert!(text.find("WARNING:").unwrap() < error, "{text}");
+    assert!(elapsed >= Duration::from_millis(3500), "{elapsed:?}");
+    quick.assert_success("a consumer of the live channel");
+    assert!(!quick.stdout.contains("WARNING:"), "{}", quick.stdout);
+    assert!(!short.success);
+    let text = format!("{}{}", short.stdout, short.stderr);
+    assert!(text.contains("no producer appeared on channel"), "{text}");
+    assert!(!text.contains("WARNING:"), "{text}");
+}
+
+/// A producer stopped without an end of stream: the consumer's error says
+/// what to change (on-producer-lost, or -e on the producer); with -e the
+/// consumer ends with the stream.
+#[test]
+fn a_closed_channel_error_names_on_producer_lost_and_the_producers_dash_e() {
+    let producer_line = |channel: &str, flags: &str| {
+        format!(
+            "{flags}videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=30/1 ! rscudaipcsink channel={channel} transport=host"
+        )
+    };
+    for (flags, ends_cleanly) in [("", false), ("-e ", true)] {
+        let channel = unique_channel("closed");
+        let consumer = launch(&format!(
+            "rscudaipcsrc channel={channel} connect-timeout=30000 ! fakesink"
+        ));
+        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        let producer = launch(&producer_line(&channel, flags));
+        std::thread::sleep(Duration::from_secs(1));
+        producer.signal(libc::SIGINT);
+        let produced = producer.finish(LIMIT);
+        let done = consumer.finish(LIMIT);
+        let text = format!("{}{}", done.stdout, done.stderr);
+        if ends_cleanly {
+            produced.assert_success("the producer run with -e");
+            done.assert_success("the consumer of a producer run with -e");
+        } else {
+            assert!(!done.success, "{text}");
+            for words in [
+                "closed the channel without an end of stream",
+                "on-producer-lost=eos",
+                "on-producer-lost=wait",
+                "gst-launch-1.0 with -e",
+            ] {
+                assert!(text.contains(words), "{words:?} missing: {text}");
+            }
+        }
+    }
+}
+
+/// Caps downstream refuses: the error names the field and what downstream
+/// takes, and the element it suggests makes the pipeline work.
+#[test]
+fn a_format_downstream_refuses_is_named_with_the_converter_to_add() {
+    let channel = unique_channel("format");
+    let producer = launch(&format!(
+        "videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink channel={channel} transport=host"
+    ));
+    assert!(wait_for_channel(&channel, LIMIT));
+    let refused = launch(&format!(
+        "rscudaipcsrc channel={channel} ! video/x-raw,format=I420 ! fakesink"
+    ))
+    .finish(LIMIT);
+    assert!(!refused.success);
+    let text = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        text.contains("format=RGB (it takes I420): put videoconvert after rscudaipcsrc"),
+        "{text}"
+    );
+    let converted = launch(&format!(
+        "rscudaipcsrc channel={channel} num-buffers=3 ! videoconvert ! video/x-raw,format=I420 ! fakesink"
+    ))
+    .finish(LIMIT);
+    producer.signal(libc::SIGINT);
+    let _ = producer.finish(LIMIT);
+    converted.assert_success("the pipeline with the converter the error named");
+}
+
 #[test]
 fn one_slot_and_a_sink_keeping_its_last_buffer_do_not_stall() {
     let channel = unique_channel("oneslot");

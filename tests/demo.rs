@@ -2,7 +2,11 @@
 // frame received and checked (on the GPU with one, on the CPU without), and
 // the summary line a user compares.
 
+mod common;
+
 use std::process::Command;
+
+use common::{assert_no_glib_complaints, checked};
 
 #[test]
 fn the_two_process_demo_delivers_every_frame() {
@@ -19,12 +23,13 @@ fn the_two_process_demo_delivers_every_frame() {
     .expect("the demo example is built (cargo test builds every example)");
     let dir = std::env::temp_dir().join(format!("cudaipc-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(&demo)
+    let out = checked(&mut Command::new(&demo))
         .arg("40")
         .current_dir(&dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_no_glib_complaints("the demo", &String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
         "{stdout}\n{}",

@@ -17,7 +17,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Finished, Launch, example, plugin_dir, start_program, unique_channel};
+use common::{
+    Finished, Launch, assert_no_glib_complaints, checked, example, plugin_dir, repo_file,
+    start_program, unique_channel,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);
@@ -247,15 +250,11 @@ fn python_with_gi(test: &str) -> Option<String> {
     None
 }
 
-/// examples/python/reader.py of this source tree, or of the current folder
-/// (the repository root, where test binaries run away from their build).
+/// examples/python/reader.py of the source tree.
 fn python_reader() -> String {
-    let built = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/reader.py");
-    if std::path::Path::new(built).exists() {
-        built.to_string()
-    } else {
-        "examples/python/reader.py".to_string()
-    }
+    repo_file("examples/python/reader.py")
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[test]
@@ -466,19 +465,18 @@ fn gpu_publisher_and_readers_share_device_memory() {
 /// a panic.
 #[test]
 fn bench_redraws_a_plot_from_a_csv() {
-    let csv = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/perf/bench-h100-gst126-rows13-run9.csv"
-    );
+    let csv = repo_file("docs/perf/bench-h100-gst126-rows13-run9.csv");
     let png = std::env::temp_dir().join(format!("cudaipc-replot-{}.png", std::process::id()));
-    let out = Command::new(example("bench"))
-        .args(["--replot", csv])
+    let out = checked(&mut Command::new(example("bench")))
+        .arg("--replot")
+        .arg(&csv)
         .arg(&png)
         .args(["--machine", "H100, GStreamer 1.26.2"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_no_glib_complaints("bench --replot", &stderr);
     assert!(
         stdout.contains("13b MPS on, consumer drops: this pair 19981 FPS = 12.47x upstream import"),
         "{stdout}"
@@ -491,7 +489,7 @@ fn bench_redraws_a_plot_from_a_csv() {
     let image = std::fs::read(&png).expect("the plot is written");
     assert_eq!(&image[1..4], b"PNG");
     let _ = std::fs::remove_file(&png);
-    let missing = Command::new(example("bench"))
+    let missing = checked(&mut Command::new(example("bench")))
         .args(["--replot", "/nonexistent/bench.csv"])
         .arg(&png)
         .output()

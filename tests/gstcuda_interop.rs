@@ -413,15 +413,11 @@ fn gstcuda_output_without_the_library_or_a_driver_is_a_clear_error() {
 }
 
 /// A clip for NVDEC: 30 frames of 320x240 H.264 (x264, byte-stream), from
-/// this source tree, or from the current folder (the repository root, where
-/// staged test binaries run away from their build).
+/// the source tree.
 fn clip() -> String {
-    let built = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ball-320x240.h264");
-    if std::path::Path::new(built).exists() {
-        built.to_string()
-    } else {
-        "tests/data/ball-320x240.h264".to_string()
-    }
+    repo_file("tests/data/ball-320x240.h264")
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[test]

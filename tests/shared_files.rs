@@ -240,13 +240,14 @@ fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
          video/x-raw,format=RGB,width=3840,height=2160 ! rscudaipcsink transport=host channel=big; \
          echo exit=$?; echo left:; ls -A {d}"
     );
-    let out = Command::new("unshare")
+    let out = checked(&mut Command::new("unshare"))
         .args(["-m", "sh", "-c", &script])
         .env("GST_PLUGIN_PATH", plugin_dir())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_no_glib_complaints("the producer in a small shm folder", &stderr);
     assert!(
         stdout.contains("exit=1"),
         "the producer fails cleanly:\n{stdout}\n{stderr}"
@@ -276,7 +277,7 @@ fn channels_binary() -> std::path::PathBuf {
 }
 
 fn channels_command(dir: &ShmDir, args: &[&str]) -> String {
-    let out = Command::new(channels_binary())
+    let out = checked(&mut Command::new(channels_binary()))
         .args(args)
         .envs(dir.env())
         .output()
@@ -294,7 +295,12 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
     wait_for_file(&control);
     wait_until(LIMIT, "a data file", || dir.names().len() >= 2);
     let pid = producer.pid();
-    let listing = channels_command(&dir, &["list"]);
+    // The caps come with the first frame, after the files.
+    let mut listing = String::new();
+    wait_until(LIMIT, "the channel listed with its caps", || {
+        listing = channels_command(&dir, &["list"]);
+        listing.contains("width=(int)64")
+    });
     let line = listing
         .lines()
         .find(|l| l.starts_with(&channel))
@@ -319,9 +325,98 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
             .any(|l| l.starts_with(&channel) && l.contains("stale")),
         "{listing}"
     );
-    let removed = channels_command(&dir, &["remove-stale"]);
-    assert!(removed.contains(&channel), "{removed}");
+    // Without names or --all it only says what it would remove.
+    let asked = checked(&mut Command::new(channels_binary()))
+        .arg("remove-stale")
+        .envs(dir.env())
+        .output()
+        .unwrap();
+    assert_eq!(asked.status.code(), Some(2), "{asked:?}");
+    let said = String::from_utf8_lossy(&asked.stdout);
+    assert!(
+        said.contains(&format!("stale channel '{channel}'")),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&asked.stderr).contains("--all"),
+        "{asked:?}"
+    );
+    assert!(control.exists(), "nothing removed without --all");
+    let removed = channels_command(&dir, &["remove-stale", "--all"]);
+    assert!(
+        removed.contains(&format!("removed stale channel '{channel}'")),
+        "{removed}"
+    );
     assert_eq!(dir.names(), Vec::<String>::new(), "every file removed");
+}
+
+/// A consumer stopped while it waits for a producer: by SIGINT
+/// (gst-launch-1.0 stops the pipeline) it removes its marker; killed by
+/// SIGTERM it cannot, and its marker, unlocked, is listed as stale by
+/// cudaipc-channels, removed by `remove-stale <channel>`, and by the next
+/// consumer of any channel.
+#[test]
+fn a_waiting_consumer_stopped_by_a_signal_leaves_no_marker_behind() {
+    let dir = ShmDir::new("waiter");
+    let channel = unique_channel("waiter");
+    let markers = || -> Vec<String> {
+        dir.names()
+            .into_iter()
+            .filter(|n| n.contains("@waiter."))
+            .collect()
+    };
+    let waiting = consumer(&dir, &channel, "connect-timeout=-1");
+    wait_until(LIMIT, "the consumer's marker", || markers().len() == 1);
+    waiting.signal(libc::SIGINT);
+    let ended = waiting.finish(LIMIT);
+    assert!(
+        ended.code.is_some(),
+        "SIGINT stops gst-launch-1.0: {}",
+        ended.stderr
+    );
+    assert_eq!(
+        markers(),
+        Vec::<String>::new(),
+        "SIGINT: the marker is removed"
+    );
+
+    let killed = || {
+        let waiting = consumer(&dir, &channel, "connect-timeout=-1");
+        wait_until(LIMIT, "the consumer's marker", || markers().len() == 1);
+        waiting.signal(libc::SIGTERM);
+        let ended = waiting.finish(LIMIT);
+        assert!(ended.code.is_none(), "SIGTERM ends gst-launch-1.0");
+        let left = markers();
+        assert_eq!(
+            left.len(),
+            1,
+            "a process ended by SIGTERM leaves its marker"
+        );
+        left[0].clone()
+    };
+    let marker = killed();
+    let listing = channels_command(&dir, &["list"]);
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with(&channel) && l.contains("stale") && l.ends_with(&marker)),
+        "{listing}"
+    );
+    let removed = channels_command(&dir, &["remove-stale", &channel]);
+    assert!(
+        removed.contains("died waiting") && removed.contains(&marker),
+        "{removed}"
+    );
+    assert_eq!(markers(), Vec::<String>::new());
+
+    killed();
+    let other = consumer(&dir, &format!("{channel}-other"), "connect-timeout=300").finish(LIMIT);
+    assert_ne!(other.code, Some(0));
+    assert_eq!(
+        markers(),
+        Vec::<String>::new(),
+        "the next consumer removed the dead one's marker"
+    );
 }
 
 #[test]

@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: MPL-2.0
 """Reads the frames of a cudaipc channel from Python (PyGObject).
 
-Runs ``cudaipcsrc ! appsink`` and gets at each frame:
+Runs ``rscudaipcsrc ! appsink`` and gets at each frame:
 
 - CUDA memory (cuda transport): the device pointer, pitch, size and CUDA
-  device from the ``CudaIpcMeta`` custom meta that cudaipcsrc puts on the
+  device from the ``CudaIpcMeta`` custom meta that rscudaipcsrc puts on the
   buffers that wrap the producer's memory (``buffer.get_custom_meta("CudaIpcMeta").get_structure()``,
   GStreamer 1.20+; checked with 1.22's introspection data). Hand the pointer
   to CuPy, PyTorch or Numba to work on the frame without a copy. Mapping the

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! Lists the cudaipc channels in the shm folder (live or stale, producer
-//! pid and user, transport, consumers, caps) and removes the stale ones.
+//! pid and user, transport, consumers, caps) and the consumers waiting for
+//! a producer, and removes what dead processes left.
 //!
 //! usage: cudaipc-channels [list]
-//!        cudaipc-channels remove-stale [CHANNEL...]
+//!        cudaipc-channels remove-stale CHANNEL...
+//!        cudaipc-channels remove-stale --all
 
 use gstcudaipc::channels::{self as directory, ChannelState};
 
@@ -28,7 +30,7 @@ fn main() {
 
 fn usage() {
     eprintln!(
-        "usage: cudaipc-channels [list]\n       cudaipc-channels remove-stale [CHANNEL...]\n\
+        "usage: cudaipc-channels [list]\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all\n\
          Channels are files in {} (CUDAIPC_SHM_DIR overrides it).",
         directory::shm_dir().display()
     );
@@ -36,14 +38,15 @@ fn usage() {
 
 fn list() -> i32 {
     let channels = directory::list_channels();
+    let waiters = directory::list_waiters(None);
     if channels.is_empty() {
         println!("no channels in {}", directory::shm_dir().display());
-        return 0;
+    } else {
+        println!(
+            "{:<24} {:<6} {:>8} {:>6} {:<9} {:>9} {:>5} {:>12}  caps",
+            "CHANNEL", "STATE", "PID", "UID", "TRANSPORT", "CONSUMERS", "SLOTS", "SLOT-BYTES"
+        );
     }
-    println!(
-        "{:<24} {:<6} {:>8} {:>6} {:<9} {:>9} {:>5} {:>12}  caps",
-        "CHANNEL", "STATE", "PID", "UID", "TRANSPORT", "CONSUMERS", "SLOTS", "SLOT-BYTES"
-    );
     for c in &channels {
         let state = match &c.state {
             ChannelState::Live => "live",
@@ -71,29 +74,111 @@ fn list() -> i32 {
             println!("    {}: {why}", c.path.display());
         }
     }
+    if !waiters.is_empty() {
+        // Stale: the consumer was killed while it waited.
+        println!("\nconsumers waiting for a producer:");
+        println!("{:<24} {:<6} {:>6}  MARKER", "CHANNEL", "STATE", "UID");
+        for w in &waiters {
+            let state = if w.live { "live" } else { "stale" };
+            let path = w.path.display();
+            println!("{:<24} {state:<6} {:>6}  {path}", w.channel, w.owner_uid);
+        }
+    }
     0
 }
 
-fn remove_stale(names: &[String]) -> i32 {
-    let names: Vec<String> = if names.is_empty() {
-        directory::list_channels()
-            .into_iter()
-            .filter(|c| c.state == ChannelState::Stale)
-            .map(|c| c.name)
-            .collect()
-    } else {
-        names.to_vec()
+/// Removes the stale files of the channels named, or with `--all` of every
+/// stale channel and waiter marker, saying what it removes. Without either
+/// it only lists what `--all` would remove.
+fn remove_stale(args: &[String]) -> i32 {
+    let stale_channels: Vec<String> = directory::list_channels()
+        .into_iter()
+        .filter(|c| c.state == ChannelState::Stale)
+        .map(|c| c.name)
+        .collect();
+    let stale_waiters: Vec<_> = directory::list_waiters(None)
+        .into_iter()
+        .filter(|w| !w.live)
+        .collect();
+    let names: Vec<String> = match args {
+        [] => {
+            if stale_channels.is_empty() && stale_waiters.is_empty() {
+                println!("nothing stale in {}", directory::shm_dir().display());
+                return 0;
+            }
+            for name in &stale_channels {
+                println!("stale channel '{name}'");
+            }
+            for w in &stale_waiters {
+                let path = w.path.display();
+                println!("stale marker of a consumer of '{}': {path}", w.channel);
+            }
+            eprintln!(
+                "remove-stale removes only what it is given: name the channels, or --all for all of the above"
+            );
+            return 2;
+        }
+        [all] if all == "--all" => {
+            let mut names = stale_channels;
+            names.extend(stale_waiters.into_iter().map(|w| w.channel));
+            names.sort();
+            names.dedup();
+            if names.is_empty() {
+                println!("nothing stale in {}", directory::shm_dir().display());
+            }
+            names
+        }
+        names => names.to_vec(),
     };
     let mut failed = 0;
     for name in names {
-        match directory::remove_if_stale(&name) {
+        if !remove_stale_channel(&name) {
+            failed += 1;
+        }
+    }
+    i32::from(failed > 0)
+}
+
+/// Removes what dead processes left of `name`: a dead producer's files and
+/// the markers of consumers that died waiting. `false`: it failed, or there
+/// is nothing of that name.
+fn remove_stale_channel(name: &str) -> bool {
+    if let Err(e) = gstcudaipc::channels::validate_channel_name(name) {
+        eprintln!("cannot remove channel '{name}': {e}");
+        return false;
+    }
+    let mut found = false;
+    let mut ok = true;
+    if directory::list_channels().iter().any(|c| c.name == name) {
+        found = true;
+        match directory::remove_if_stale(name) {
             Ok(true) => println!("removed stale channel '{name}'"),
             Ok(false) => println!("kept channel '{name}': its producer is alive"),
             Err(e) => {
                 eprintln!("cannot remove channel '{name}': {e}");
-                failed += 1;
+                ok = false;
             }
         }
     }
-    i32::from(failed > 0)
+    for path in directory::remove_stale_waiters(Some(name)) {
+        found = true;
+        let path = path.display();
+        println!("removed the marker of a consumer of '{name}' that died waiting: {path}");
+    }
+    for w in directory::list_waiters(Some(name)) {
+        found = true;
+        let path = w.path.display();
+        if w.live {
+            println!("kept the marker of a consumer still waiting on '{name}': {path}");
+        } else {
+            eprintln!("cannot remove {path}: it belongs to user {}", w.owner_uid);
+            ok = false;
+        }
+    }
+    if !found {
+        let dir = directory::shm_dir();
+        eprintln!("no channel '{name}' in {}", dir.display());
+        return false;
+    }
+    ok
 }

@@ -9,7 +9,7 @@ use gst::subclass::prelude::*;
 
 use cudaipc_channel::directory::{self, ChannelEntry, ChannelState};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaipcdeviceprovider",
         gst::DebugColorFlags::empty(),
@@ -36,7 +36,7 @@ impl DeviceProviderImpl for CudaIpcDeviceProvider {
             gst::subclass::DeviceProviderMetadata::new(
                 "CUDA IPC channel provider",
                 super::DEVICE_CLASS,
-                "Lists the live cudaipcsink channels of this host",
+                "Lists the live rscudaipcsink channels of this host",
                 env!("CARGO_PKG_AUTHORS"),
             )
         });

@@ -6,12 +6,14 @@
 //! `gst-device-monitor-1.0 Video/Source/CudaIpc` (or a `gst::DeviceMonitor`)
 //! shows which channels exist, their caps, producer pid, transport,
 //! consumers and slot size. A device's element is an `rscudaipcsrc` (this
-//! plugin's `cudaipcsrc`) with its `channel` set.
+//! plugin's `rscudaipcsrc`) with its `channel` set.
 
 use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+
+pub(crate) use imp::CAT;
 
 glib::wrapper! {
     pub struct CudaIpcDeviceProvider(ObjectSubclass<imp::CudaIpcDeviceProvider>) @extends gst::DeviceProvider, gst::Object;

@@ -141,7 +141,7 @@ impl ObjectImpl for CudaIpcSink {
             vec![
                 glib::ParamSpecString::builder("channel")
                     .nick("Channel")
-                    .blurb("Name of the channel (a control block in /dev/shm is named after it)")
+                    .blurb("Name of the channel: 1-64 characters of A-Z a-z 0-9 _ - (its control block is /dev/shm/cudaipc-<channel>)")
                     .default_value(Some(DEFAULT_CHANNEL))
                     .mutable_ready()
                     .build(),
@@ -182,7 +182,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecUInt::builder("permissions")
                     .nick("Permissions")
-                    .blurb("File mode of the channel's shared files, octal on the command line (permissions=0660 shares them with the group)")
+                    .blurb("File mode of the channel's shared files (default 0600, octal; permissions=0660 shares them with the group)")
                     .maximum(0o777)
                     .default_value(DEFAULT_PERMISSIONS)
                     .mutable_ready()
@@ -214,7 +214,7 @@ impl ObjectImpl for CudaIpcSink {
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits, zero-copy (published where upstream wrote them: the slot pool or lent GstCudaMemory), copied, consumers, reclaimed-consumers, transport")
+                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits (for a free slot), render-time (ns in render), slot-wait-time (ns waiting for a free slot), read-wait-time (ns waiting for consumers' GPU reads of a slot), zero-copy (published where upstream wrote them: the slot pool or lent GstCudaMemory), copied, repeated (a buffer pushed again, published from its slot with no copy), slots, consumers, reclaimed-consumers, transport")
                     .read_only()
                     .build(),
             ]
@@ -283,7 +283,7 @@ impl ElementImpl for CudaIpcSink {
             gst::subclass::ElementMetadata::new(
                 "CUDA IPC sink",
                 "Sink/Video/Hardware",
-                "Shares video frames with other processes through CUDA IPC or shared memory",
+                "Shares video frames with other processes through CUDA IPC or shared memory (write rscudaipcsink: the bare name is GStreamer's own element on 1.24+ with nvcodec)",
                 "gst-cudaipc developers",
             )
         });

@@ -2,7 +2,7 @@
 
 //! # cudaipcsink
 //!
-//! Publishes video frames on a named channel that `cudaipcsrc` elements in
+//! Publishes video frames on a named channel that `rscudaipcsrc` elements in
 //! other processes read. Frames live in a ring of `slots`: CUDA device
 //! buffers exported with CUDA IPC (`transport=cuda`) or a shared host-memory
 //! file (`transport=host`). Upstream elements that use the buffer pool this
@@ -10,7 +10,7 @@
 //! copied (device to device) or uploaded into a free slot.
 //!
 //! ```text
-//! gst-launch-1.0 cudatestsrc ! "video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160" ! cudaipcsink channel=cam0
+//! gst-launch-1.0 cudatestsrc ! "video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160" ! rscudaipcsink channel=cam0
 //! ```
 //!
 //! Also registered as `rscudaipcsink`, a name GStreamer's own nvcodec
@@ -33,7 +33,7 @@ mod publishing;
 type SinkPublisher = cudaipc_transport::Publisher<gst::Buffer>;
 
 /// Shared by the element and its slot pool.
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaipcsink",
         gst::DebugColorFlags::empty(),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use gst::glib;
 use gst::prelude::*;
 use gst_base::prelude::*;
 
@@ -88,13 +89,10 @@ pub(super) fn error_message(
         SubscriberError::NoProducer(e) => gst::error_msg!(
             ResourceError::NotFound,
             (
-                "{} (connect-timeout={} ms); {}{}",
+                "{} (connect-timeout={} ms); {}",
                 e,
                 connect_timeout_ms,
-                existing_channels(),
-                upstream_sink_note()
-                    .map(|note| format!("; {note}"))
-                    .unwrap_or_default()
+                channels_seen()
             )
         ),
         SubscriberError::Attach(e) => gst::error_msg!(
@@ -116,6 +114,98 @@ pub(super) fn error_message(
         SubscriberError::Read(e) => gst::error_msg!(ResourceError::Read, ("{}{}", e, hint)),
         e @ SubscriberError::Truncated(_) => gst::error_msg!(ResourceError::Read, ("{}", e)),
     })
+}
+
+/// Why downstream (`peer`) takes none of the channel's `caps` although it
+/// takes video in a memory the channel can give: the fields it refuses,
+/// what it accepts instead, and the element that converts. `None` when no
+/// single field explains it.
+fn refused_fields(caps: &gst::Caps, peer: &gst::Caps, kind: TransportKind) -> Option<String> {
+    let structure = caps.structure(0)?;
+    let in_memory = |cuda: bool, fields: gst::Structure| {
+        let probe = gst::Caps::builder_full().structure(fields).build();
+        if cuda {
+            memory::with_cuda_feature(&probe)
+        } else {
+            probe
+        }
+    };
+    // CUDA memory first, as negotiation tries it.
+    let memories: &[bool] = match kind {
+        TransportKind::Cuda => &[true, false],
+        TransportKind::Host => &[false],
+    };
+    let cuda = memories.iter().copied().find(|&cuda| {
+        peer.can_intersect(&in_memory(
+            cuda,
+            gst::Structure::new_empty(structure.name()),
+        ))
+    })?;
+    let refused: Vec<(&str, String)> = structure
+        .iter()
+        .filter(|(field, value)| {
+            let mut only = gst::Structure::new_empty(structure.name());
+            only.set_value(*field, (*value).clone());
+            !peer.can_intersect(&in_memory(cuda, only))
+        })
+        .map(|(field, value)| (field.as_str(), readable(value)))
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let memory_only = in_memory(cuda, gst::Structure::new_empty(structure.name()));
+    let accepted = |field: &str| {
+        let mut values: Vec<String> = peer
+            .iter_with_features()
+            .filter(|(s, features)| {
+                let one = gst::Caps::builder_full()
+                    .structure_with_features((*s).to_owned(), (*features).to_owned())
+                    .build();
+                one.can_intersect(&memory_only)
+            })
+            .filter_map(|(s, _)| s.value(field).ok())
+            .flat_map(|value| match value.get::<gst::List>() {
+                Ok(list) => list.iter().map(readable).collect(),
+                Err(_) => vec![readable(value)],
+            })
+            .collect();
+        values.dedup();
+        values.join(", ")
+    };
+    let mismatch: Vec<String> = refused
+        .iter()
+        .map(|(field, value)| format!("{field}={value} (it takes {})", accepted(field)))
+        .collect();
+    // The element that changes each refused field, in the memory chosen.
+    let mut converters: Vec<&str> = refused
+        .iter()
+        .map(|(field, _)| match (*field, cuda) {
+            ("width" | "height" | "pixel-aspect-ratio", true) => "cudascale",
+            ("width" | "height" | "pixel-aspect-ratio", false) => "videoscale",
+            ("framerate", _) => "videorate",
+            (_, true) => "cudaconvert",
+            (_, false) => "videoconvert",
+        })
+        .collect();
+    converters.dedup();
+    let alternative =
+        if kind == TransportKind::Cuda && !cuda && converters.contains(&"videoconvert") {
+            " (or cudaconvert ! cudadownload, to convert on the GPU)"
+        } else {
+            ""
+        };
+    Some(format!(
+        "downstream does not take the channel's {}: put {} after rscudaipcsrc{alternative}",
+        mismatch.join(" or "),
+        converters.join(" ! ")
+    ))
+}
+
+/// A caps value as a gst-launch-1.0 line writes it.
+fn readable(value: &glib::SendValue) -> String {
+    value
+        .serialize()
+        .map_or_else(|_| "?".into(), |v| v.to_string())
 }
 
 /// Chooses CUDA or system memory for the channel's `caps`, sets them on the
@@ -141,9 +231,15 @@ pub(super) fn negotiate(
                 gst::error_msg!(
                     gst::CoreError::Negotiation,
                     (
-                        "channel '{}' uses the host transport, so its frames are in system memory, but downstream takes only CUDA memory: put an upload element (cudaupload) after cudaipcsrc, or give the producer's cudaipcsink transport=cuda (or auto, on a machine with a GPU)",
+                        "channel '{}' uses the host transport, so its frames are in system memory, but downstream takes only CUDA memory: put an upload element (cudaupload) after rscudaipcsrc, or give the producer's rscudaipcsink transport=cuda (or auto, on a machine with a GPU)",
                         channel_name
                     ),
+                    ["channel caps {}; downstream accepts {}", caps, peer]
+                )
+            } else if let Some(why) = refused_fields(caps, &peer, channel.kind) {
+                gst::error_msg!(
+                    gst::CoreError::Negotiation,
+                    ("channel '{}': {}", channel_name, why),
                     ["channel caps {}; downstream accepts {}", caps, peer]
                 )
             } else {
@@ -334,14 +430,11 @@ pub(super) fn mixed_with_upstream(
     })
 }
 
-fn existing_channels() -> String {
-    let names = crate::channels::live_channel_names();
-    if names.is_empty() {
-        format!(
-            "no channel has a producer in {}",
-            crate::channels::shm_dir().display()
-        )
-    } else {
-        format!("channels with a producer: {}", names.join(", "))
-    }
+/// What a consumer that finds no producer can see: the live channels, and
+/// GStreamer's own `cudaipcsink` if it runs.
+pub(super) fn channels_seen() -> String {
+    let note = upstream_sink_note()
+        .map(|note| format!("; {note}"))
+        .unwrap_or_default();
+    format!("{}{note}", crate::channels::live_channels_note())
 }

@@ -104,7 +104,7 @@ impl ObjectImpl for CudaIpcSrc {
             vec![
                 glib::ParamSpecString::builder("channel")
                     .nick("Channel")
-                    .blurb("Name of the channel to read")
+                    .blurb("Name of the channel to read: 1-64 characters of A-Z a-z 0-9 _ -")
                     .default_value(Some(DEFAULT_CHANNEL))
                     .mutable_ready()
                     .build(),
@@ -122,14 +122,14 @@ impl ObjectImpl for CudaIpcSrc {
                     .build(),
                 glib::ParamSpecInt64::builder("connect-timeout")
                     .nick("Connect timeout")
-                    .blurb("Milliseconds to wait for a producer to appear (-1: forever)")
+                    .blurb("Milliseconds to wait for a producer to appear (-1: forever); after 2 s a warning names the channels that have one")
                     .minimum(-1)
                     .default_value(DEFAULT_CONNECT_TIMEOUT_MS)
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecEnum::builder_with_default("on-producer-lost", ProducerLost::default())
                     .nick("On producer lost")
-                    .blurb("What to do when the producer dies or closes the channel")
+                    .blurb("What to do when the producer dies or closes the channel without an end of stream")
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecBoolean::builder("is-live")
@@ -174,7 +174,7 @@ impl ObjectImpl for CudaIpcSrc {
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, copied, gstcuda-wrapped, gstcuda-copied, missed, waits, reconnects, producer-pid, latency-{count,min,mean,p50,p99,max}[-ns] (publish to receive)")
+                    .blurb("frames, copied, gstcuda-wrapped, gstcuda-copied, missed, waits, reconnects, producer-pid, latency-count, latency-min-ns, latency-mean-ns, latency-p50-ns, latency-p99-ns, latency-max-ns (publish to receive)")
                     .read_only()
                     .build(),
             ]
@@ -273,7 +273,7 @@ impl ElementImpl for CudaIpcSrc {
             gst::subclass::ElementMetadata::new(
                 "CUDA IPC source",
                 "Source/Video/Hardware",
-                "Receives video frames from another process through CUDA IPC or shared memory",
+                "Receives video frames from another process through CUDA IPC or shared memory (write rscudaipcsrc: the bare name is GStreamer's own element on 1.24+ with nvcodec)",
                 "gst-cudaipc developers",
             )
         });

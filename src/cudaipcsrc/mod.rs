@@ -2,7 +2,7 @@
 
 //! # cudaipcsrc
 //!
-//! Reads the frames a `cudaipcsink` in another process publishes on a named
+//! Reads the frames an `rscudaipcsink` in another process publishes on a named
 //! channel. The caps come from the channel. With the cuda transport the
 //! buffers wrap the producer's device memory (`memory:CUDAMemory`, zero
 //! copy; each slot is opened once) or, when downstream needs system memory,
@@ -11,7 +11,7 @@
 //! the GPU work queued on it so far).
 //!
 //! ```text
-//! gst-launch-1.0 cudaipcsrc channel=cam0 ! cudaprocess operation=invert ! fakesink
+//! gst-launch-1.0 rscudaipcsrc channel=cam0 ! cudaprocess operation=invert ! fakesink
 //! ```
 //!
 //! Also registered as `rscudaipcsrc`, a name GStreamer's own nvcodec plugin
@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 use gst::glib;
 use gst::prelude::*;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaipcsrc",
         gst::DebugColorFlags::empty(),

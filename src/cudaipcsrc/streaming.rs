@@ -5,6 +5,7 @@
 //! held while it waits.
 
 use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use gst::prelude::*;
@@ -22,6 +23,51 @@ use cudaipc_channel::ProducerGone;
 use cudaipc_transport::{
     Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
 };
+
+/// How long a consumer waits for a producer before it says so at the
+/// default verbosity.
+const WAIT_WARNING_AFTER: Duration = Duration::from_secs(2);
+
+/// Posts one warning (gst-launch-1.0 prints it) when the wait for a
+/// producer lasts `WAIT_WARNING_AFTER`: `waiting`, and the channels there
+/// are, so that a mistyped name shows before the timeout. Dropped when the
+/// wait ends.
+struct WaitWarning {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WaitWarning {
+    fn start(src: &super::CudaIpcSrc, waiting: String) -> Self {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let src = src.downgrade();
+        let thread = std::thread::Builder::new()
+            .name("cudaipcsrc-wait".into())
+            .spawn(move || {
+                if stopped.recv_timeout(WAIT_WARNING_AFTER) != Err(RecvTimeoutError::Timeout) {
+                    return;
+                }
+                if let Some(src) = src.upgrade() {
+                    let seen = channel::channels_seen();
+                    gst::element_warning!(src, gst::ResourceError::NotFound, ("{waiting}; {seen}"));
+                }
+            })
+            .ok();
+        Self {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for WaitWarning {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 impl CudaIpcSrc {
     fn connect(&self) -> Result<Subscriber, gst::FlowError> {
@@ -59,6 +105,10 @@ impl CudaIpcSrc {
             // copy frames rather than hold every slot (`frame_to_buffer`).
             refuse_self_wait: false,
         };
+        let warns = config
+            .connect_timeout
+            .is_none_or(|timeout| timeout > WAIT_WARNING_AFTER);
+        let mut warning = None;
         let subscriber = Subscriber::attach(config, &self.interrupt, || {
             let (channel, timeout) = (&settings.channel, settings.connect_timeout_ms);
             gst::info!(
@@ -66,8 +116,18 @@ impl CudaIpcSrc {
                 imp = self,
                 "waiting for a producer on channel '{channel}' (connect-timeout={timeout} ms)"
             );
-        })
-        .map_err(|e| self.failed(e))?;
+            let waiting = match reconnect {
+                false => format!(
+                    "still waiting for a producer on channel '{channel}' (connect-timeout={timeout} ms)"
+                ),
+                true => format!(
+                    "still waiting for a new producer on channel '{channel}' (on-producer-lost=wait)"
+                ),
+            };
+            warning = warns.then(|| WaitWarning::start(&self.obj(), waiting));
+        });
+        drop(warning);
+        let subscriber = subscriber.map_err(|e| self.failed(e))?;
         let pid = subscriber.info().producer_pid;
         let kind = subscriber.kind();
         gst::info!(
@@ -196,7 +256,8 @@ impl CudaIpcSrc {
                 // The channel cannot go on: as if its producer were lost.
                 Err(e @ SubscriberError::Truncated(_)) => {
                     let channel = self.settings.lock().unwrap().channel.clone();
-                    self.producer_lost(&format!("channel '{channel}': {e}"))?;
+                    let why = format!("channel '{channel}': {e}");
+                    self.producer_lost(&why, crate::hints::producer_lost(false))?;
                     *subscriber = None;
                     continue;
                 }
@@ -218,7 +279,9 @@ impl CudaIpcSrc {
                         ProducerGone::Closed => "closed the channel",
                         ProducerGone::Died => "died",
                     };
-                    self.producer_lost(&format!("the producer of channel '{channel}' {what}"))?;
+                    let why = format!("the producer of channel '{channel}' {what}");
+                    let hint = crate::hints::producer_lost(gone == ProducerGone::Closed);
+                    self.producer_lost(&why, hint)?;
                     *subscriber = None;
                 }
             }
@@ -340,13 +403,13 @@ impl CudaIpcSrc {
     }
 
     /// Follows `on-producer-lost` for a channel that cannot go on, `why`
-    /// saying so.
-    fn producer_lost(&self, why: &str) -> Result<(), gst::FlowError> {
+    /// saying so; an error adds `hint`, what the user can change.
+    fn producer_lost(&self, why: &str, hint: &str) -> Result<(), gst::FlowError> {
         let on_producer_lost = self.settings.lock().unwrap().on_producer_lost;
         gst::info!(CAT, imp = self, "{why}");
         match on_producer_lost {
             ProducerLost::Error => {
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", why));
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}{}", why, hint));
                 Err(gst::FlowError::Error)
             }
             ProducerLost::Eos => Err(gst::FlowError::Eos),

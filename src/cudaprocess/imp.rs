@@ -19,7 +19,7 @@ use crate::pattern::kernels::{
 use crate::video;
 use cudaipc_transport::cuda::{CudaError, Device, DeviceBuffer, DeviceRegion, Module};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaprocess",
         gst::DebugColorFlags::empty(),
@@ -648,6 +648,7 @@ impl ObjectImpl for CudaProcess {
 
     fn constructed(&self) {
         self.parent_constructed();
+        crate::element_names::name_after_factory(&*self.obj(), "cudaprocess");
         self.apply_operation(DEFAULT_OPERATION);
     }
 }

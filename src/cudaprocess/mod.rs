@@ -6,7 +6,7 @@
 //!
 //! Same caps in and out: `video/x-raw(memory:CUDAMemory)` in the plugin's
 //! formats. Frames are changed in place when the buffer and its memory are
-//! writable; frames in read-only memory (those of `cudaipcsrc`, which wrap
+//! writable; frames in read-only memory (those of `rscudaipcsrc`, which wrap
 //! shared slots) are processed into a buffer of the element's own pool.
 //! `operation=none` passes buffers through untouched.
 //!
@@ -24,6 +24,8 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+
+pub(crate) use imp::CAT;
 
 /// What `cudaprocess` does to each frame (its `operation` property).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, glib::Enum)]

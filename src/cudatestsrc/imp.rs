@@ -18,7 +18,7 @@ use crate::pattern::{self, Pattern};
 use crate::video;
 use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudatestsrc",
         gst::DebugColorFlags::empty(),
@@ -394,6 +394,7 @@ impl ObjectImpl for CudaTestSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
+        crate::element_names::name_after_factory(&*self.obj(), "cudatestsrc");
         let obj = self.obj();
         obj.set_live(DEFAULT_IS_LIVE);
         obj.set_format(gst::Format::Time);
@@ -469,7 +470,7 @@ impl BaseSrcImpl for CudaTestSrc {
             // which this element does not have.
             cudaipc_transport::cuda::CudaError::NoDriver => gst::error_msg!(
                 gst::ResourceError::NotFound,
-                ("cudatestsrc needs CUDA device {id}, but the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver; without a GPU, use videotestsrc (cudaipcsink transport=host carries system memory)")
+                ("cudatestsrc needs CUDA device {id}, but the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver; without a GPU, use videotestsrc (rscudaipcsink transport=host carries system memory)")
             ),
             e => gst::error_msg!(
                 gst::ResourceError::NotFound,

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! When downstream proposes a pool whose buffers are this plugin's CUDA
-//! memory (`cudaipcsink` does: its shared slots), frames are written into
+//! memory (`rscudaipcsink` does: its shared slots), frames are written into
 //! it with no copy. All GPU work goes on the device's shared stream
 //! ([`cudaipc_transport::cuda::Device::stream`]); there is no per-frame host
 //! synchronisation in CUDA memory.
@@ -25,6 +25,8 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+
+pub(crate) use imp::CAT;
 
 glib::wrapper! {
     pub struct CudaTestSrc(ObjectSubclass<imp::CudaTestSrc>)

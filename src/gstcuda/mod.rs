@@ -8,9 +8,9 @@
 //! - `GstCudaContext` sharing through `GstContext` (`gst.cuda.context`): an
 //!   element adopts the context a neighbour or the application shares, or
 //!   shares one wrapping this plugin's primary context ([`ContextShare`]);
-//! - `GstCudaMemory`: `cudaipcsrc` and `cudatestsrc` write into it when
+//! - `GstCudaMemory`: `rscudaipcsrc` and `cudatestsrc` write into it when
 //!   downstream is an element of that library (it proposes a
-//!   `GstCudaBufferPool`), `cudaipcsink` reads it with one device-to-device
+//!   `GstCudaBufferPool`), `rscudaipcsink` reads it with one device-to-device
 //!   copy ([`MappedCudaMemory`]).
 //!
 //! GStreamer 1.22 cannot wrap foreign device memory as `GstCudaMemory` (that
@@ -47,7 +47,7 @@ pub const CONTEXT_TYPE: &str = "gst.cuda.context";
 /// the `CUdeviceptr`).
 const MAP_CUDA: c_uint = gst::ffi::GST_MAP_FLAG_LAST << 1;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaipc-gstcuda",
         gst::DebugColorFlags::empty(),

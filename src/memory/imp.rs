@@ -13,7 +13,7 @@ use gst::subclass::prelude::*;
 use super::DeviceMemoryInfo;
 use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion};
 
-static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|| {
+pub(crate) static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|| {
     gst::DebugCategory::new(
         "cudaipcmemory",
         gst::DebugColorFlags::empty(),

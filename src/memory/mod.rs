@@ -11,6 +11,8 @@
 //! there, or synchronise with it.
 
 mod imp;
+
+pub(crate) use imp::CAT;
 pub mod meta;
 
 use std::any::Any;
@@ -140,10 +142,10 @@ pub fn caps_are_cuda(caps: &gst::CapsRef) -> bool {
         .is_some_and(|f| f.contains(CAPS_FEATURE_CUDA_MEMORY))
 }
 
-/// GType name of the pool `cudaipcsink` proposes: its buffers are its slots.
+/// GType name of the pool `rscudaipcsink` proposes: its buffers are its slots.
 pub const SLOT_POOL_TYPE_NAME: &str = "GstRsCudaIpcSlotPool";
 
-/// `cudaipcsink`'s slot pool among the pools an allocation query proposes
+/// `rscudaipcsink`'s slot pool among the pools an allocation query proposes
 /// (with its size, min and max). It may follow a `GstCudaBufferPool`, which
 /// GStreamer's CUDA elements (they take the first pool) write into instead.
 pub fn proposed_slot_pool(

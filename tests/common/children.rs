@@ -32,6 +32,50 @@ pub fn example(name: &str) -> PathBuf {
         .clone()
 }
 
+/// Every child process a test starts runs through this: GLib aborts it on
+/// a critical (GStreamer's failed `g_return_if_fail` checks included), so
+/// a CRITICAL fails the test whatever else it checks. Criticals and
+/// warnings that do not abort are caught in the child's stderr
+/// (`assert_no_glib_complaints`).
+pub fn checked(command: &mut Command) -> &mut Command {
+    let g_debug = match std::env::var("G_DEBUG") {
+        Ok(flags) if !flags.is_empty() => format!("{flags},fatal-criticals"),
+        _ => "fatal-criticals".to_string(),
+    };
+    command.env("G_DEBUG", g_debug)
+}
+
+/// The lines of `stderr` where GLib or GStreamer logged a critical or a
+/// warning (`GStreamer-CRITICAL **`, `GLib-GObject-WARNING **`, ...).
+pub fn glib_complaints(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|line| {
+            ["-CRITICAL **", "-WARNING **"].iter().any(|level| {
+                line.find(level).is_some_and(|at| {
+                    let domain = line[..at]
+                        .rsplit([' ', ')', ':'])
+                        .next()
+                        .unwrap_or_default();
+                    domain.starts_with("GStreamer") || domain.starts_with("GLib")
+                })
+            })
+        })
+        .collect()
+}
+
+/// Fails the test when `what`'s `stderr` holds a critical or a warning of
+/// GLib or GStreamer: a bug of ours or of how we use them, even where the
+/// process ended well.
+pub fn assert_no_glib_complaints(what: &str, stderr: &str) {
+    let complaints = glib_complaints(stderr);
+    assert!(
+        complaints.is_empty(),
+        "{what}: GLib or GStreamer complained:\n{}\n--- stderr\n{stderr}",
+        complaints.join("\n")
+    );
+}
+
 /// Folder holding libgstcudaipc.so: `$CUDAIPC_PLUGIN_DIR`, else
 /// `$GST_PLUGIN_PATH` (as the GPU host's env.sh sets it), else the cargo
 /// target folder this test binary was built in.
@@ -119,15 +163,21 @@ pub fn launch(pipeline: &str) -> Launch {
     launch_with(&[], &[], pipeline)
 }
 
+/// Starts `gst-launch-1.0 <pipeline>` without `-q`, which also hides the
+/// warnings the elements post.
+pub fn launch_unquiet(pipeline: &str) -> Launch {
+    spawn_launch(&[], &[], false, pipeline)
+}
+
 /// Like `launch`, with `gst-launch-1.0` run through a `wrapper` command
 /// (e.g. `setpriv ...` or `unshare ...`) and with extra environment.
 pub fn launch_with(wrapper: &[&str], env: &[(&str, &str)], pipeline: &str) -> Launch {
     // -v (print caps) only works without -q.
-    let quiet = if pipeline.starts_with("-v") {
-        None
-    } else {
-        Some("-q")
-    };
+    spawn_launch(wrapper, env, !pipeline.starts_with("-v"), pipeline)
+}
+
+fn spawn_launch(wrapper: &[&str], env: &[(&str, &str)], quiet: bool, pipeline: &str) -> Launch {
+    let quiet = quiet.then_some("-q");
     let mut command = match wrapper.split_first() {
         Some((program, args)) => {
             let mut c = Command::new(program);
@@ -136,7 +186,7 @@ pub fn launch_with(wrapper: &[&str], env: &[(&str, &str)], pipeline: &str) -> La
         }
         None => Command::new("gst-launch-1.0"),
     };
-    let child = command
+    let child = checked(&mut command)
         .args(quiet)
         .args(pipeline.split_whitespace())
         .env("GST_PLUGIN_PATH", plugin_dir())
@@ -155,7 +205,7 @@ pub fn launch_with(wrapper: &[&str], env: &[(&str, &str)], pipeline: &str) -> La
 /// Starts `program` (an example, a script) with `args` and extra
 /// environment, its output collected.
 pub fn start_program(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Launch {
-    let child = Command::new(program)
+    let child = checked(&mut Command::new(program))
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -200,6 +250,7 @@ impl Launch {
             std::thread::sleep(Duration::from_millis(20));
         };
         let mut stderr = stderr.join().unwrap_or_default();
+        assert_no_glib_complaints(&self.description, &stderr);
         if killed {
             stderr.push_str(&format!("\n[killed after {limit:?}: {}]", self.description));
         }
@@ -225,7 +276,11 @@ impl Drop for Launch {
     fn drop(&mut self) {
         // A failed test must not leave pipelines running. SIGINT first, so
         // that a producer closes its channel (no stale files left in the
-        // shm folder); a pipeline that does not stop in 2 s is killed.
+        // shm folder); a pipeline that does not stop in 2 s is killed. Its
+        // stderr (unread if it was never finished) is checked once it
+        // ended, unless the test fails already.
+        let stderr = read_pipe(self.child.stderr.take());
+        let stdout = read_pipe(self.child.stdout.take());
         if self.child.try_wait().ok().flatten().is_none() {
             self.signal(libc::SIGINT);
             let deadline = Instant::now() + Duration::from_secs(2);
@@ -237,6 +292,15 @@ impl Drop for Launch {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
+        }
+        // A grandchild may still hold the pipes: never wait on it for long.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !(stdout.is_finished() && stderr.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if stderr.is_finished() && !std::thread::panicking() {
+            let stderr = stderr.join().unwrap_or_default();
+            assert_no_glib_complaints(&self.description, &stderr);
         }
     }
 }
@@ -299,7 +363,7 @@ impl PipelineChild {
     }
 
     pub fn spawn_with(pipeline: &str, stats: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut child = checked(&mut Command::new(std::env::current_exe().unwrap()))
             .args([
                 CHILD_ENTRY,
                 "--exact",
@@ -431,6 +495,7 @@ impl PipelineChild {
             .take()
             .map(|h| h.join().unwrap_or_default())
             .unwrap_or_default();
+        assert_no_glib_complaints(&self.description, &stderr);
         if killed {
             stderr.push_str(&format!("\n[killed after {limit:?}: {}]", self.description));
         }

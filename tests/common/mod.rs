@@ -48,6 +48,30 @@ pub fn gpu(test: &str) -> bool {
     gpu_or_skip(test).is_some()
 }
 
+/// A file of the source tree (`rel` to its root): in the working directory
+/// (cargo runs tests at the root; staged binaries run there too), else under
+/// `$CUDAIPC_REPO_DIR`, else where this binary was built from.
+pub fn repo_file(rel: &str) -> std::path::PathBuf {
+    let candidates: Vec<std::path::PathBuf> = [
+        std::env::current_dir().ok(),
+        std::env::var_os("CUDAIPC_REPO_DIR").map(Into::into),
+        Some(env!("CARGO_MANIFEST_DIR").into()),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|root| root.join(rel))
+    .collect();
+    candidates
+        .iter()
+        .find(|path| path.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "{rel} not found in {candidates:?}: run from the repository's root or set CUDAIPC_REPO_DIR"
+            )
+        })
+        .clone()
+}
+
 /// A channel name no other test uses.
 pub fn unique_channel(tag: &str) -> String {
     format!("t-{tag}-{:x}", cudaipc_channel::shm::random_u64())

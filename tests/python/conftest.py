@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MPL-2.0
 """Helpers for the Python package's tests: gst-launch-1.0 pipelines and
 the example programs in child processes (each stopped by its pid at the
-end), unique channel names, reference checksums."""
+end; a critical of GLib or GStreamer in one fails the test:
+glib_checks.py), unique channel names, reference checksums."""
 
 import os
 import secrets
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from glib_checks import assert_no_glib_complaints, checked_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "python"
@@ -28,11 +31,12 @@ class Child:
         self.argv = argv
         self.process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})})
+            env=checked_env(env))
         self.stdout = self.stderr = ""
 
     def finish(self, timeout=LIMIT):
         self.stdout, self.stderr = self.process.communicate(timeout=timeout)
+        assert_no_glib_complaints(" ".join(self.argv), self.stderr)
         return self
 
     @property

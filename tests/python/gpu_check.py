@@ -36,6 +36,7 @@ import sys
 import time
 
 import cudaipc
+from glib_checks import assert_no_glib_complaints, checked_env
 from gpu_skip import skip
 
 WIDTH, HEIGHT, FRAMES = 3840, 2160, 60
@@ -74,7 +75,8 @@ def counter_rows(cp, frame, rows, row_bytes, plane=0):
 
 def gst(pipeline):
     return subprocess.Popen(["gst-launch-1.0", "-q", *pipeline.split()],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=checked_env())
 
 
 def finish(process, what):
@@ -85,6 +87,7 @@ def finish(process, what):
         out, err = process.communicate()
     if process.returncode != 0:
         raise AssertionError(f"{what} failed ({process.returncode}):\n{out}\n{err}")
+    assert_no_glib_complaints(what, err)
 
 
 def producer(channel, frames):

@@ -41,6 +41,7 @@ import re
 import subprocess
 import sys
 
+from glib_checks import assert_no_glib_complaints, checked_env
 from gpu_skip import skip
 
 CU_STREAM_LEGACY = 1
@@ -76,7 +77,8 @@ def gst_or_skip(transport):
 
 def gst(arguments):
     return subprocess.Popen(["gst-launch-1.0", *arguments.split()],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=checked_env())
 
 
 def finish(process, what, timeout=120):
@@ -88,6 +90,7 @@ def finish(process, what, timeout=120):
         raise AssertionError(f"{what} did not end within {timeout} s:\n{out}\n{err}")
     if process.returncode != 0:
         raise AssertionError(f"{what} failed ({process.returncode}):\n{out}\n{err}")
+    assert_no_glib_complaints(what, err)
     return out
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import gst, reference_checksums, unique_channel
+from glib_checks import assert_no_glib_complaints, checked_env
 from test_host import assert_zero_copy_read_only
 
 gi = pytest.importorskip(
@@ -193,6 +194,7 @@ def test_without_a_gpu_ordering_a_cuda_buffer_is_an_exception():
 def test_the_gpu_host_appsink_check_passes_on_the_host_transport():
     check = Path(__file__).with_name("gpu_gst_app_check.py")
     done = subprocess.run([sys.executable, str(check), "--transport", "host"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=checked_env())
     assert done.returncode == 0, f"{check.name} failed:\n{done.stdout}\n{done.stderr}"
+    assert_no_glib_complaints(check.name, done.stderr)
     assert "from_gst_sample: 30 frames" in done.stdout and "all passed" in done.stdout, done.stdout

@@ -170,6 +170,11 @@ def test_unknown_channel(mode):
         cudaipc.Subscriber(channel, timeout=0.3, ipc_mode=mode)
     assert isinstance(raised.value, FileNotFoundError)
     assert time.monotonic() - started < 5
+    # As the element's error: the channels there are, for a mistyped name.
+    with cudaipc.Publisher(channel + "-live", "RGB", 8, 4, transport="host", ipc_mode=mode):
+        with pytest.raises(cudaipc.NoProducerError, match="channels with a producer: .*"
+                           + channel + "-live"):
+            cudaipc.Subscriber(channel, timeout=0.3, ipc_mode=mode)
 
 
 @pytest.mark.parametrize("mode", IPC_MODES)
@@ -231,6 +236,24 @@ def test_a_killed_producer_is_an_exception_not_a_hang(children, mode):
                     started = time.monotonic()
     assert isinstance(raised.value, ConnectionError)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("mode", IPC_MODES)
+def test_a_closed_channel_says_how_to_wait_for_the_next_producer(children, mode):
+    channel = unique_channel("closed")
+    producer = children(sink("videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48",
+                             channel, mode))
+    with pytest.raises(cudaipc.ProducerGoneError) as raised:
+        with cudaipc.Subscriber(channel, timeout=20) as subscriber:
+            for count, frame in enumerate(subscriber):
+                frame.release()
+                if count == 2:
+                    # Ctrl-C on a gst-launch-1.0 run without -e: no end of stream.
+                    os.kill(producer.process.pid, signal.SIGINT)
+    message = str(raised.value)
+    assert "closed the channel without an end of stream" in message, message
+    assert f"cudaipc.Subscriber('{channel}', timeout=None)" in message, message
+    assert "gst-launch-1.0 with -e" in message, message
 
 
 def other_user_or_skip():

@@ -79,6 +79,17 @@ pub fn live_channel_names() -> Vec<String> {
         .collect()
 }
 
+/// What a consumer that finds no producer says about the channels there are
+/// ("channels with a producer: a, b"), so that a mistyped name shows.
+pub fn live_channels_note() -> String {
+    let names = live_channel_names();
+    if names.is_empty() {
+        format!("no channel has a producer in {}", shm::shm_dir().display())
+    } else {
+        format!("channels with a producer: {}", names.join(", "))
+    }
+}
+
 fn empty_entry(name: &str, path: PathBuf) -> ChannelEntry {
     ChannelEntry {
         name: name.to_owned(),
@@ -191,6 +202,63 @@ fn header(shared: &SharedFile) -> Option<&ControlHeader> {
     ok.then_some(h)
 }
 
+/// The marker of a consumer that waits (or waited) for a producer, found in
+/// the shm folder (`cudaipc-<channel>@waiter.<random>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaiterEntry {
+    pub channel: String,
+    pub path: PathBuf,
+    pub owner_uid: u32,
+    /// Its consumer still waits (it holds the marker's lock); a process
+    /// killed while it waited (SIGTERM, SIGKILL) leaves an unlocked one.
+    pub live: bool,
+}
+
+/// Waiter markers in the shm folder, of `channel` or of every channel,
+/// sorted by path. Never blocks and never follows a link; a marker whose
+/// lock cannot be asked about counts as live.
+pub fn list_waiters(channel: Option<&str>) -> Vec<WaiterEntry> {
+    let mut waiters: Vec<WaiterEntry> = std::fs::read_dir(shm::shm_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let (marker_channel, _) = name
+                .strip_prefix(shm::FILE_PREFIX)?
+                .split_once(WAITER_INFIX)?;
+            if channel.is_some_and(|c| c != marker_channel) {
+                return None;
+            }
+            shm::validate_channel_name(marker_channel).ok()?;
+            let file = shm::open_regular(&entry.path(), false).ok()?;
+            Some(WaiterEntry {
+                channel: marker_channel.to_owned(),
+                path: entry.path(),
+                owner_uid: shm::owner_uid(&file).ok()?,
+                live: shm::byte_is_locked(&file, 0).unwrap_or(true),
+            })
+        })
+        .collect();
+    waiters.sort_by(|a, b| a.path.cmp(&b.path));
+    waiters
+}
+
+/// What follows the channel's name in a waiter marker's name.
+const WAITER_INFIX: &str = "@waiter.";
+
+/// Removes this user's markers of consumers that died while they waited,
+/// of `channel` or of every channel; the paths removed. A live consumer's
+/// marker is locked before it gets its name, so an unlocked one is dead.
+pub fn remove_stale_waiters(channel: Option<&str>) -> Vec<PathBuf> {
+    list_waiters(channel)
+        .into_iter()
+        .filter(|w| !w.live && w.owner_uid == shm::effective_uid())
+        .filter(|w| std::fs::remove_file(&w.path).is_ok())
+        .map(|w| w.path)
+        .collect()
+}
+
 /// Removes the files of `channel` if its producer is dead: the control
 /// block (only while it is still the file at that name) and that
 /// producer's data files. Only this user's files. `Ok(true)`: removed.
@@ -248,10 +316,51 @@ mod tests {
         assert_eq!(c.transport, "host");
         assert_eq!(c.caps.as_deref(), Some("video/x-raw, width=(int)8"));
         assert!(live_channel_names().contains(&name));
+        assert!(
+            live_channels_note().contains(&name),
+            "{}",
+            live_channels_note()
+        );
         assert!(!remove_if_stale(&name).unwrap());
         assert!(shm::control_path(&name).exists());
         drop(producer);
         assert!(!list_channels().iter().any(|c| c.name == name));
+    }
+
+    #[test]
+    fn a_dead_consumers_marker_is_listed_stale_and_removed_a_live_ones_kept() {
+        let name = format!("waiters-{:x}", shm::random_u64());
+        let live = shm::WaiterMarker::create(&name).unwrap();
+        // What a consumer killed while it waited leaves: an unlocked marker.
+        let dead = shm::waiter_marker_path(&name, shm::random_u64());
+        std::fs::write(&dead, [0u8; 8]).unwrap();
+        let waiters = list_waiters(Some(&name));
+        assert_eq!(waiters.len(), 2, "{waiters:?}");
+        assert!(waiters.iter().all(|w| w.channel == name));
+        let stale: Vec<&PathBuf> = waiters
+            .iter()
+            .filter(|w| !w.live)
+            .map(|w| &w.path)
+            .collect();
+        assert_eq!(stale, [&dead]);
+        assert!(list_waiters(None).iter().any(|w| w.path == dead));
+        assert_eq!(
+            remove_stale_waiters(Some(&name)),
+            std::slice::from_ref(&dead)
+        );
+        assert!(!dead.exists());
+        assert_eq!(list_waiters(Some(&name)).len(), 1);
+        drop(live);
+        assert!(list_waiters(Some(&name)).is_empty());
+    }
+
+    #[test]
+    fn a_new_waiter_removes_the_markers_of_dead_ones_of_any_channel() {
+        let name = format!("waiters-{:x}", shm::random_u64());
+        let dead = shm::waiter_marker_path(&name, shm::random_u64());
+        std::fs::write(&dead, [0u8; 8]).unwrap();
+        let _live = shm::WaiterMarker::create(&format!("{name}-other")).unwrap();
+        assert!(!dead.exists());
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct WaiterMarker {
 
 impl WaiterMarker {
     pub fn create(channel: &str) -> Option<Self> {
+        // Those of consumers that died waiting (killed by a signal), of any
+        // channel: they would stay until a producer of theirs came.
+        super::directory::remove_stale_waiters(None);
         let session = random_u64();
         let path = waiter_marker_path(channel, session);
         // Locked before it gets its name: `count_live_waiters` removes

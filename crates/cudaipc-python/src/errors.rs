@@ -37,5 +37,24 @@ pub fn to_py(py: Python<'_>, e: cudaipc::Error) -> PyErr {
         E::Holds(_) => "HoldError",
         _ => "Error",
     };
-    raise(py, class, e.to_string())
+    let message = match &e {
+        E::ProducerGone { channel, died } => producer_gone(channel, *died),
+        e => e.to_string(),
+    };
+    raise(py, class, message)
+}
+
+/// What the elements say for a lost producer (`on-producer-lost`), in the
+/// Python API's terms: a new Subscriber waits for the next producer.
+fn producer_gone(channel: &str, died: bool) -> String {
+    let wait = format!(
+        "to wait for a new producer, make a new cudaipc.Subscriber('{channel}', timeout=None)"
+    );
+    if died {
+        format!("the producer of channel '{channel}' died ({wait})")
+    } else {
+        format!(
+            "the producer of channel '{channel}' closed the channel without an end of stream ({wait}; run the producer's gst-launch-1.0 with -e so that Ctrl-C sends an end of stream)"
+        )
+    }
 }

@@ -29,7 +29,7 @@ pub struct FrameShared {
 enum Source {
     /// A frame of a subscriber: its slot goes back when it is dropped.
     Channel(cudaipc::Frame),
-    /// A buffer of `cudaipcsrc` (GStreamer): held through its Python object
+    /// A buffer of `rscudaipcsrc` (GStreamer): held through its Python object
     /// (a `Gst.Buffer`, or a read map of one on the host transport); the
     /// source gives the slot back once the buffer's last reference goes,
     /// ordered on `cuda`'s stream.
@@ -39,7 +39,7 @@ enum Source {
     },
 }
 
-/// The stream a `cudaipcsrc` buffer's frame is read on (its `CudaIpcMeta`).
+/// The stream an `rscudaipcsrc` buffer's frame is read on (its `CudaIpcMeta`).
 struct BufferStream {
     device_ordinal: i32,
     stream: usize,
@@ -246,7 +246,7 @@ impl Frame {
         }
     }
 
-    /// A frame over a buffer of `cudaipcsrc` (see `gst_buffer_frame`).
+    /// A frame over a buffer of `rscudaipcsrc` (see `gst_buffer_frame`).
     fn of_buffer(
         holder: Py<PyAny>,
         layout: VideoLayout,
@@ -677,7 +677,7 @@ fn buffer_layout(
         .map_err(to_py)
 }
 
-/// The frame of a buffer of `cudaipcsrc`: what `cudaipc.from_gst_buffer`
+/// The frame of a buffer of `rscudaipcsrc`: what `cudaipc.from_gst_buffer`
 /// (cudaipc/_gst.py) read from it with PyGObject. `holder` keeps the
 /// buffer (and its slot) until the frame is released and its exports are
 /// gone: the `Gst.Buffer` (CUDA memory: `address` is its `CudaIpcMeta`'s

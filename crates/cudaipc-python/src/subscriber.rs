@@ -125,8 +125,9 @@ impl Subscriber {
                         py,
                         "NoProducerError",
                         format!(
-                            "no producer on channel '{channel}' within {} s (is the channel's name right, and its producer running?)",
-                            timeout.unwrap_or_default().as_secs_f64()
+                            "no producer on channel '{channel}' within {} s (is the channel's name right, and its producer running?); {}",
+                            timeout.unwrap_or_default().as_secs_f64(),
+                            cudaipc::live_channels_note()
                         ),
                     ));
                 }

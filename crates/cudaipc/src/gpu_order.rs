@@ -128,7 +128,7 @@ impl CudaDevice {
 /// waited for by the other, no host synchronisation. For streams that
 /// neither a [`Frame`](crate::Frame) nor a [`FrameLoan`](crate::FrameLoan)
 /// knows: a consumer's and the `cuda-stream` of the `CudaIpcMeta` on a
-/// buffer of the `cudaipcsrc` element, which orders its reads and its
+/// buffer of the `rscudaipcsrc` element, which orders its reads and its
 /// release of the frame's slot on it. [`CudaDevice::order_streams`] is the
 /// same without looking the device up.
 ///

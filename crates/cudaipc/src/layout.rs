@@ -130,7 +130,7 @@ const MAX_DIMENSION: u32 = i32::MAX as u32;
 /// each frame's metadata say about the frame, in the elements' terms.
 ///
 /// [`VideoLayout::new`] gives GStreamer's default layout for the format,
-/// the one `cudaipcsink` publishes in and `cudaipcsrc` assumes when a frame
+/// the one `rscudaipcsink` publishes in and `rscudaipcsrc` assumes when a frame
 /// says nothing else. Other strides and offsets are given with
 /// [`VideoLayout::with_strides`] or [`VideoLayout::with_planes`] and
 /// checked: every row of every plane must lie inside the frame.
@@ -345,7 +345,7 @@ impl VideoLayout {
     }
 
     /// The caps string a publisher announces for this layout, as
-    /// `cudaipcsink` writes it: `video/x-raw` with format, width, height
+    /// `rscudaipcsink` writes it: `video/x-raw` with format, width, height
     /// and frame rate. Strides and offsets travel with each frame instead.
     ///
     /// ```
@@ -365,7 +365,7 @@ impl VideoLayout {
     }
 
     /// The default layout ([`VideoLayout::new`]) of the frames of a caps
-    /// string a publisher announced (`cudaipcsink` writes every field of
+    /// string a publisher announced (`rscudaipcsink` writes every field of
     /// GStreamer's caps; format, width, height and frame rate are read).
     ///
     /// ```

@@ -3,10 +3,10 @@
 //! Publish and read video frames over a cudaipc channel from a Rust program
 //! that is not a GStreamer pipeline.
 //!
-//! A [`Publisher`] is what the `cudaipcsink` element is to a pipeline: its
-//! frames are read by `cudaipcsrc` (`gst-launch-1.0 rscudaipcsrc
+//! A [`Publisher`] is what the `rscudaipcsink` element is to a pipeline: its
+//! frames are read by `rscudaipcsrc` (`gst-launch-1.0 rscudaipcsrc
 //! channel=NAME ! ...`) or by a [`Subscriber`]. A [`Subscriber`] is what
-//! `cudaipcsrc` is: it reads what `cudaipcsink` or a [`Publisher`]
+//! `rscudaipcsrc` is: it reads what `rscudaipcsink` or a [`Publisher`]
 //! publishes. Frames are described by a [`VideoLayout`] (format, width,
 //! height, strides and offsets); no GStreamer types are involved, and this
 //! crate does not link GStreamer.
@@ -51,3 +51,10 @@ pub use gpu_order::{CudaDevice, order_streams, synchronize_device};
 pub use layout::{Plane, VideoFormat, VideoLayout};
 pub use publisher::{FrameLoan, Published, Publisher, PublisherOptions, Transport};
 pub use subscriber::{Frame, Frames, Subscriber, SubscriberOptions};
+
+/// The channels that have a live producer, as an error about a missing
+/// producer names them: "channels with a producer: a, b", or "no channel
+/// has a producer in /dev/shm".
+pub fn live_channels_note() -> String {
+    cudaipc_channel::directory::live_channels_note()
+}

@@ -40,7 +40,7 @@ pub struct PublisherOptions {
     /// How consumers reach the channel: named files in the shm folder
     /// (`Legacy`) or descriptors handed over its socket (`Fd`).
     pub ipc_mode: IpcMode,
-    /// Slots in the ring; 0 lets the transport choose as `cudaipcsink`
+    /// Slots in the ring; 0 lets the transport choose as `rscudaipcsink`
     /// does for frames that come as fast as they are made: on CUDA without
     /// MPS as many as 1 GiB or 5% of the device memory holds (8 to 32), 2
     /// with MPS, 4 in host memory.
@@ -85,8 +85,8 @@ pub enum Published {
     Dropped,
 }
 
-/// The producer end of a channel: what `cudaipcsink` is to a pipeline.
-/// Consumers (`cudaipcsrc`, a [`Subscriber`](crate::Subscriber)) read its
+/// The producer end of a channel: what `rscudaipcsink` is to a pipeline.
+/// Consumers (`rscudaipcsrc`, a [`Subscriber`](crate::Subscriber)) read its
 /// frames. Dropping it ends the channel; after [`eos`](Self::eos) it first
 /// gives consumers up to 5 s to take what was published.
 ///

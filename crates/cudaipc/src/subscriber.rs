@@ -77,8 +77,8 @@ impl Default for SubscriberOptions {
     }
 }
 
-/// The consumer end of a channel: what `cudaipcsrc` is to a pipeline. It
-/// reads what a [`Publisher`](crate::Publisher) or `cudaipcsink` publishes.
+/// The consumer end of a channel: what `rscudaipcsrc` is to a pipeline. It
+/// reads what a [`Publisher`](crate::Publisher) or `rscudaipcsink` publishes.
 ///
 /// ```
 /// use cudaipc::{Publisher, PublisherOptions, Subscriber, SubscriberOptions, Transport,

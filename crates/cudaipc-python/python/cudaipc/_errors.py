@@ -10,11 +10,13 @@ class Error(Exception):
 
 class NoProducerError(Error, FileNotFoundError):
     """No producer appeared on the channel within the timeout (an unknown
-    channel name, or its producer is not running)."""
+    channel name, or its producer is not running); the message names the
+    channels that have one."""
 
 
 class ProducerGoneError(Error, ConnectionError):
-    """The producer closed the channel without an end of stream, or died."""
+    """The producer closed the channel without an end of stream, or died; a
+    new ``Subscriber(channel, timeout=None)`` waits for the next one."""
 
 
 class ChannelPermissionError(Error, PermissionError):

@@ -39,12 +39,14 @@
 
 #![warn(missing_docs)]
 
+mod closer;
 mod error;
 mod gpu_order;
 mod layout;
 mod publisher;
 mod subscriber;
 
+pub use closer::Closer;
 pub use cudaipc_channel::{IpcMode, WhenFull};
 pub use error::Error;
 pub use gpu_order::{CudaDevice, order_streams, synchronize_device};

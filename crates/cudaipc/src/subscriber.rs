@@ -263,7 +263,8 @@ impl Subscriber {
 
 /// A frame read by a [`Subscriber`]. It holds its slot: the producer does
 /// not write the slot again until the frame is dropped, so keep it only as
-/// long as it is read.
+/// long as it is read. To keep a frame longer, keep an owned copy of it,
+/// which holds no slot: [`to_owned_copy`](Self::to_owned_copy).
 ///
 /// On the host transport its bytes are [`host_bytes`](Self::host_bytes), a
 /// view of the shared memory (no copy). On the cuda transport it is device
@@ -272,8 +273,8 @@ impl Subscriber {
 /// producer's writes; dropping the frame releases the slot after the work
 /// queued on that stream so far.
 pub struct Frame {
-    held: HeldFrame,
-    layout: VideoLayout,
+    pub(crate) held: HeldFrame,
+    pub(crate) layout: VideoLayout,
 }
 
 impl std::fmt::Debug for Frame {

@@ -77,6 +77,15 @@ def test_appsink_frames_intact_zero_copy_held_until_released(children, fmt):
         for plane in planes:
             assert_zero_copy_read_only(frame, plane)
         sums.append(hashlib.sha1(b"".join(p.tobytes() for p in planes)).hexdigest())
+        # Copies, the way to keep a frame, hold nothing of the buffer.
+        references = refcount(buffer)
+        copies = [np.from_dlpack(plane, copy=True) for plane in frame.planes]
+        copied = frame.copy()
+        assert refcount(buffer) == references
+        assert not frame.address <= copied.address < frame.address + frame.nbytes
+        for plane, copy, of_copied in zip(planes, copies, copied.planes):
+            assert np.array_equal(copy, plane) and copy.flags.writeable
+            assert np.array_equal(np.from_dlpack(of_copied), plane)
         if not kept:
             # The first frame's arrays outlive its release: they hold the
             # buffer (and its slot) until they are gone.

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import cudaipc
@@ -162,6 +163,75 @@ def test_an_export_holds_the_slot_after_release():
         subscriber.close()
 
 
+def publish_in_time(publisher, arrays):
+    """Publishes `arrays` from another thread; fails (closing the publisher,
+    which ends its wait) unless they were all published within 5 s."""
+    publishing = threading.Thread(target=lambda: [publisher.publish(a) for a in arrays])
+    publishing.start()
+    publishing.join(5)
+    if publishing.is_alive():
+        publisher.close()
+        publishing.join()
+        raise AssertionError("the publisher waited for a slot: one is still held")
+
+
+def test_a_copy_holds_no_slot_and_stays_intact_when_its_slot_is_written_again():
+    channel = unique_channel("keep")
+    first = (np.arange(8 * 16 * 3) % 251).astype(np.uint8).reshape(8, 16, 3)
+    with cudaipc.Publisher(channel, "RGB", 16, 8, transport="host", slots=2,
+                           when_full="block") as publisher:
+        subscriber = cudaipc.Subscriber(channel, timeout=5)
+        publisher.publish(first)
+        frame = subscriber.next_frame()
+        in_place = np.from_dlpack(frame, copy=False)
+        assert_zero_copy_read_only(frame, in_place)
+        kept = np.from_dlpack(frame, copy=True)
+        kept_copy = frame.copy()
+        address = kept.__array_interface__["data"][0]
+        assert address != in_place.__array_interface__["data"][0]
+        assert not frame.address <= address < frame.address + frame.nbytes
+        # Private memory of this process, the consumer's to write.
+        assert mapping_of(address).split()[1][3] == "p"
+        assert kept.flags.writeable
+        assert kept_copy.address != frame.address and not kept_copy.released
+        assert (kept_copy.format, kept_copy.seq, kept_copy.pts) == (frame.format, frame.seq, frame.pts)
+        slot = frame.address
+        del in_place
+        frame.release()
+        # Two frames without a read, into both slots: the copies hold none.
+        publish_in_time(publisher, [np.full((8, 16, 3), value, np.uint8) for value in (1, 2)])
+        written = []
+        for value in (1, 2):
+            with subscriber.next_frame() as later:
+                assert (np.from_dlpack(later) == value).all()
+                written.append(later.address)
+        assert slot in written, "the copied frame's slot was written again"
+        assert np.array_equal(kept, first)
+        assert np.array_equal(np.from_dlpack(kept_copy), first)
+        assert np.array_equal(np.from_dlpack(kept_copy, copy=True), first)
+        kept[...] = 0  # its own memory
+        assert np.array_equal(np.from_dlpack(kept_copy.copy()), first)
+        kept_copy.release()
+        subscriber.close()
+
+
+def test_planes_are_copied_with_copy_true():
+    channel = unique_channel("keep-planes")
+    y = (np.arange(8 * 16) % 251).astype(np.uint8).reshape(8, 16)
+    uv = np.full((4, 8, 2), 77, np.uint8)
+    with cudaipc.Publisher(channel, "NV12", 16, 8, transport="host") as publisher:
+        subscriber = cudaipc.Subscriber(channel, timeout=5)
+        publisher.publish((y, uv))
+        with subscriber.next_frame() as frame:
+            planes = [np.from_dlpack(plane, copy=True) for plane in frame.planes]
+            # Pre-1.0 consumers get a legacy capsule of the copy (its
+            # destructor frees the copy: never taken).
+            assert '"dltensor"' in repr(frame.planes[1].__dlpack__(copy=True))
+        assert np.array_equal(planes[0], y) and np.array_equal(planes[1], uv)
+        assert all(p.flags.writeable for p in planes)
+        subscriber.close()
+
+
 @pytest.mark.parametrize("mode", IPC_MODES)
 def test_unknown_channel(mode):
     channel = unique_channel("unknown")
@@ -209,10 +279,10 @@ def test_exports_that_cannot_be_made_raise_buffer_error():
         subscriber = cudaipc.Subscriber(channel, timeout=5)
         publisher.publish(np.zeros((4, 8, 3), np.uint8))
         with subscriber.next_frame() as frame:
-            with pytest.raises(BufferError, match="copy=True"):
-                frame.__dlpack__(copy=True)
             with pytest.raises(BufferError, match=r"dl_device=\(2, 0\)"):
                 frame.__dlpack__(dl_device=(2, 0))
+            with pytest.raises(BufferError, match=r"dl_device=\(2, 0\)"):
+                frame.__dlpack__(dl_device=(2, 0), copy=True)
             # DLPack 1.x consumers get a versioned capsule, older ones the
             # legacy one.
             assert "dltensor_versioned" in repr(frame.__dlpack__(max_version=(1, 0)))

@@ -573,6 +573,10 @@ impl Producer {
             poll,
             || {
                 self.check_intact()?;
+                // Closed from another thread: no slot will be wanted.
+                if self.is_closed() {
+                    return Err(ChannelError::Interrupted);
+                }
                 self.reclaim_dead_consumers();
                 Ok(())
             },

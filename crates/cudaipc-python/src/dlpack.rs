@@ -29,6 +29,9 @@ pub const DEVICE_CUDA_HOST: i32 = 3;
 const TYPE_UINT: u8 = 1;
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`.
 const FLAG_READ_ONLY: u64 = 1;
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the producer copied the data for this
+/// export (`copy=True`).
+const FLAG_IS_COPIED: u64 = 1 << 1;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,14 +228,16 @@ fn fill_tensor(view: &View, shape: *mut i64, strides: *mut i64) -> DLTensor {
     }
 }
 
-/// A capsule holding `view` as a read-only uint8 tensor, keeping `keep`
-/// alive until the tensor's deleter runs: a versioned one (DLPack 1.0)
-/// when `versioned`, else a legacy one.
+/// A capsule holding `view` as a uint8 tensor, keeping `keep` alive until
+/// the tensor's deleter runs: a versioned one (DLPack 1.0) when
+/// `versioned`, else a legacy one. Read-only, unless `copied`: then it is
+/// a copy made for the consumer (`copy=True`), the consumer's to write.
 pub fn capsule<K: Send + 'static>(
     py: Python<'_>,
     view: &View,
     keep: K,
     versioned: bool,
+    copied: bool,
 ) -> PyResult<Py<PyAny>> {
     if view.strides.len() != view.shape.len() {
         return Err(PyBufferError::new_err(
@@ -248,7 +253,10 @@ pub fn capsule<K: Send + 'static>(
                     version: DLPackVersion { major: 1, minor: 0 },
                     manager_ctx: std::ptr::null_mut(),
                     deleter: Some(delete_versioned::<K>),
-                    flags: FLAG_READ_ONLY,
+                    flags: match copied {
+                        true => FLAG_IS_COPIED,
+                        false => FLAG_READ_ONLY,
+                    },
                     dl_tensor: null_tensor(),
                 },
                 shape,

@@ -3,6 +3,7 @@
 //! A frame read from a channel, as DLPack and CUDA Array Interface
 //! objects: the whole frame (packed formats) and each plane.
 
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudaipc::{VideoFormat, VideoLayout};
@@ -37,6 +38,9 @@ enum Source {
         holder: Option<Py<PyAny>>,
         cuda: Option<BufferStream>,
     },
+    /// A copy that holds no slot (`Frame.copy()`): complete when made, so
+    /// nothing orders its reads or its release.
+    Owned(cudaipc::OwnedFrame),
 }
 
 /// The stream an `rscudaipcsrc` buffer's frame is read on (its `CudaIpcMeta`).
@@ -84,7 +88,7 @@ impl FrameShared {
                 ours.device()?
                     .order_streams(stream, ours.stream as *mut std::ffi::c_void)
             },
-            Source::Buffer { cuda: None, .. } => Ok(()),
+            Source::Buffer { cuda: None, .. } | Source::Owned(_) => Ok(()),
         }
     }
 
@@ -106,8 +110,67 @@ impl FrameShared {
                 ours.device()?
                     .order_streams(ours.stream as *mut std::ffi::c_void, stream)
             },
-            Source::Buffer { cuda: None, .. } => Ok(()),
+            Source::Buffer { cuda: None, .. } | Source::Owned(_) => Ok(()),
         }
+    }
+
+    /// The CUDA device of a frame in device memory.
+    fn cuda_device(&self) -> Result<Option<cudaipc::CudaDevice>, cudaipc::Error> {
+        match &self.source {
+            Source::Channel(frame) => frame.device_ordinal(),
+            Source::Buffer { cuda, .. } => cuda.as_ref().map(|ours| ours.device_ordinal),
+            Source::Owned(owned) => owned.device_ordinal(),
+        }
+        .map(cudaipc::CudaDevice::open)
+        .transpose()
+    }
+
+    /// A copy of the frame (the `layout.frame_size()` bytes at `address`)
+    /// that holds no slot. In device memory it is made on `stream` (a
+    /// consumer's, live now), which first waits for the frame's writes and
+    /// which the release waits for; without one it is waited for on the
+    /// host.
+    fn copy(
+        &self,
+        layout: &VideoLayout,
+        address: u64,
+        stream: Option<usize>,
+    ) -> Result<cudaipc::OwnedFrame, cudaipc::Error> {
+        if let Source::Channel(frame) = &self.source {
+            return match stream {
+                None => frame.to_owned_copy(),
+                // SAFETY: the consumer's stream, live while it exports.
+                Some(stream) => unsafe { frame.to_owned_copy_on_stream(stream as *mut c_void) },
+            };
+        }
+        let Some(device) = self.cuda_device()? else {
+            // SAFETY: a frame of `layout` lies at `address` (checked against
+            // the buffer's size when the frame was made), in memory that
+            // `self` keeps mapped: the read-mapped buffer, or the copy.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(address as *const u8, layout.frame_size()) };
+            return cudaipc::OwnedFrame::from_host(layout.clone(), bytes);
+        };
+        let on = stream.unwrap_or(streams::LEGACY_DEFAULT);
+        // SAFETY: `on` is the consumer's stream, live now, or the legacy
+        // default stream; the frame lies at `address` on `device` and stays
+        // held until the copy has run: `on` waits for its writes, and its
+        // release for `on`.
+        let owned = unsafe {
+            self.wait_on_stream(on)?;
+            let owned = cudaipc::OwnedFrame::copy_of_device(
+                &device,
+                layout.clone(),
+                address,
+                on as *mut c_void,
+            )?;
+            self.release_after_stream(on)?;
+            owned
+        };
+        if stream.is_none() {
+            device.synchronize()?;
+        }
+        Ok(owned)
     }
 }
 
@@ -123,7 +186,8 @@ impl FrameShared {
             Source::Buffer {
                 cuda: Some(ours), ..
             } => ours.device()?.synchronize(),
-            Source::Buffer { cuda: None, .. } => Ok(()),
+            // Its memory's drop waits for the device itself.
+            Source::Buffer { cuda: None, .. } | Source::Owned(_) => Ok(()),
         }
     }
 
@@ -207,7 +271,8 @@ pub fn plane_view(layout: &VideoLayout, plane: usize) -> Option<(u64, Dims, Dims
 /// Packed formats (RGB, RGBA, BGRA, RGBx, BGRx, GRAY8) export the whole
 /// frame: `np.from_dlpack(frame)`, `torch.from_dlpack(frame)`,
 /// `cupy.from_dlpack(frame)`. NV12 and I420 export each plane:
-/// `frame.planes`.
+/// `frame.planes`. To keep a frame, keep a copy, which holds no slot:
+/// `np.from_dlpack(frame, copy=True)` or `frame.copy()`.
 #[pyclass(module = "cudaipc", frozen)]
 pub struct Frame {
     shared: Mutex<Option<Arc<FrameShared>>>,
@@ -219,7 +284,8 @@ pub struct Frame {
     address: u64,
     /// The CUDA device (cuda transport).
     device_ordinal: Option<i32>,
-    /// The subscriber's stream (cuda transport).
+    /// The subscriber's stream (cuda transport; None for a copy, complete
+    /// when made).
     stream: Option<usize>,
 }
 
@@ -268,6 +334,23 @@ impl Frame {
                     holder: Some(holder),
                     cuda,
                 },
+                streams: Mutex::new(Vec::new()),
+            }))),
+        }
+    }
+
+    /// A frame over `owned`, a copy of `self`.
+    fn of_owned(&self, owned: cudaipc::OwnedFrame) -> Self {
+        Self {
+            layout: self.layout.clone(),
+            seq: self.seq,
+            pts: self.pts,
+            missed_before: self.missed_before,
+            address: owned_address(&owned),
+            device_ordinal: owned.device_ordinal(),
+            stream: None,
+            shared: Mutex::new(Some(Arc::new(FrameShared {
+                source: Source::Owned(owned),
                 streams: Mutex::new(Vec::new()),
             }))),
         }
@@ -343,40 +426,46 @@ impl Frame {
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let shared = self.live()?;
-        if copy == Some(true) {
-            return Err(PyBufferError::new_err(
-                "copy=True: cudaipc exports frames in place only; copy the array on your side (e.g. np.array(np.from_dlpack(frame)))",
-            ));
-        }
         let ours = self.dl_device();
         if let Some((device_type, device_id)) = dl_device
             && (device_type, device_id) != (ours.device_type, ours.device_id)
         {
             return Err(PyBufferError::new_err(format!(
-                "dl_device=({device_type}, {device_id}) asked for, but the frame is on {} device ({}, {}) and is exported in place only",
+                "dl_device=({device_type}, {device_id}) asked for, but the frame is on {} device ({}, {}) and is exported on it only",
                 self.device_name(),
                 ours.device_type,
                 ours.device_id
             )));
         }
-        if self.device_ordinal.is_some() {
-            // DLPack: None is the legacy default stream, -1 asks for no
-            // synchronisation.
-            let handle = match stream.map(|s| (s, s.extract::<i64>())) {
-                None => Some(streams::LEGACY_DEFAULT),
-                Some((_, Ok(-1))) => None,
-                Some((_, Ok(raw))) if raw >= 0 => Some(raw as usize),
-                Some((s, _)) => Some(streams::handle(s)?),
-            };
-            if let Some(handle) = handle {
-                // SAFETY: the consumer's stream, live while it exports.
-                unsafe { shared.wait_on_stream(handle) }
-                    .map_err(|e| crate::errors::to_py(py, e))?;
-                shared.add_streams(&[handle]);
-            }
-        }
+        // DLPack: None is the legacy default stream, -1 asks for no
+        // synchronisation.
+        let handle = match (self.device_ordinal, stream.map(|s| (s, s.extract::<i64>()))) {
+            (None, _) => None,
+            (Some(_), None) => Some(streams::LEGACY_DEFAULT),
+            (Some(_), Some((_, Ok(-1)))) => None,
+            (Some(_), Some((_, Ok(raw)))) if raw >= 0 => Some(raw as usize),
+            (Some(_), Some((s, _))) => Some(streams::handle(s)?),
+        };
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
-        dlpack::capsule(py, &view, shared, versioned)
+        if copy == Some(true) {
+            // A copy that holds no slot, made on the consumer's stream
+            // (waited for on the host with -1) and freed by the deleter.
+            let (layout, address) = (&self.layout, self.address);
+            let owned = py
+                .allow_threads(|| shared.copy(layout, address, handle))
+                .map_err(|e| crate::errors::to_py(py, e))?;
+            let view = View {
+                data: owned_address(&owned) + (view.data - self.address),
+                ..view
+            };
+            return dlpack::capsule(py, &view, owned, versioned, true);
+        }
+        if let Some(handle) = handle {
+            // SAFETY: the consumer's stream, live while it exports.
+            unsafe { shared.wait_on_stream(handle) }.map_err(|e| crate::errors::to_py(py, e))?;
+            shared.add_streams(&[handle]);
+        }
+        dlpack::capsule(py, &view, shared, versioned, false)
     }
 
     /// The CUDA Array Interface of `view` (the frame's or one plane's).
@@ -387,11 +476,11 @@ impl Frame {
         py: Python<'_>,
         view: impl FnOnce() -> PyResult<View>,
     ) -> PyResult<Py<PyAny>> {
-        let Some(stream) = self.stream else {
+        if self.device_ordinal.is_none() {
             return Err(PyAttributeError::new_err(
                 "__cuda_array_interface__: the frame is in host memory (host transport); use DLPack (np.from_dlpack(frame))",
             ));
-        };
+        }
         self.live()?;
         let view = view()?;
         let dict = PyDict::new(py);
@@ -400,7 +489,10 @@ impl Frame {
         dict.set_item("typestr", "|u1")?;
         dict.set_item("data", (view.data, true))?;
         dict.set_item("version", 3)?;
-        dict.set_item("stream", stream)?;
+        // None (a copy, complete): no key, no synchronisation.
+        if let Some(stream) = self.stream {
+            dict.set_item("stream", stream)?;
+        }
         Ok(dict.into_any().unbind())
     }
 }
@@ -408,7 +500,10 @@ impl Frame {
 #[pymethods]
 impl Frame {
     /// A DLPack capsule of the frame (packed formats): a read-only uint8
-    /// array (height, width, channels), or (height, width) for GRAY8.
+    /// array (height, width, channels), or (height, width) for GRAY8, in
+    /// place. `copy=True`: of a copy that holds no slot, the consumer's to
+    /// keep and write, freed with the array (on the cuda transport made on
+    /// `stream`).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__(
         &self,
@@ -452,6 +547,21 @@ impl Frame {
             })
             .collect::<PyResult<Vec<_>>>()?;
         Ok(PyTuple::new(slf.py(), planes)?.unbind())
+    }
+
+    /// The way to keep a frame: a copy of it in memory of this process (host
+    /// memory, or a device allocation on the cuda transport), as a Frame
+    /// that holds no slot; release this one and the producer may write the
+    /// slot again. On the cuda transport the copy is waited for on the
+    /// host; `np.from_dlpack(frame, copy=True)` (or `__dlpack__(stream=s,
+    /// copy=True)`) copies on the consumer's stream instead.
+    fn copy(&self, py: Python<'_>) -> PyResult<Frame> {
+        let shared = self.live()?;
+        let (layout, address) = (&self.layout, self.address);
+        let owned = py
+            .allow_threads(|| shared.copy(layout, address, None))
+            .map_err(|e| crate::errors::to_py(py, e))?;
+        Ok(self.of_owned(owned))
     }
 
     /// Gives the slot back as soon as no DLPack export of the frame lives,
@@ -566,7 +676,7 @@ impl Frame {
     }
 
     /// The subscriber's `CUstream`, ordered after the producer's writes
-    /// (None on the host transport).
+    /// (None on the host transport, and for a copy: `copy()`).
     #[getter]
     fn stream(&self) -> Option<usize> {
         self.stream
@@ -586,6 +696,14 @@ impl Frame {
                 ""
             }
         )
+    }
+}
+
+/// Where an owned copy's bytes start.
+fn owned_address(owned: &cudaipc::OwnedFrame) -> u64 {
+    match owned.device_ptr() {
+        Some(ptr) => ptr,
+        None => owned.host_bytes().map_or(0, |bytes| bytes.as_ptr() as u64),
     }
 }
 

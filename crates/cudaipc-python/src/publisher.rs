@@ -3,8 +3,8 @@
 //! `cudaipc.Publisher`: creates a channel and publishes DLPack arrays
 //! (NumPy, PyTorch, CuPy) into it.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use cudaipc::{
@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::dlpack::{self, Consumed, DLDataType};
-use crate::errors::to_py;
+use crate::errors::{raise, to_py};
 use crate::frame::plane_view;
 use crate::streams;
 
@@ -38,10 +38,19 @@ struct Source {
 ///
 /// `Publisher(channel, format, width, height, transport='auto', ...)`:
 /// creates the channel for frames of that format and size ('auto': the
-/// cuda transport where a CUDA device is usable, else host).
-#[pyclass(module = "cudaipc")]
+/// cuda transport where a CUDA device is usable, else host). `close()`,
+/// from any thread, wakes a `publish` waiting for a slot, which raises
+/// ClosedError.
+// Frozen, with its own lock: a thread blocked in `publish` borrows nothing
+// that `close()` from another thread needs.
+#[pyclass(module = "cudaipc", frozen)]
 pub struct Publisher {
-    inner: Option<cudaipc::Publisher>,
+    /// None once closed. Locked only to clone or take the publisher, never
+    /// across a wait: a `publish` holds its own reference meanwhile.
+    inner: Mutex<Option<Arc<cudaipc::Publisher>>>,
+    /// Closes it and wakes the waits without the lock.
+    closer: cudaipc::Closer,
+    is_cuda: bool,
     layout: VideoLayout,
     channel: String,
 }
@@ -90,10 +99,20 @@ fn dlpack_capsule<'py>(
 }
 
 impl Publisher {
-    fn inner(&self) -> PyResult<&cudaipc::Publisher> {
-        self.inner.as_ref().ok_or_else(|| {
-            PyRuntimeError::new_err(format!("publisher of '{}' is closed", self.channel))
-        })
+    fn inner(&self, py: Python<'_>) -> PyResult<Arc<cudaipc::Publisher>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| self.closed_error(py))
+    }
+
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        raise(
+            py,
+            "ClosedError",
+            format!("the publisher of '{}' was closed", self.channel),
+        )
     }
 
     fn describe(&self) -> String {
@@ -176,11 +195,10 @@ impl Publisher {
         })
     }
 
-    /// A free slot, waiting for one with the GIL released and Ctrl-C seen
-    /// (a helper thread waits; this one checks for signals). None when
+    /// A free slot, waiting for one with the GIL released and Ctrl-C and
+    /// `close()` seen (a helper thread waits; this one checks). None when
     /// `when_full='drop'` and none is free.
-    fn loan(&self, py: Python<'_>) -> PyResult<Option<FrameLoan>> {
-        let publisher = self.inner()?;
+    fn loan(&self, py: Python<'_>, publisher: &cudaipc::Publisher) -> PyResult<Option<FrameLoan>> {
         let now_only = AtomicBool::new(true);
         let first = py.allow_threads(|| publisher.loan_interruptible(&now_only));
         let result = match first {
@@ -205,11 +223,18 @@ impl Publisher {
                                 return Err(PyRuntimeError::new_err("the wait for a slot ended"));
                             }
                         }
-                        if let Err(e) = py.check_signals() {
-                            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                        // Closed: the wait would end by itself only once the
+                        // channel is, after an eos() grace.
+                        let closed = self.closer.is_closed();
+                        let signal = match closed {
+                            true => Ok(()),
+                            false => py.check_signals(),
+                        };
+                        if closed || signal.is_err() {
+                            stop.store(true, Ordering::SeqCst);
                             // A loan made meanwhile goes back when dropped.
                             let _ = py.allow_threads(move || receiver.recv());
-                            return Err(e);
+                            return signal.map(|()| Err(cudaipc::Error::Closed));
                         }
                     }
                 })?
@@ -219,6 +244,7 @@ impl Publisher {
         match result {
             Ok(loan) => Ok(Some(loan)),
             Err(cudaipc::Error::NoFreeSlot) => Ok(None),
+            Err(cudaipc::Error::Closed) => Err(self.closed_error(py)),
             Err(e) => Err(to_py(py, e)),
         }
     }
@@ -289,7 +315,9 @@ impl Publisher {
             .allow_threads(|| cudaipc::Publisher::create(channel, layout.clone(), options))
             .map_err(|e| to_py(py, e))?;
         Ok(Self {
-            inner: Some(inner),
+            closer: inner.closer(),
+            is_cuda: inner.is_cuda(),
+            inner: Mutex::new(Some(Arc::new(inner))),
             layout,
             channel: channel.to_owned(),
         })
@@ -304,6 +332,8 @@ impl Publisher {
     /// copy, so the array may be reused there at once. `pts`: the frame's
     /// time in nanoseconds. Waits (Ctrl-C ends the wait) while consumers
     /// hold every slot; with `when_full='drop'` returns False instead.
+    /// ClosedError once the publisher was closed (also by `close()` from
+    /// another thread while this waits).
     #[pyo3(signature = (frame, *, pts=None, stream=None))]
     fn publish(
         &self,
@@ -312,7 +342,7 @@ impl Publisher {
         pts: Option<u64>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let publisher = self.inner()?;
+        let publisher = self.inner(py)?;
         let stream = stream.map(streams::handle).transpose()?;
         let planes = self.layout.format().plane_count();
         let arrays: Vec<Bound<'_, PyAny>> =
@@ -356,12 +386,14 @@ impl Publisher {
             // Host arrays into device slots: the API's upload.
             let mut bytes = vec![0u8; layout.frame_size()];
             copy_rows_to_host(layout, &sources, &mut bytes);
-            let published = py
-                .allow_threads(|| publisher.publish(&bytes, pts))
-                .map_err(|e| to_py(py, e))?;
+            let published = match py.allow_threads(|| publisher.publish(&bytes, pts)) {
+                Ok(published) => published,
+                Err(cudaipc::Error::Closed) => return Err(self.closed_error(py)),
+                Err(e) => return Err(to_py(py, e)),
+            };
             return Ok(published == Published::Sent);
         }
-        let Some(mut loan) = self.loan(py)? else {
+        let Some(mut loan) = self.loan(py, &publisher)? else {
             return Ok(false);
         };
         if on_gpu {
@@ -392,24 +424,29 @@ impl Publisher {
                 .ok_or_else(|| PyRuntimeError::new_err("a host slot without bytes"))?;
             py.allow_threads(|| copy_rows_to_host(layout, &sources, bytes));
         }
-        py.allow_threads(|| loan.publish(pts))
-            .map_err(|e| to_py(py, e))?;
-        Ok(true)
+        match py.allow_threads(|| loan.publish(pts)) {
+            Ok(()) => Ok(true),
+            Err(cudaipc::Error::Closed) => Err(self.closed_error(py)),
+            Err(e) => Err(to_py(py, e)),
+        }
     }
 
     /// Ends the stream: consumers get an end of stream after the frames
     /// published so far.
-    fn eos(&self) -> PyResult<()> {
-        self.inner()?.eos();
+    fn eos(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner(py)?.eos();
         Ok(())
     }
 
     /// Closes the channel (after an `eos()`, consumers get up to 5 s to take
-    /// what was published first).
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(inner) = self.inner.take() {
-            py.allow_threads(|| drop(inner));
-        }
+    /// what was published first). From any thread: a `publish` waiting in
+    /// another thread ends with ClosedError at once. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let closer = &self.closer;
+        py.allow_threads(|| closer.close());
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // A `publish` still returning holds the last reference; it drops it.
+        py.allow_threads(move || drop(inner));
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -420,14 +457,14 @@ impl Publisher {
     /// closes the channel.
     #[pyo3(signature = (exc_type, _exc=None, _traceback=None))]
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> bool {
         if exc_type.is_none_or(|t| t.is_none())
-            && let Some(inner) = &self.inner
+            && let Ok(inner) = self.inner(py)
         {
             inner.eos();
         }
@@ -471,17 +508,23 @@ impl Publisher {
 
     /// 'cuda' or 'host'.
     #[getter]
-    fn transport(&self) -> PyResult<&'static str> {
-        Ok(match self.inner()?.is_cuda() {
+    fn transport(&self) -> &'static str {
+        match self.is_cuda {
             true => "cuda",
             false => "host",
-        })
+        }
     }
 
     /// Consumers attached now.
     #[getter]
-    fn consumers(&self) -> PyResult<u32> {
-        Ok(self.inner()?.consumer_count())
+    fn consumers(&self, py: Python<'_>) -> PyResult<u32> {
+        Ok(self.inner(py)?.consumer_count())
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closer.is_closed()
     }
 
     fn __repr__(&self) -> String {

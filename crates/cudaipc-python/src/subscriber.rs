@@ -2,10 +2,12 @@
 
 //! `cudaipc.Subscriber`: attaches to a channel and iterates its frames.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cudaipc::{Frames, IpcMode, SubscriberOptions};
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyValueError};
+use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -48,20 +50,32 @@ pub fn parse_ipc_mode(name: Option<&str>) -> PyResult<Option<IpcMode>> {
 /// or 'latest'. `hold`: how many frames it keeps while asking for the next
 /// (a batch of 8: 7); the ring must have `hold + 2` slots.
 /// Iterating gives frames until the producer's end of stream, each within
-/// `timeout` (WaitTimeoutError otherwise).
-#[pyclass(module = "cudaipc")]
+/// `timeout` (WaitTimeoutError otherwise). `close()`, from any thread,
+/// wakes a wait for a frame, which raises ClosedError.
+// Frozen, with its own locks: a thread blocked in a wait borrows nothing
+// that `close()` from another thread needs.
+#[pyclass(module = "cudaipc", frozen)]
 pub struct Subscriber {
-    inner: Option<cudaipc::Subscriber>,
+    /// None once closed. Locked only with the GIL released: a wait for a
+    /// frame holds it.
+    inner: Mutex<Option<cudaipc::Subscriber>>,
+    /// Wakes that wait without the lock.
+    closer: cudaipc::Closer,
+    is_cuda: bool,
+    /// (format, width, height) of the last frame.
+    caps: Mutex<Option<(&'static str, u32, u32)>>,
     channel: String,
     timeout: Option<Duration>,
-    ended: bool,
+    ended: AtomicBool,
 }
 
 impl Subscriber {
-    fn inner(&mut self) -> PyResult<&mut cudaipc::Subscriber> {
-        self.inner.as_mut().ok_or_else(|| {
-            PyRuntimeError::new_err(format!("subscriber of '{}' is closed", self.channel))
-        })
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        raise(
+            py,
+            "ClosedError",
+            format!("the subscriber of '{}' was closed", self.channel),
+        )
     }
 }
 
@@ -109,10 +123,13 @@ impl Subscriber {
             match py.allow_threads(|| cudaipc::Subscriber::attach(channel, options)) {
                 Ok(inner) => {
                     return Ok(Self {
-                        inner: Some(inner),
+                        closer: inner.closer(),
+                        is_cuda: inner.is_cuda(),
+                        inner: Mutex::new(Some(inner)),
+                        caps: Mutex::new(None),
                         channel: channel.to_owned(),
                         timeout,
-                        ended: false,
+                        ended: AtomicBool::new(false),
                     });
                 }
                 Err(cudaipc::Error::NoProducer { .. })
@@ -148,14 +165,19 @@ impl Subscriber {
     /// Waits up to `timeout` seconds (default: the subscriber's; None:
     /// forever) for the next frame. None at the end of the stream;
     /// WaitTimeoutError when none came in time; ProducerGoneError when the
-    /// producer closed the channel without an end of stream, or died.
+    /// producer closed the channel without an end of stream, or died;
+    /// ClosedError once the subscriber was closed (also by `close()` from
+    /// another thread while this waits).
     #[pyo3(signature = (timeout=-1.0))]
-    fn next_frame(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
+    fn next_frame(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
         let timeout = match timeout {
             Some(t) if t < 0.0 => self.timeout,
             t => seconds(t)?,
         };
-        if self.ended {
+        if self.closer.is_closed() {
+            return Err(self.closed_error(py));
+        }
+        if self.ended.load(Ordering::SeqCst) {
             return Ok(None);
         }
         // What is left of the timeout, counted down by the waits that ran
@@ -163,13 +185,25 @@ impl Subscriber {
         let mut left = timeout;
         loop {
             let wait = left.map_or(SIGNAL_CHECK, |left| left.min(SIGNAL_CHECK));
-            let inner = self.inner()?;
-            match py.allow_threads(|| inner.next_frame(Some(wait))) {
-                Ok(Some(frame)) => return Ok(Some(Frame::new(frame))),
+            let next = py.allow_threads(|| {
+                let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                match inner.as_mut() {
+                    Some(inner) => inner.next_frame(Some(wait)),
+                    None => Err(cudaipc::Error::Closed),
+                }
+            });
+            match next {
+                Ok(Some(frame)) => {
+                    let layout = frame.layout();
+                    *self.caps.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((layout.format().name(), layout.width(), layout.height()));
+                    return Ok(Some(Frame::new(frame)));
+                }
                 Ok(None) => {
-                    self.ended = true;
+                    self.ended.store(true, Ordering::SeqCst);
                     return Ok(None);
                 }
+                Err(cudaipc::Error::Closed) => return Err(self.closed_error(py)),
                 Err(cudaipc::Error::Timeout(_)) if left.is_none_or(|left| left > wait) => {
                     left = left.map(|left| left - wait);
                     py.check_signals()?;
@@ -194,7 +228,7 @@ impl Subscriber {
         slf
     }
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Frame> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Frame> {
         match self.next_frame(py, Some(-1.0))? {
             Some(frame) => Ok(frame),
             None => Err(PyStopIteration::new_err(())),
@@ -202,11 +236,15 @@ impl Subscriber {
     }
 
     /// Detaches from the channel. Frames still held keep their slots until
-    /// released.
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(inner) = self.inner.take() {
-            py.allow_threads(|| drop(inner));
-        }
+    /// released. From any thread: a wait for a frame in another thread
+    /// ends with ClosedError. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        self.closer.close();
+        // The wait woken above gives the lock back at once.
+        py.allow_threads(|| {
+            let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(inner);
+        });
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -214,7 +252,7 @@ impl Subscriber {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
         self.close(py);
         false
     }
@@ -226,21 +264,23 @@ impl Subscriber {
 
     /// 'cuda' or 'host': where the channel's frames are.
     #[getter]
-    fn transport(&mut self) -> PyResult<&'static str> {
-        Ok(match self.inner()?.is_cuda() {
+    fn transport(&self) -> &'static str {
+        match self.is_cuda {
             true => "cuda",
             false => "host",
-        })
+        }
     }
 
-    /// (format, width, height) the producer announced last (None before
-    /// the first frame).
+    /// (format, width, height) of the last frame (None before the first).
     #[getter]
-    fn caps(&mut self) -> PyResult<Option<(&'static str, u32, u32)>> {
-        Ok(self
-            .inner()?
-            .layout()
-            .map(|l| (l.format().name(), l.width(), l.height())))
+    fn caps(&self) -> Option<(&'static str, u32, u32)> {
+        *self.caps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closer.is_closed()
     }
 
     fn __repr__(&self) -> String {

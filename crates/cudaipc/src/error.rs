@@ -79,7 +79,12 @@ pub enum Error {
         /// The layout's frame size.
         frame_size: usize,
     },
-    /// The channel is closed (the publisher was stopped).
+    /// The publisher or subscriber was closed ([`Publisher::close`],
+    /// [`Subscriber::close`], a [`Closer`]), before or during the call.
+    ///
+    /// [`Publisher::close`]: crate::Publisher::close
+    /// [`Subscriber::close`]: crate::Subscriber::close
+    /// [`Closer`]: crate::Closer
     Closed,
     /// The caller's interrupt flag ended the wait
     /// ([`Publisher::loan_interruptible`](crate::Publisher::loan_interruptible)).

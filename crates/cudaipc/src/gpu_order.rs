@@ -96,6 +96,10 @@ impl CudaDevice {
         self.0.ordinal()
     }
 
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.0
+    }
+
     /// Makes later work on the CUDA stream `waiter` wait, on the GPU, for
     /// the work queued on `signaller` so far: an event recorded on the one
     /// and waited for by the other, no host synchronisation. Nothing to do

@@ -39,16 +39,20 @@
 
 #![warn(missing_docs)]
 
+mod closer;
 mod error;
 mod gpu_order;
 mod layout;
+mod owned;
 mod publisher;
 mod subscriber;
 
+pub use closer::Closer;
 pub use cudaipc_channel::{IpcMode, WhenFull};
 pub use error::Error;
 pub use gpu_order::{CudaDevice, order_streams, synchronize_device};
 pub use layout::{Plane, VideoFormat, VideoLayout};
+pub use owned::OwnedFrame;
 pub use publisher::{FrameLoan, Published, Publisher, PublisherOptions, Transport};
 pub use subscriber::{Frame, Frames, Subscriber, SubscriberOptions};
 

@@ -15,6 +15,7 @@ use cudaipc_transport::{
     SlotMemory, TransportError, TransportKind,
 };
 
+use crate::closer::{Closer, close_publisher};
 use crate::{Error, VideoLayout};
 
 type Inner = cudaipc_transport::Publisher<()>;
@@ -117,8 +118,9 @@ pub struct Publisher {
     channel: Arc<str>,
     layout: Arc<VideoLayout>,
     when_full: WhenFull,
-    /// Never set: a loan waits for a slot as long as the channel is open.
-    no_interrupt: AtomicBool,
+    /// Set by [`close`](Self::close) (or a [`Closer`]): a loan's wait for a
+    /// slot ends with it.
+    closed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -179,7 +181,7 @@ impl Publisher {
             channel: channel.into(),
             layout: Arc::new(layout),
             when_full: options.when_full,
-            no_interrupt: AtomicBool::new(false),
+            closed: Arc::new(AtomicBool::new(false)),
         };
         publisher
             .inner
@@ -222,6 +224,9 @@ impl Publisher {
     /// the stream). With `when_full: Block` it waits while consumers hold
     /// every slot; with `Drop` it drops the frame instead.
     pub fn publish(&self, frame: &[u8], pts: Option<Duration>) -> Result<Published, Error> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
         let expected = self.layout.frame_size();
         if frame.len() != expected {
             return Err(Error::FrameSize {
@@ -264,19 +269,27 @@ impl Publisher {
     /// consumers hold every slot; with `Drop` that is
     /// [`Error::NoFreeSlot`].
     pub fn loan(&self) -> Result<FrameLoan, Error> {
-        self.loan_interruptible(&self.no_interrupt)
+        self.loan_interruptible(&self.closed)
     }
 
     /// [`loan`](Self::loan), whose wait for a free slot (or for
     /// `wait_for_consumers`) ends with [`Error::Interrupted`] once
     /// `interrupt` is set (by another thread, e.g. on Ctrl-C). Set before
-    /// the call, it lends a slot only if one is free now.
+    /// the call, it lends a slot only if one is free now. A
+    /// [`close`](Self::close) ends the wait too ([`Error::Closed`]) once
+    /// the channel is closed (after the consumers' grace that follows an
+    /// [`eos`](Self::eos)); [`loan`](Self::loan) ends at once.
     pub fn loan_interruptible(&self, interrupt: &AtomicBool) -> Result<FrameLoan, Error> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
         let loan = self
             .inner
             .loan(self.layout.frame_size(), interrupt)
             .map_err(|e| match e {
-                ReserveError::Flushing if self.inner.is_closed() => Error::Closed,
+                ReserveError::Flushing if self.is_closed() || self.inner.is_closed() => {
+                    Error::Closed
+                }
                 ReserveError::Flushing if self.when_full == WhenFull::Drop => Error::NoFreeSlot,
                 ReserveError::Flushing if interrupt.load(Ordering::SeqCst) => Error::Interrupted,
                 ReserveError::Flushing => Error::Closed,
@@ -298,12 +311,35 @@ impl Publisher {
     pub fn eos(&self) {
         self.inner.eos();
     }
+
+    /// Closes the channel, as dropping the publisher does, from any thread
+    /// that shares the publisher: the calls blocked in
+    /// [`publish`](Self::publish) or [`loan`](Self::loan) return
+    /// [`Error::Closed`] at once, and so does every later one. After an
+    /// [`eos`](Self::eos) it first gives consumers up to 5 s to take what
+    /// was published. Idempotent. [`closer`](Self::closer) gives a handle
+    /// that does the same without sharing the publisher.
+    pub fn close(&self) {
+        close_publisher(&self.closed, &self.inner);
+    }
+
+    /// Whether [`close`](Self::close) was called (here or by a [`Closer`]).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// A handle that [closes](Self::close) this publisher from any thread:
+    /// `Send`, `Sync` and cloneable, e.g. for a signal handler or a UI
+    /// while another thread is blocked in [`publish`](Self::publish).
+    pub fn closer(&self) -> Closer {
+        Closer::of_publisher(&self.closed, &self.inner)
+    }
 }
 
 impl Drop for Publisher {
     fn drop(&mut self) {
         // After an EOS the close lets consumers take the frames first.
-        self.inner.close(Duration::ZERO);
+        close_publisher(&self.closed, &self.inner);
     }
 }
 

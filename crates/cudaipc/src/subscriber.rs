@@ -4,7 +4,7 @@
 //! holding its slot until dropped.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cudaipc_channel::socket::Peers;
@@ -13,6 +13,7 @@ use cudaipc_transport::{
     Event, HeldFrame, SlotMemory, SubscriberConfig, SubscriberError, TransportKind,
 };
 
+use crate::closer::Closer;
 use crate::{Error, VideoLayout};
 
 /// Which frames a [`Subscriber`] gets.
@@ -109,8 +110,8 @@ pub struct Subscriber {
     channel: String,
     /// The layout the producer's caps announced last.
     layout: Option<VideoLayout>,
-    /// Never set: waits end by their timeout.
-    no_interrupt: AtomicBool,
+    /// Set by a [`Closer`]: waits end with it.
+    closed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -149,8 +150,8 @@ impl Subscriber {
                 gids: options.allowed_producer_gids,
             },
         };
-        let no_interrupt = AtomicBool::new(false);
-        let inner = cudaipc_transport::Subscriber::attach(config, &no_interrupt, || {}).map_err(
+        let closed = Arc::new(AtomicBool::new(false));
+        let inner = cudaipc_transport::Subscriber::attach(config, &closed, || {}).map_err(
             |e| match e {
                 SubscriberError::NoProducer(_) => Error::NoProducer {
                     channel: channel.to_owned(),
@@ -174,7 +175,7 @@ impl Subscriber {
             inner,
             channel: channel.to_owned(),
             layout: None,
-            no_interrupt,
+            closed,
         })
     }
 
@@ -212,15 +213,22 @@ impl Subscriber {
     /// Waits up to `timeout` (`None`: as long as it takes) for the next
     /// frame. `Ok(None)` at the end of the stream; [`Error::Timeout`] when
     /// none came in time; [`Error::ProducerGone`] once the producer closed
-    /// the channel without an end of stream, or died.
+    /// the channel without an end of stream, or died; [`Error::Closed`]
+    /// once [`close`](Self::close) was called, at once if it was called
+    /// while this waits.
     pub fn next_frame(&mut self, timeout: Option<Duration>) -> Result<Option<Frame>, Error> {
         loop {
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
             // The wait is `timeout` again after caps: they come with a frame
             // that the next call hands out at once.
-            let event = self
-                .inner
-                .next_within(&self.no_interrupt, timeout)
-                .map_err(Error::read)?;
+            let event = match self.inner.next_within(&self.closed, timeout) {
+                Err(SubscriberError::Interrupted) if self.is_closed() => {
+                    return Err(Error::Closed);
+                }
+                other => other.map_err(Error::read)?,
+            };
             match event {
                 None => return Err(Error::Timeout(timeout.unwrap_or_default())),
                 Some(Event::Caps(caps)) => self.layout = Some(VideoLayout::from_caps(&caps)?),
@@ -234,6 +242,29 @@ impl Subscriber {
                 }
             }
         }
+    }
+
+    /// Ends the waits of [`next_frame`](Self::next_frame), which return
+    /// [`Error::Closed`] from then on. Idempotent. The channel is detached
+    /// from when the subscriber is dropped; frames handed out stay valid
+    /// until they are dropped. To close from another thread while one is
+    /// blocked in `next_frame` (which borrows the subscriber mutably), use
+    /// a [`closer`](Self::closer).
+    pub fn close(&self) {
+        self.closer().close();
+    }
+
+    /// Whether it was closed ([`close`](Self::close) or a [`Closer`]).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// A handle that [closes](Self::close) this subscriber from any
+    /// thread: `Send`, `Sync` and cloneable, e.g. for a signal handler or
+    /// a UI while another thread is blocked in
+    /// [`next_frame`](Self::next_frame).
+    pub fn closer(&self) -> Closer {
+        Closer::of_subscriber(&self.closed, self.inner.waker())
     }
 
     /// `held` with its layout: the caps' format and size with the planes
@@ -265,7 +296,8 @@ impl Subscriber {
 
 /// A frame read by a [`Subscriber`]. It holds its slot: the producer does
 /// not write the slot again until the frame is dropped, so keep it only as
-/// long as it is read.
+/// long as it is read. To keep a frame longer, keep an owned copy of it,
+/// which holds no slot: [`to_owned_copy`](Self::to_owned_copy).
 ///
 /// On the host transport its bytes are [`host_bytes`](Self::host_bytes), a
 /// view of the shared memory (no copy). On the cuda transport it is device
@@ -274,8 +306,8 @@ impl Subscriber {
 /// producer's writes; dropping the frame releases the slot after the work
 /// queued on that stream so far.
 pub struct Frame {
-    held: HeldFrame,
-    layout: VideoLayout,
+    pub(crate) held: HeldFrame,
+    pub(crate) layout: VideoLayout,
 }
 
 impl std::fmt::Debug for Frame {

@@ -453,6 +453,17 @@ impl ElementImpl for CudaTestSrc {
 }
 
 impl BaseSrcImpl for CudaTestSrc {
+    /// A live source produces at its rate: GstBaseSrc waits on the clock
+    /// until each buffer's time (as videotestsrc does), whatever the sink's
+    /// `sync`. Not live: no wait.
+    fn times(&self, buffer: &gst::BufferRef) -> (Option<gst::ClockTime>, Option<gst::ClockTime>) {
+        if !self.obj().is_live() {
+            return (None, None);
+        }
+        let start = buffer.pts();
+        (start, start.zip(buffer.duration()).map(|(s, d)| s + d))
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let Settings {
             cuda_device_id: id,

@@ -26,7 +26,12 @@ impl HeldBack {
 
     /// After a frame: if the producer of a live channel had to wait for a
     /// slot since the last look and no warning was posted lately, posts one.
-    pub fn check(&self, sink: &gst::Element, channel: &str, publisher: &SinkPublisher) {
+    pub fn check(
+        &self,
+        sink: &gst::Element,
+        publisher: &SinkPublisher,
+        channel: impl FnOnce() -> String,
+    ) {
         if !publisher.is_paced() {
             return;
         }
@@ -47,6 +52,7 @@ impl HeldBack {
         seen.1 = Some(Instant::now());
         drop(seen);
         let slots = publisher.stats().slots;
+        let channel = channel();
         let who: Vec<String> = blockers
             .iter()
             .map(|b| {

@@ -490,9 +490,10 @@ impl BaseSinkImpl for CudaIpcSink {
         let result = cudaipc_channel::wait::timed(&self.render_ns, || {
             publishing::render(&self.obj(), &state, &info, buffer)
         });
-        let channel = self.settings.lock().unwrap().channel.clone();
         self.held_back
-            .check(self.obj().upcast_ref(), &channel, &state.publisher);
+            .check(self.obj().upcast_ref(), &state.publisher, || {
+                self.settings.lock().unwrap().channel.clone()
+            });
         if result.is_ok() && self.ticker.due() {
             let message = gst::message::Element::builder(self.stats())
                 .src(&*self.obj())

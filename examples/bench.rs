@@ -11,6 +11,7 @@
 //! cargo run --release --example bench -- --rows 9      # a slow latest-frame viewer (9a, 9b)
 //! cargo run --release --example bench -- --rows 14,14u --max-streams 64   # streams per GPU
 //! cargo run --release --example bench -- --rows 15,15p  # the Python package's rows
+//! cargo run --release --example bench -- --rows 16     # consumers at their own pace (16a, 16b, 16r, 16c)
 //! ```
 //!
 //! Each row reports frames per second, GB/s of frame data (frame bytes times
@@ -73,6 +74,22 @@
 //! must import cudaipc and CuPy). With `--smoke` they run on the host
 //! transport with NumPy.
 //!
+//! Rows 16 (issue 37; only when `--rows` names them, `--rows 16` all four;
+//! examples/common/bench_pace.rs) measure consumers at their own pace. 16a:
+//! a live producer at 60 FPS (`cudatestsrc is-live=true`,
+//! `--live-frames` (600) after a warm-up of 60) and one consumer with
+//! `frames=every` that inverts and verifies every frame; the row is its
+//! rate, the note the producer's. 16b: 16a plus a consumer that takes 20 ms
+//! a frame (`identity sleep-time=20000`, `frames=auto`); its note gives
+//! both rates against 16a's (target: 95% or more) and the frames the slow
+//! consumer got and missed. 16c: the Python consumer at full rate keeping
+//! batches of 8 frames (`bench_consumer.py --batch 8`, `hold=7`) before it
+//! releases them, against 16r, the same consumer one frame at a time (or
+//! row 15's, when 16r does not run), on row 15's producer with `slots=16`
+//! (a batch needs 9). On the host transport the live rows count the frames
+//! the first consumer missed instead of verifying them; `--smoke` runs 16a
+//! and 16b with 30 frames.
+//!
 //! Every process is this program run again with `--role`: the parent only
 //! starts children and collects their `RESULT` lines, so it never holds a CUDA
 //! context itself (which matters for MPS).
@@ -86,6 +103,8 @@ use std::time::{Duration, Instant};
 
 use gst::prelude::*;
 
+#[path = "common/bench_pace.rs"]
+mod bench_pace;
 #[path = "common/bench_plot.rs"]
 mod bench_plot;
 #[path = "common/numbers.rs"]
@@ -169,6 +188,9 @@ struct Options {
     /// consumer has its first frame; the first `STREAMS_SETTLE_S` are not
     /// counted.
     streams_seconds: f64,
+    /// Rows 16a/16b (`--live-frames`): frames of the live producer after
+    /// its warm-up.
+    live_frames: u64,
 }
 
 /// `--rows`: the row ids (the first word of a configuration: 5, 5t, ...)
@@ -212,6 +234,7 @@ impl Options {
             pairs: ["alone", "ours", "upstream"].map(String::from).to_vec(),
             max_streams: 64,
             streams_seconds: 6.0,
+            live_frames: 600,
         };
         let mut rows: Option<Vec<String>> = None;
         let mut gst_cuda = false;
@@ -231,6 +254,7 @@ impl Options {
                 "--streams-seconds" => {
                     o.streams_seconds = value.parse().expect("--streams-seconds S")
                 }
+                "--live-frames" => o.live_frames = value.parse().expect("--live-frames N"),
                 "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
                 "--consumer-device" => {
                     o.consumer_device = Some(value.parse().expect("--consumer-device N"))
@@ -258,11 +282,12 @@ impl Options {
                 }
                 "--help" | "-h" => {
                     println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--streams-seconds S] [--out DIR] [--smoke]\n\
+                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--streams-seconds S] [--live-frames N] [--out DIR] [--smoke]\n\
                          --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
                          --pairs: in rows 13, only the producer alone, alone with a queue of 32 frames before the consumer's half (queued, not run by default), our pair or upstream's\n\
                          --rows 9: a slow latest-frame viewer beside four verifying consumers (9a without, 9b with)\n\
-                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)"
+                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)\n\
+                         --rows 16: consumers at their own pace: 16a a live 60 FPS producer and a frames=every consumer, 16b the same and a consumer taking 20 ms a frame, 16r/16c the Python consumer one frame at a time and in batches of 8 (hold=7); --live-frames: frames of 16a/16b after their warm-up of 60 (600)"
                     );
                     std::process::exit(0);
                 }
@@ -287,6 +312,7 @@ impl Options {
             o.slots = vec![1, 2];
             o.paced_seconds = 1;
             o.gst_cuda_seconds = 0.5;
+            o.live_frames = 30;
         }
         o
     }
@@ -1224,6 +1250,12 @@ fn run_benchmark(o: &Options) -> i32 {
                     row.mps = mps;
                     rows.push(row);
                 }
+                let python_every = python_consumer_fps(&rows, mps);
+                for mut row in bench_pace::pace_rows(o, &env, true, python_every) {
+                    row.mps = mps;
+                    print_row(&row);
+                    rows.push(row);
+                }
                 for mut row in paced_rows(o, true, &env)
                     .into_iter()
                     .filter(|r| !r.left_out)
@@ -1259,6 +1291,11 @@ fn run_benchmark(o: &Options) -> i32 {
         }
         rows.extend(viewer_rows(o, &[], false));
         rows.extend(streams_rows(o, &[], false));
+        let python_every = python_consumer_fps(&rows, false);
+        for row in bench_pace::pace_rows(o, &[], false, python_every) {
+            print_row(&row);
+            rows.push(row);
+        }
     }
     println!();
     print_table(&rows, gpu);
@@ -1279,6 +1316,13 @@ fn run_benchmark(o: &Options) -> i32 {
     } else {
         0
     }
+}
+
+/// The rate of row 15's Python consumer among `rows` (MPS `mps`), if it ran.
+fn python_consumer_fps(rows: &[Row], mps: bool) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.mps == mps && r.config.starts_with("15 Python consumer") && r.fps > 0.0)
+        .map(|r| r.fps)
 }
 
 fn gpu_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
@@ -3023,6 +3067,31 @@ fn python_pair(
     pair_row(config, producer, consumer)
 }
 
+/// The producer of rows 15, 16r and 16c: `total` frames as fast as its
+/// consumer takes them (4K RGB on a GPU, 320x240 on the host transport),
+/// published once one consumer is attached; `sink_props` adds properties
+/// to the sink.
+fn python_producer(ch: &str, gpu: bool, total: u64, sink_props: &str) -> String {
+    let (width, height) = frame_geometry(gpu);
+    let (generate, transport) = match gpu {
+        true => (
+            format!(
+                "cudatestsrc num-buffers={total} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={width},height={height},framerate=0/1"
+            ),
+            "",
+        ),
+        false => (
+            format!(
+                "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width={width},height={height},framerate=0/1 ! imagefreeze num-buffers={total}"
+            ),
+            "transport=host ",
+        ),
+    };
+    format!(
+        "{generate} ! rscudaipcsink name=ipcsink channel={ch} {transport}sync=false wait-for-connection=1 {sink_props}"
+    )
+}
+
 /// Rows 15: a Python consumer taking every frame through DLPack (CuPy on a
 /// stream of its own; NumPy on the host transport) next to `rscudaipcsrc !
 /// fakesink` on the same producer, and a Python producer (CuPy arrays
@@ -3031,14 +3100,7 @@ fn python_pair(
 fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
     let total = o.frames + o.warmup;
     let (width, height) = if gpu { (WIDTH, HEIGHT) } else { (320, 240) };
-    let producer = |ch: &str| match gpu {
-        true => format!(
-            "cudatestsrc num-buffers={total} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width={WIDTH},height={HEIGHT},framerate=0/1 ! rscudaipcsink name=ipcsink channel={ch} sync=false wait-for-connection=1"
-        ),
-        false => format!(
-            "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width={width},height={height},framerate=0/1 ! imagefreeze num-buffers={total} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false wait-for-connection=1"
-        ),
-    };
+    let producer = |ch: &str| python_producer(ch, gpu, total, "");
     let fakesink = |ch: &str| {
         format!(
             "rscudaipcsrc name=src channel={ch} connect-timeout=60000 ! fakesink name=sink sync=false"

@@ -2592,7 +2592,10 @@ fn streams_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
                         std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
                     ),
                     format!(
-                        "rscudaipcsrc name=src channel={ch} connect-timeout=60000 {} {consumer}! fakesink name=sink sync=false",
+                        // Every frame on time is what a pair must deliver:
+                        // the consumer asks for every frame of the live
+                        // channel (else one slow to start misses the first).
+                        "rscudaipcsrc name=src channel={ch} connect-timeout=60000 frames=every {} {consumer}! fakesink name=sink sync=false",
                         std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default()
                     ),
                 )

@@ -325,6 +325,60 @@ fn gstcuda_output_of_cudatestsrc_is_read_unchanged_by_nvcodec_elements() {
     assert!(from_gstcuda == reference, "cudaconvert's NV12 differs");
 }
 
+/// The cases of the report, as `gst-launch-1.0` children (which fail on a
+/// CRITICAL): `cudatestsrc output-memory=gstcuda` into `cudadownload`, and
+/// into GStreamer's own `cudaipcsink` (1.24+), whose `cudaipcsrc` in another
+/// process then gets every frame as the chain without the pair gives it.
+#[test]
+fn gstcuda_output_of_cudatestsrc_crosses_gstreamers_own_cudaipc_pair() {
+    if !gpu_with_nvcodec("gstcuda_output_of_cudatestsrc_crosses_gstreamers_own_cudaipc_pair") {
+        return;
+    }
+    let caps = "format=RGBA,width=1920,height=1080,framerate=30/1";
+    let downloaded = launch(&format!(
+        "cudatestsrc output-memory=gstcuda num-buffers=30 ! video/x-raw(memory:CUDAMemory),{caps} ! cudadownload ! fakesink"
+    ))
+    .finish(LIMIT);
+    downloaded.assert_success("cudatestsrc output-memory=gstcuda ! cudadownload");
+    let upstream = ["cudaipcsink", "cudaipcsrc"].iter().all(|name| {
+        gst::ElementFactory::find(name)
+            .and_then(|f| f.plugin_name())
+            .is_some_and(|p| p == "nvcodec")
+    });
+    if !upstream {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: GStreamer's own cudaipcsink/cudaipcsrc need 1.24+ with nvcodec"
+        );
+        return;
+    }
+    let expected = reference_checksums(&format!("cudatestsrc num-buffers=30 ! video/x-raw,{caps}"));
+    let address = std::env::temp_dir().join(format!("{}.sock", unique_channel("upstream")));
+    let consumer = launch(&format!(
+        "cudaipcsrc address={} connection-timeout=30 num-buffers=12 ! cudadownload ! video/x-raw,{caps} ! checksumsink",
+        address.display()
+    ));
+    let producer = launch(&format!(
+        "cudatestsrc is-live=true output-memory=gstcuda num-buffers=30 ! video/x-raw(memory:CUDAMemory),{caps} ! cudaipcsink address={}",
+        address.display()
+    ));
+    let received = consumer.finish(LIMIT);
+    received.assert_success("GStreamer's cudaipcsrc");
+    // Upstream's sink publishes from the moment its consumer connects:
+    // twelve frames in a row of the stream, unchanged.
+    let got = received.checksums();
+    assert_eq!(got.len(), 12);
+    assert!(
+        expected.windows(12).any(|run| run == got.as_slice()),
+        "frames through upstream's pair differ from cudatestsrc's"
+    );
+    producer
+        .finish(LIMIT)
+        .assert_success("cudatestsrc ! GStreamer's cudaipcsink");
+    let _ = std::fs::remove_file(&address);
+}
+
 #[test]
 fn the_cuda_context_is_shared_with_nvcodec_elements() {
     if !gpu_with_nvcodec("the_cuda_context_is_shared_with_nvcodec_elements") {

@@ -44,12 +44,18 @@ def main():
     parser.add_argument("--ipc-mode", choices=["fd", "legacy"], default="legacy")
     parser.add_argument("--wait-consumers", type=int, default=0,
                         help="consumers to wait for before the first frame")
+    parser.add_argument("--slots", type=int, default=0,
+                        help="slots in the ring (0: the transport chooses)")
+    parser.add_argument("--live", action="store_true",
+                        help="frames come at a fixed rate (a camera): consumers keep their own "
+                             "pace, and only frames='every' ones make the publisher wait")
     parser.add_argument("--quiet", action="store_true", help="no line per frame")
     args = parser.parse_args()
 
     try:
         with cudaipc.Publisher(args.channel, args.format, args.width, args.height,
                                transport=args.transport, ipc_mode=args.ipc_mode,
+                               slots=args.slots, live=args.live,
                                wait_for_consumers=args.wait_consumers) as publisher:
             period_ns = int(1e9 / args.fps) if args.fps > 0 else 0
             for number in range(args.frames):

@@ -39,6 +39,11 @@ pub fn to_py(py: Python<'_>, e: cudaipc::Error) -> PyErr {
     };
     let message = match &e {
         E::ProducerGone { channel, died } => producer_gone(channel, *died),
+        // The channel's text names `hold=`; where it does not name Python's
+        // copies (a ring too small, also the element's error), it says so.
+        E::Holds(_) if !e.to_string().contains("copy=True") => format!(
+            "{e}; frame.copy() and np.from_dlpack(frame, copy=True) keep a frame without holding its slot"
+        ),
         e => e.to_string(),
     };
     raise(py, class, message)

@@ -38,7 +38,9 @@ struct Source {
 ///
 /// `Publisher(channel, format, width, height, transport='auto', ...)`:
 /// creates the channel for frames of that format and size ('auto': the
-/// cuda transport where a CUDA device is usable, else host). `close()`,
+/// cuda transport where a CUDA device is usable, else host). `live=True`:
+/// frames come at a fixed rate (a camera): consumers keep their own pace
+/// (the publisher waits only for `frames='every'` subscribers). `close()`,
 /// from any thread, wakes a `publish` waiting for a slot, which raises
 /// ClosedError.
 // Frozen, with its own lock: a thread blocked in `publish` borrows nothing
@@ -51,6 +53,7 @@ pub struct Publisher {
     /// Closes it and wakes the waits without the lock.
     closer: cudaipc::Closer,
     is_cuda: bool,
+    live: bool,
     layout: VideoLayout,
     channel: String,
 }
@@ -256,7 +259,7 @@ impl Publisher {
     #[pyo3(signature = (channel, format, width, height, *, transport="auto", ipc_mode="legacy",
                         slots=0, when_full="block", permissions=0o600, wait_for_consumers=0,
                         allowed_users=Vec::new(), allowed_groups=Vec::new(), device=0,
-                        strides=None))]
+                        strides=None, live=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -274,6 +277,7 @@ impl Publisher {
         allowed_groups: Vec<u32>,
         device: i32,
         strides: Option<Vec<u32>>,
+        live: bool,
     ) -> PyResult<Self> {
         let parsed: VideoFormat = format.parse().map_err(|e| to_py(py, e))?;
         let layout = match strides {
@@ -310,6 +314,7 @@ impl Publisher {
             allowed_uids: allowed_users,
             allowed_gids: allowed_groups,
             device,
+            live,
         };
         let inner = py
             .allow_threads(|| cudaipc::Publisher::create(channel, layout.clone(), options))
@@ -317,6 +322,7 @@ impl Publisher {
         Ok(Self {
             closer: inner.closer(),
             is_cuda: inner.is_cuda(),
+            live: inner.is_live(),
             inner: Mutex::new(Some(Arc::new(inner))),
             layout,
             channel: channel.to_owned(),
@@ -513,6 +519,13 @@ impl Publisher {
             true => "cuda",
             false => "host",
         }
+    }
+
+    /// Whether the channel is live (`live=True`): frames come at a fixed
+    /// rate, and subscribers keep their own pace.
+    #[getter]
+    fn live(&self) -> bool {
+        self.live
     }
 
     /// Consumers attached now.

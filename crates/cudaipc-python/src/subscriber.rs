@@ -2,12 +2,13 @@
 
 //! `cudaipc.Subscriber`: attaches to a channel and iterates its frames.
 
+use std::ffi::CString;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cudaipc::{Frames, IpcMode, SubscriberOptions};
-use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::exceptions::{PyRuntimeWarning, PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -48,9 +49,12 @@ pub fn parse_ipc_mode(name: Option<&str>) -> PyResult<Option<IpcMode>> {
 /// `frames`: 'auto' (every frame, at this subscriber's own pace on a live
 /// channel), 'every' (every frame; the producer waits for this subscriber)
 /// or 'latest'. `hold`: how many frames it keeps while asking for the next
-/// (a batch of 8: 7); the ring must have `hold + 2` slots.
+/// (a batch of 8: 7); the ring must have `hold + 2` slots (HoldError at the
+/// first frame otherwise), and asking for a frame while holding more (or,
+/// undeclared, every slot) raises HoldError at once.
 /// Iterating gives frames until the producer's end of stream, each within
-/// `timeout` (WaitTimeoutError otherwise). `close()`, from any thread,
+/// `timeout` (WaitTimeoutError otherwise). The first frames it misses
+/// (`frames_missed`) give one RuntimeWarning. `close()`, from any thread,
 /// wakes a wait for a frame, which raises ClosedError.
 // Frozen, with its own locks: a thread blocked in a wait borrows nothing
 // that `close()` from another thread needs.
@@ -67,6 +71,13 @@ pub struct Subscriber {
     channel: String,
     timeout: Option<Duration>,
     ended: AtomicBool,
+    frames: Frames,
+    /// The Rust subscriber's counts, as of the last frame (they change
+    /// only when one is read): read without the lock a wait holds.
+    missed: AtomicU64,
+    live: AtomicBool,
+    /// Whether the missed frames' warning was given.
+    warned: AtomicBool,
 }
 
 impl Subscriber {
@@ -75,6 +86,25 @@ impl Subscriber {
             py,
             "ClosedError",
             format!("the subscriber of '{}' was closed", self.channel),
+        )
+    }
+
+    /// The warning for the first frames missed: why, and how to get every
+    /// frame.
+    fn missed_warning(&self) -> String {
+        let missed = self.missed.load(Ordering::SeqCst);
+        let channel = &self.channel;
+        let why = match (self.frames, self.live.load(Ordering::SeqCst)) {
+            (Frames::Auto, true) => format!(
+                "it fell behind the live producer, which does not wait for frames='auto' subscribers. To get every frame, use cudaipc.Subscriber('{channel}', frames='every'), which makes the producer wait for this subscriber"
+            ),
+            _ => format!(
+                "its producer drops frames when its slots are full (when_full='drop', when-full=drop). To get every frame, give the producer when_full='block' and use cudaipc.Subscriber('{channel}', frames='every')"
+            ),
+        };
+        format!(
+            "the subscriber of channel '{channel}' missed {missed} frame{}: {why}. subscriber.frames_missed counts the frames missed; this warning is given once",
+            if missed == 1 { "" } else { "s" }
         )
     }
 }
@@ -125,6 +155,10 @@ impl Subscriber {
                     return Ok(Self {
                         closer: inner.closer(),
                         is_cuda: inner.is_cuda(),
+                        frames,
+                        missed: AtomicU64::new(inner.frames_missed()),
+                        live: AtomicBool::new(inner.is_live()),
+                        warned: AtomicBool::new(false),
                         inner: Mutex::new(Some(inner)),
                         caps: Mutex::new(None),
                         channel: channel.to_owned(),
@@ -188,7 +222,12 @@ impl Subscriber {
             let next = py.allow_threads(|| {
                 let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
                 match inner.as_mut() {
-                    Some(inner) => inner.next_frame(Some(wait)),
+                    Some(inner) => {
+                        let next = inner.next_frame(Some(wait));
+                        self.missed.store(inner.frames_missed(), Ordering::SeqCst);
+                        self.live.store(inner.is_live(), Ordering::SeqCst);
+                        next
+                    }
                     None => Err(cudaipc::Error::Closed),
                 }
             });
@@ -197,7 +236,17 @@ impl Subscriber {
                     let layout = frame.layout();
                     *self.caps.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some((layout.format().name(), layout.width(), layout.height()));
-                    return Ok(Some(Frame::new(frame)));
+                    let first_missed =
+                        frame.missed_before() > 0 && !self.warned.swap(true, Ordering::SeqCst);
+                    let frame = Frame::new(frame);
+                    if first_missed {
+                        let message = CString::new(self.missed_warning())
+                            .unwrap_or_else(|_| c"frames were missed".to_owned());
+                        // An error only where warnings are errors (-W error):
+                        // the frame then goes back with its slot.
+                        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
+                    }
+                    return Ok(Some(frame));
                 }
                 Ok(None) => {
                     self.ended.store(true, Ordering::SeqCst);
@@ -281,6 +330,30 @@ impl Subscriber {
     #[getter]
     fn closed(&self) -> bool {
         self.closer.is_closed()
+    }
+
+    /// Frames this subscriber missed so far: on a live channel, those it
+    /// fell too far behind to take (`frames='auto'`); with a producer that
+    /// drops (`when_full='drop'`), those overwritten before it took them.
+    /// Each frame's `missed_before` says how many came right before it.
+    /// `frames='every'` gets every frame (the producer then waits).
+    #[getter]
+    fn frames_missed(&self) -> u64 {
+        self.missed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the channel is live: its producer is paced (a camera, a
+    /// clock, `Publisher(..., live=True)`), and `frames='auto'` subscribers
+    /// keep their own pace, missing the frames they fall behind on. While
+    /// another thread waits for a frame: as of the last frame read.
+    #[getter]
+    fn live(&self) -> bool {
+        if let Ok(inner) = self.inner.try_lock()
+            && let Some(inner) = inner.as_ref()
+        {
+            self.live.store(inner.is_live(), Ordering::SeqCst);
+        }
+        self.live.load(Ordering::SeqCst)
     }
 
     fn __repr__(&self) -> String {

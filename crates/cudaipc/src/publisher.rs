@@ -42,9 +42,9 @@ pub struct PublisherOptions {
     /// (`Legacy`) or descriptors handed over its socket (`Fd`).
     pub ipc_mode: IpcMode,
     /// Slots in the ring; 0 lets the transport choose as `rscudaipcsink`
-    /// does for frames that come as fast as they are made: on CUDA without
-    /// MPS as many as 1 GiB or 5% of the device memory holds (8 to 32), 2
-    /// with MPS, 4 in host memory.
+    /// does: 8 on a [`live`](Self::live) channel; for frames that come as
+    /// fast as they are made, on CUDA without MPS as many as 1 GiB or 5% of
+    /// the device memory holds (8 to 32), 2 with MPS, 4 in host memory.
     pub slots: usize,
     /// What `publish` and `loan` do when consumers hold every slot.
     pub when_full: WhenFull,
@@ -59,6 +59,19 @@ pub struct PublisherOptions {
     pub allowed_gids: Vec<u32>,
     /// CUDA device ordinal of the slots (cuda transport).
     pub device: i32,
+    /// Frames come at a fixed rate (a camera, a clock): the channel is
+    /// live, and consumers keep their own pace. The producer then waits
+    /// only for subscribers that ask for every frame ([`Frames::Every`]);
+    /// [`Frames::Auto`] ones that fall behind miss frames
+    /// ([`Subscriber::frames_missed`]) rather than hold it back. `false`:
+    /// frames come as fast as they are made, and every subscriber but a
+    /// [`Frames::Latest`] one gets every frame (the producer waits).
+    ///
+    /// [`Frames::Every`]: crate::Frames::Every
+    /// [`Frames::Auto`]: crate::Frames::Auto
+    /// [`Frames::Latest`]: crate::Frames::Latest
+    /// [`Subscriber::frames_missed`]: crate::Subscriber::frames_missed
+    pub live: bool,
 }
 
 impl Default for PublisherOptions {
@@ -73,6 +86,7 @@ impl Default for PublisherOptions {
             allowed_uids: Vec::new(),
             allowed_gids: Vec::new(),
             device: 0,
+            live: false,
         }
     }
 }
@@ -176,6 +190,8 @@ impl Publisher {
             },
         })
         .map_err(|e| Error::channel(channel, "create the channel", e))?;
+        // Before the slots are allocated: a live ring's depth is its own.
+        inner.set_paced(options.live);
         let publisher = Self {
             inner: Arc::new(inner),
             channel: channel.into(),
@@ -212,6 +228,11 @@ impl Publisher {
     /// Whether the slots are CUDA device memory (else shared host memory).
     pub fn is_cuda(&self) -> bool {
         self.inner.kind() == TransportKind::Cuda
+    }
+
+    /// Whether the channel is live ([`PublisherOptions::live`]).
+    pub fn is_live(&self) -> bool {
+        self.inner.is_paced()
     }
 
     /// Consumers attached now.

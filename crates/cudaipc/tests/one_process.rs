@@ -285,3 +285,45 @@ fn the_cuda_transport_without_a_device_is_a_device_error() {
     let err = Publisher::create(&unique_channel("nocuda"), layout(), options).unwrap_err();
     assert!(matches!(err, Error::Device(_)), "{err:?}");
 }
+
+#[test]
+fn a_live_publisher_never_waits_for_an_auto_subscriber_that_falls_behind() {
+    let options = PublisherOptions {
+        live: true,
+        ..host(4, WhenFull::Block)
+    };
+    let (publisher, mut subscriber) = pair("live", options);
+    assert!(publisher.is_live());
+    let size = layout().frame_size();
+    // The subscriber reads nothing meanwhile: a lossless producer that
+    // waited for it would block at the fifth frame.
+    let started = Instant::now();
+    for n in 0..20u8 {
+        assert_eq!(
+            publisher.publish(&vec![n; size], None).unwrap(),
+            Published::Sent
+        );
+    }
+    publisher.eos();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(subscriber.is_live());
+    let mut values = Vec::new();
+    let mut missed_before = 0;
+    while let Some(frame) = subscriber.next_frame(WAIT).unwrap() {
+        let first = frame.host_bytes().unwrap()[0];
+        assert!(frame.host_bytes().unwrap().iter().all(|&b| b == first));
+        values.push(first);
+        missed_before += frame.missed_before();
+    }
+    assert!(values.is_sorted() && values.len() < 20, "{values:?}");
+    assert_eq!(values.last(), Some(&19), "the newest frames are kept");
+    assert_eq!(subscriber.frames_missed(), 20 - values.len() as u64);
+    assert_eq!(missed_before, subscriber.frames_missed());
+}
+
+#[test]
+fn a_publisher_is_not_live_unless_it_says_so() {
+    let (publisher, subscriber) = pair("not-live", host(2, WhenFull::Block));
+    assert!(!publisher.is_live());
+    assert!(!subscriber.is_live());
+}

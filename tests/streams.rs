@@ -447,3 +447,56 @@ fn cuda_live_channel_consumers_keep_their_own_pace() {
         live_channel_consumers_keep_their_own_pace(CUDA);
     }
 }
+
+/// A consumer that asks for every frame (`frames=every`) and is slower than
+/// a live producer holds it back, as it asked; the producer says which
+/// consumer does, by pid, in a warning.
+fn a_live_producer_names_the_consumer_that_holds_it_back(sink: &str) {
+    let channel = unique_channel("held-back");
+    let mut every = PipelineChild::spawn(
+        &format!(
+            "rscudaipcsrc name=src channel={channel} frames=every connect-timeout=20000 ! identity sleep-time=100000 ! fakesink sync=false"
+        ),
+        &["src"],
+    );
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let producer = Producer::start_from(
+        &format!(
+            "videotestsrc is-live=true pattern=ball num-buffers=60 ! capsfilter caps={}",
+            caps("RGB", 320, 240)
+        ),
+        &channel,
+        sink,
+    );
+    let bus = producer.pipeline.bus().unwrap();
+    let warning = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(30),
+            &[gst::MessageType::Warning],
+        )
+        .expect("a warning that the producer waited for a consumer");
+    let gst::MessageView::Warning(w) = warning.view() else {
+        unreachable!()
+    };
+    let text = format!("{} {:?}", w.error(), w.debug());
+    assert!(
+        text.contains(&format!("pid {} ", every.pid())) && text.contains("frames=every"),
+        "{text}"
+    );
+    assert!(producer.stat("waits") > 0);
+    drop(producer);
+    every.send("quit");
+    let _ = every.finish(LIMIT);
+}
+
+#[test]
+fn host_a_live_producer_names_the_consumer_that_holds_it_back() {
+    a_live_producer_names_the_consumer_that_holds_it_back(HOST);
+}
+
+#[test]
+fn cuda_a_live_producer_names_the_consumer_that_holds_it_back() {
+    if gpu("cuda_a_live_producer_names_the_consumer_that_holds_it_back") {
+        a_live_producer_names_the_consumer_that_holds_it_back(CUDA);
+    }
+}

@@ -45,6 +45,9 @@ pub(super) struct Output {
     pub slot_wrapper: Option<Arc<SlotWrapper>>,
     /// Orders GStreamer's streams against ours (GStreamer 1.24+).
     pub ordering: Option<Arc<StreamOrdering>>,
+    /// The buffers downstream keeps, as its allocation query's pools ask
+    /// (min buffers): a hold declared on its behalf.
+    pub downstream_min_buffers: u32,
 }
 
 /// A failed negotiation: the flow return, and the error to post.
@@ -284,6 +287,7 @@ pub(super) fn negotiate(
             ("downstream refused caps {}", chosen)
         ))
     })?;
+    let downstream_min_buffers = downstream_min_buffers(src, &chosen);
     let gst_cuda_pool = if cuda {
         gst_cuda_pool(src, cuda_context, output_memory, &chosen)
             .map_err(|e| not_negotiated(gst::error_msg!(gst::CoreError::Negotiation, ("{}", e))))?
@@ -303,7 +307,22 @@ pub(super) fn negotiate(
         gst_cuda_path,
         slot_wrapper,
         ordering,
+        downstream_min_buffers,
     })
+}
+
+/// The most buffers a pool downstream proposes for `caps` keeps at least
+/// (its allocation query's min buffers, as GStreamer pools honour them).
+fn downstream_min_buffers(src: &gst_base::BaseSrc, caps: &gst::Caps) -> u32 {
+    let mut query = gst::query::Allocation::new(Some(caps), false);
+    if !src.src_pad().peer_query(&mut query) {
+        return 0;
+    }
+    query
+        .allocation_pools()
+        .map(|(_, _, min, _)| min)
+        .max()
+        .unwrap_or(0)
 }
 
 /// How frames of `device` become `GstCudaMemory` of the shared context.

@@ -312,8 +312,9 @@ impl CudaIpcSrc {
         // back, and a slow one (a viewer) would keep a slot of the ring for
         // as long as downstream takes; a copy holds the slot only while the
         // GPU copies.
-        // A declared `hold` bounds the slots downstream keeps: frames beyond
-        // it are copied, so that the ring fits every consumer's holds.
+        // A declared `hold` (the property, or downstream's min buffers)
+        // bounds the slots downstream keeps: frames beyond it are copied,
+        // so that the ring fits every consumer's holds.
         let (latest, hold) = {
             let settings = self.settings.lock().unwrap();
             (
@@ -324,7 +325,10 @@ impl CudaIpcSrc {
         let wrappable = (output.cuda
             && (output.gst_cuda_pool.is_none() || output.slot_wrapper.is_some()))
             || kind == Some(TransportKind::Host);
-        let within_hold = hold == 0 || frame.frames_held() <= hold as usize;
+        // Downstream's allocation query declares a hold too.
+        let hold = hold.max(output.downstream_min_buffers);
+        // Held now: the ones downstream keeps and this one.
+        let within_hold = hold == 0 || frame.frames_held() <= hold as usize + 1;
         let wrap = wrappable && !latest && within_hold && frame.frames_held() < frame.slot_count();
         let (seq, slot, held) = (frame.seq, frame.slot, frame.frames_held());
         let missed = frame.missed_before;

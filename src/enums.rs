@@ -38,24 +38,32 @@ impl From<Transport> for Option<transport::TransportKind> {
 #[repr(u32)]
 #[enum_type(name = "GstRsCudaIpcMode")]
 pub enum IpcMode {
-    #[default]
+    // Appended after the older values: the numbers of legacy and fd stay.
     #[enum_value(
         name = "Legacy: the control block and host slots under names in the shm folder",
         nick = "legacy"
     )]
-    Legacy,
+    Legacy = 0,
     #[enum_value(
         name = "Fd: descriptors over the channel's unix socket, to allowed users only",
         nick = "fd"
     )]
-    Fd,
+    Fd = 1,
+    #[default]
+    #[enum_value(
+        name = "Auto: fd on the cuda transport of an integrated GPU (Jetson: no legacy CUDA IPC), else legacy",
+        nick = "auto"
+    )]
+    Auto = 2,
 }
 
-impl From<IpcMode> for ipc::IpcMode {
+/// `None` for `auto`: see `transport::resolve_ipc_mode`.
+impl From<IpcMode> for Option<ipc::IpcMode> {
     fn from(m: IpcMode) -> Self {
         match m {
-            IpcMode::Legacy => Self::Legacy,
-            IpcMode::Fd => Self::Fd,
+            IpcMode::Auto => None,
+            IpcMode::Legacy => Some(ipc::IpcMode::Legacy),
+            IpcMode::Fd => Some(ipc::IpcMode::Fd),
         }
     }
 }
@@ -140,7 +148,7 @@ impl From<WaitMode> for ipc::WaitMode {
 pub enum GpuSync {
     #[default]
     #[enum_value(
-        name = "Auto: the timeline on the cuda transport where the device supports it, else events",
+        name = "Auto: the timeline on the cuda transport where the device supports it, else events (host on an integrated GPU)",
         nick = "auto"
     )]
     Auto,

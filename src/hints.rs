@@ -7,7 +7,7 @@
 
 use cudaipc_channel::ChannelError;
 use cudaipc_transport::cuda::CudaError;
-use cudaipc_transport::{SubscriberError, TransportError};
+use cudaipc_transport::{LegacyCudaIpc, SubscriberError, TransportError};
 
 /// Appended to a channel error that a property changes; empty otherwise.
 pub fn channel(e: &ChannelError) -> &'static str {
@@ -45,6 +45,14 @@ pub fn transport(e: &TransportError) -> &'static str {
     match e {
         TransportError::Channel(e) => channel(e),
         TransportError::Cuda(e) => cuda(e),
+        TransportError::NoLegacyCudaIpc {
+            what: LegacyCudaIpc::Memory,
+        } => {
+            ": use ipc-mode=fd (VMM memory handed over as file descriptors), which ipc-mode=auto picks there"
+        }
+        TransportError::NoLegacyCudaIpc {
+            what: LegacyCudaIpc::Events,
+        } => ": use gpu-sync=timeline or gpu-sync=host, one of which gpu-sync=auto picks there",
         TransportError::OpenEvent { .. } => {
             ". CUDA keeps interprocess events in files only their creator's user can map, in its PID namespace: a producer and a consumer of different users need gpu-sync=timeline (the default where the device supports it) or host on the sink, and of different containers ipc-mode=fd as well"
         }
@@ -83,9 +91,44 @@ pub fn gpu_sync(e: &TransportError) -> Option<&'static str> {
         TransportError::TimelineNeedsCuda => {
             Some("gpu-sync=timeline needs transport=cuda (it orders GPU work)")
         }
+        TransportError::NoLegacyCudaIpc {
+            what: LegacyCudaIpc::Events,
+        } => Some(
+            "gpu-sync=event needs CUDA IPC event handles, which an integrated GPU (Jetson) does not have: use gpu-sync=timeline or gpu-sync=host, one of which gpu-sync=auto picks there",
+        ),
         TransportError::TimelineUnsupported => Some(
             "gpu-sync=timeline: this device cannot write and wait for values in memory (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); use gpu-sync=event",
         ),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudaipc_transport::{DeviceTraits, GpuSync, TransportKind, resolve_ipc_mode_for};
+
+    /// A Jetson (integrated GPU) told to make a legacy channel of the cuda
+    /// transport, or to order by events: the sink's message names the
+    /// setting that works there.
+    #[test]
+    fn legacy_cuda_ipc_on_an_integrated_gpu_names_what_works_there() {
+        let tegra = DeviceTraits {
+            integrated: true,
+            value_ops: false,
+        };
+        let e = resolve_ipc_mode_for(
+            Some(cudaipc_channel::IpcMode::Legacy),
+            TransportKind::Cuda,
+            tegra,
+        )
+        .unwrap_err();
+        let message = format!("{e}{}", transport(&e));
+        assert!(message.contains("integrated GPU"), "{message}");
+        assert!(message.contains("use ipc-mode=fd"), "{message}");
+        let e = GpuSync::resolve_for(Some(GpuSync::Event), TransportKind::Cuda, tegra).unwrap_err();
+        let message = gpu_sync(&e).expect("a gpu-sync message");
+        assert!(message.starts_with("gpu-sync=event needs CUDA IPC event handles"));
+        assert!(message.contains("use gpu-sync=timeline or gpu-sync=host"));
     }
 }

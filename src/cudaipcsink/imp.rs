@@ -362,7 +362,14 @@ impl BaseSinkImpl for CudaIpcSink {
         let kind = TransportKind::resolve(settings.transport.into());
         let device = publishing::device_for(kind, settings.device_id)?;
         let ordering = publishing::stream_ordering(device.as_ref());
-        let ipc_mode = settings.ipc_mode.into();
+        let ipc_mode =
+            transport::resolve_ipc_mode(settings.ipc_mode.into(), kind, device.as_deref())
+                .map_err(|e| {
+                    gst::error_msg!(
+                        gst::ResourceError::Settings,
+                        ("{}{}", e, crate::hints::transport(&e))
+                    )
+                })?;
         let gpu_sync =
             transport::GpuSync::resolve(settings.gpu_sync.into(), kind, device.as_deref())
                 .map_err(|e| match crate::hints::gpu_sync(&e) {
@@ -385,9 +392,10 @@ impl BaseSinkImpl for CudaIpcSink {
         gst::info!(
             CAT,
             imp = self,
-            "channel '{}' open ({:?} transport, gpu-sync {:?}{})",
+            "channel '{}' open ({:?} transport, ipc-mode {:?}, gpu-sync {:?}{})",
             settings.channel,
             kind,
+            ipc_mode,
             gpu_sync,
             match publisher.device() {
                 Some(device) if transport::waits_on_host(device) => {

@@ -1041,7 +1041,7 @@ fn init_header(h: &ControlHeader, config: &ProducerConfig, session: u64) {
         r,
     );
     h.producer_start_time
-        .store(shm::process_start_time(std::process::id()).unwrap_or(0), r);
+        .store(shm::own_start_time().unwrap_or(0), r);
     h.producer_pid_namespace.store(shm::pid_namespace(), r);
     h.producer_session.store(session, r);
     for slot in &h.slots {

@@ -440,9 +440,18 @@ pub fn byte_is_locked(file: &File, byte: i64) -> io::Result<bool> {
 }
 
 /// State (field 3) and start time in clock ticks since boot (field 22) of
-/// /proc/PID/stat.
+/// process `pid`, from the stat file of its main thread,
+/// /proc/PID/task/PID/stat: natively the same fields as /proc/PID/stat, but
+/// qemu-user answers a process's reads of its own /proc/PID/stat itself,
+/// with a start time of its own making (often one tick off the kernel's),
+/// and leaves the task entry to the kernel. Every reader, the process
+/// itself included, then gets the one value.
 fn process_stat(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?)
+}
+
+/// State and start time from the text of a stat file.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
     // The command name may hold spaces and parentheses: skip past the last ')'.
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?.chars().next()?;
@@ -454,6 +463,12 @@ fn process_stat(pid: u32) -> Option<(char, u64)> {
 /// names a process even after pid reuse.
 pub fn process_start_time(pid: u32) -> Option<u64> {
     process_stat(pid).map(|(_, start_time)| start_time)
+}
+
+/// This process's start time as others read it ([`process_start_time`]):
+/// what a producer records for itself in its control block.
+pub fn own_start_time() -> Option<u64> {
+    process_start_time(std::process::id())
 }
 
 /// Whether process `pid` of this PID namespace runs and is the one that
@@ -527,6 +542,45 @@ mod tests {
         assert!(!process_runs(pid, child_started), "a zombie");
         child.wait().unwrap();
         assert!(!process_runs(pid, child_started), "gone");
+    }
+
+    /// The start time this process reads for itself is the one another
+    /// process (a `cat`, reading the kernel's) reads for its pid: else
+    /// consumers take a live producer for a dead one whose pid was reused.
+    /// Natively /proc/self/stat agrees too; under qemu-user it is qemu's
+    /// own answer, which is why the task entry is read.
+    #[test]
+    fn own_start_time_is_what_another_process_reads() {
+        let me = std::process::id();
+        let read_by_another = |path: String| {
+            let out = std::process::Command::new("cat").arg(&path).output();
+            let out = out.expect("cat runs");
+            assert!(out.status.success(), "cat {path}");
+            parse_stat(&String::from_utf8_lossy(&out.stdout))
+                .unwrap_or_else(|| panic!("{path} parses"))
+                .1
+        };
+        let outside = read_by_another(format!("/proc/{me}/stat"));
+        assert_eq!(own_start_time(), Some(outside));
+        assert_eq!(
+            read_by_another(format!("/proc/{me}/task/{me}/stat")),
+            outside
+        );
+        // `uname` is a binary of the host: under qemu-user it runs natively
+        // and names another architecture than this test's.
+        let uname = std::process::Command::new("uname").arg("-m").output();
+        let host_arch = String::from_utf8_lossy(&uname.expect("uname runs").stdout)
+            .trim()
+            .to_owned();
+        if host_arch == std::env::consts::ARCH {
+            let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+            assert_eq!(parse_stat(&own).map(|(_, t)| t), Some(outside));
+        } else {
+            eprintln!(
+                "emulated ({} on {host_arch}): /proc/self/stat is the emulator's, not compared",
+                std::env::consts::ARCH
+            );
+        }
     }
 
     #[test]

@@ -587,6 +587,92 @@ fn a_recorded_producer_is_checked_only_where_proc_can_tell() {
     drop(live);
 }
 
+/// A producer in another process is taken for the live one it is: the
+/// start time it recorded for itself is the one this process reads for its
+/// pid, and a consumer attaches. (Under qemu-user the two differed by a
+/// tick: consumers took every live producer for a dead one.)
+#[test]
+fn a_producer_in_another_process_is_recognised_by_its_recorded_start_time() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::Ordering::SeqCst;
+    const TEST: &str = "a_producer_in_another_process_is_recognised_by_its_recorded_start_time";
+    const CHILD_CHANNEL: &str = "CUDAIPC_TEST_CHILD_PRODUCER";
+    if let Ok(channel) = std::env::var(CHILD_CHANNEL) {
+        let _live = producer(&channel, WhenFull::Block);
+        println!("producer-ready");
+        // Live until the parent closes our stdin.
+        let _ = std::io::stdin().read_line(&mut String::new());
+        return;
+    }
+    let channel = unique_channel("starttime");
+    // This test again, in a child process, by its name in the harness.
+    let name = format!("{}::{TEST}", module_path!().split_once("::").unwrap().1);
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([&name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_CHANNEL, &channel)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    /// Ends the child (ours, by its pid) if an assertion fails first.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if matches!(self.0.try_wait(), Ok(None)) {
+                let _ = self.0.kill();
+            }
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Reap(child);
+    let stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let (ready, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // The harness writes "test NAME ... " before the test's own output;
+        // the rest is read too, so that the child's harness can write it.
+        for line in stdout.lines().map_while(Result::ok) {
+            if line.ends_with("producer-ready") {
+                let _ = ready.send(true);
+            }
+        }
+        let _ = ready.send(false);
+    });
+    assert_eq!(
+        started.recv_timeout(Duration::from_secs(60)),
+        Ok(true),
+        "the child producer never started"
+    );
+    let pid = child.0.id();
+    let shared = shm::SharedFile::open(&shm::control_path(&channel)).unwrap();
+    let h = control_header(&shared);
+    assert_eq!(h.producer_pid.load(SeqCst), pid);
+    assert_eq!(
+        Some(h.producer_start_time.load(SeqCst)),
+        shm::process_start_time(pid),
+        "the start time the producer recorded for itself is not the one others read"
+    );
+    assert!(
+        recorded_producer_may_run(&shared),
+        "a live producer taken for dead"
+    );
+    let consumer = consumer(&channel, ConsumerMode::EveryFrame);
+    assert_eq!(consumer.info().producer_pid, pid);
+    assert!(
+        consumer.producer_gone().is_none(),
+        "a live producer taken for gone"
+    );
+    drop(child.0.stdin.take());
+    assert!(
+        child.0.wait().unwrap().success(),
+        "the child producer failed"
+    );
+    assert!(matches!(
+        consumer.producer_gone(),
+        Some(ProducerGone::Closed)
+    ));
+}
+
 /// The deterministic core of a pool change right after a publication: once
 /// an every-frame consumer has taken frame 0, nothing holds the producer
 /// back from replacing the pool and the caps, yet the frame must still be

@@ -28,7 +28,7 @@ use cudaipc_channel::layout::{
     GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE, RELEASE_DESCRIPTOR_BYTES,
     SLOT_DESCRIPTOR_BYTES, TRANSPORT_CUDA, TRANSPORT_HOST,
 };
-use cudaipc_channel::{ChannelError, ChannelInfo, PoolInfo, Producer};
+use cudaipc_channel::{ChannelError, ChannelInfo, IpcMode, PoolInfo, Producer};
 
 pub use cuda_slots::{
     CUDA_COMPOSITIONS, CudaComposition, CudaConsumerSlots, CudaProducerSlots, MemoryKind,
@@ -121,21 +121,105 @@ impl GpuSync {
     /// 1.6x on nvcodec's output, equal with MPS). `Err`: the timeline asked
     /// for where it cannot work ([`TransportError::TimelineNeedsCuda`],
     /// [`TransportError::TimelineUnsupported`]).
+    ///
+    /// An integrated GPU (Tegra) has no interprocess events: there `auto`
+    /// means the timeline, else host synchronisation, and events asked for
+    /// are refused ([`TransportError::NoLegacyCudaIpc`]).
     pub fn resolve(
         choice: Option<GpuSync>,
         kind: TransportKind,
         device: Option<&Device>,
     ) -> Result<GpuSync, TransportError> {
-        let value_ops = device.is_some_and(Device::has_stream_value_ops);
+        Self::resolve_for(choice, kind, DeviceTraits::of(device))
+    }
+
+    /// [`resolve`](Self::resolve) for a device with `traits`.
+    pub fn resolve_for(
+        choice: Option<GpuSync>,
+        kind: TransportKind,
+        traits: DeviceTraits,
+    ) -> Result<GpuSync, TransportError> {
+        let cuda = kind == TransportKind::Cuda;
         match choice {
-            Some(GpuSync::Timeline) if kind != TransportKind::Cuda => {
-                Err(TransportError::TimelineNeedsCuda)
+            Some(GpuSync::Timeline) if !cuda => Err(TransportError::TimelineNeedsCuda),
+            Some(GpuSync::Timeline) if !traits.value_ops => {
+                Err(TransportError::TimelineUnsupported)
             }
-            Some(GpuSync::Timeline) if !value_ops => Err(TransportError::TimelineUnsupported),
+            Some(GpuSync::Event) if cuda && traits.integrated => {
+                Err(TransportError::NoLegacyCudaIpc {
+                    what: LegacyCudaIpc::Events,
+                })
+            }
             Some(choice) => Ok(choice),
-            None if kind == TransportKind::Cuda && value_ops => Ok(GpuSync::Timeline),
+            None if cuda && traits.value_ops => Ok(GpuSync::Timeline),
+            None if cuda && traits.integrated => Ok(GpuSync::Host),
             None => Ok(GpuSync::Event),
         }
+    }
+}
+
+/// What the choices of a channel's kind and ordering need to know of its
+/// device: read from it ([`DeviceTraits::of`]), or made up by tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceTraits {
+    /// An integrated GPU, sharing the system's memory
+    /// (`CU_DEVICE_ATTRIBUTE_INTEGRATED`: Jetson's Tegra): CUDA's legacy
+    /// IPC handles (`cuIpc*`, memory and events) do not exist there.
+    pub integrated: bool,
+    /// Streams can write and wait for 64-bit values in memory
+    /// (`CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`).
+    pub value_ops: bool,
+}
+
+impl DeviceTraits {
+    /// `device`'s traits; no device has none.
+    pub fn of(device: Option<&Device>) -> Self {
+        device.map_or_else(Self::default, |device| Self {
+            integrated: device.is_integrated(),
+            value_ops: device.has_stream_value_ops(),
+        })
+    }
+}
+
+/// Which of CUDA's legacy IPC handles an integrated GPU lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegacyCudaIpc {
+    /// Device memory's (`cuIpcGetMemHandle`): the slots of a legacy
+    /// channel of the cuda transport.
+    Memory,
+    /// Events' (`cuIpcGetEventHandle`): the event ordering.
+    Events,
+}
+
+/// How a producer's channel is reached (the sink's `ipc-mode`): `choice`,
+/// or for `auto` (`None`) a descriptor channel on the cuda transport of an
+/// integrated GPU, which has no legacy CUDA IPC handles (VMM allocations
+/// exported as file descriptors take their place), else a legacy one, which
+/// consumers of every version find. `Err`: a legacy channel of the cuda
+/// transport asked for on an integrated GPU
+/// ([`TransportError::NoLegacyCudaIpc`]).
+pub fn resolve_ipc_mode(
+    choice: Option<IpcMode>,
+    kind: TransportKind,
+    device: Option<&Device>,
+) -> Result<IpcMode, TransportError> {
+    resolve_ipc_mode_for(choice, kind, DeviceTraits::of(device))
+}
+
+/// [`resolve_ipc_mode`] for a device with `traits`.
+pub fn resolve_ipc_mode_for(
+    choice: Option<IpcMode>,
+    kind: TransportKind,
+    traits: DeviceTraits,
+) -> Result<IpcMode, TransportError> {
+    let tegra_cuda = kind == TransportKind::Cuda && traits.integrated;
+    match choice {
+        Some(IpcMode::Legacy) if tegra_cuda => Err(TransportError::NoLegacyCudaIpc {
+            what: LegacyCudaIpc::Memory,
+        }),
+        Some(mode) => Ok(mode),
+        None if tegra_cuda => Ok(IpcMode::Fd),
+        None => Ok(IpcMode::Legacy),
     }
 }
 
@@ -205,6 +289,10 @@ pub enum TransportError {
     /// The timeline ordering asked for on a device that cannot write and
     /// wait for values in memory (or without a device).
     TimelineUnsupported,
+    /// Legacy CUDA IPC handles asked for (a legacy channel of the cuda
+    /// transport, or the event ordering) on an integrated GPU, which has
+    /// none.
+    NoLegacyCudaIpc { what: LegacyCudaIpc },
     /// Slots of a memory kind and ordering that `CUDA_COMPOSITIONS` has no
     /// row for on this kind of channel (lent memory on a descriptor
     /// channel).
@@ -304,6 +392,20 @@ impl fmt::Display for TransportError {
             TransportError::TimelineUnsupported => f.write_str(
                 "the timeline ordering: this device cannot write and wait for values in memory (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)",
             ),
+            TransportError::NoLegacyCudaIpc { what } => {
+                let needs = match what {
+                    LegacyCudaIpc::Memory => {
+                        "a legacy channel of the cuda transport needs CUDA IPC memory handles (cuIpcGetMemHandle)"
+                    }
+                    LegacyCudaIpc::Events => {
+                        "the event ordering needs CUDA IPC event handles (cuIpcGetEventHandle)"
+                    }
+                };
+                write!(
+                    f,
+                    "{needs}, which an integrated GPU (CU_DEVICE_ATTRIBUTE_INTEGRATED: Jetson) does not have"
+                )
+            }
             TransportError::NoComposition {
                 composition,
                 ipc_mode,

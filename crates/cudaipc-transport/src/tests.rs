@@ -456,6 +456,14 @@ fn auto_orders_the_cuda_transport_by_the_timeline() {
             device.has_stream_value_ops(),
             "the GPU hosts we test on have value operations"
         );
+        assert!(
+            !device.is_integrated(),
+            "the GPU hosts we test on are discrete"
+        );
+        assert!(matches!(
+            resolve_ipc_mode(None, TransportKind::Cuda, Some(&device)),
+            Ok(cudaipc_channel::IpcMode::Legacy)
+        ));
         assert!(matches!(
             GpuSync::resolve(None, TransportKind::Cuda, Some(&device)),
             Ok(GpuSync::Timeline)
@@ -496,6 +504,86 @@ fn the_timeline_needs_the_cuda_transport_and_value_operations() {
     ));
     assert!(matches!(
         GpuSync::resolve(Some(GpuSync::Host), TransportKind::Cuda, None),
+        Ok(GpuSync::Host)
+    ));
+}
+
+/// Jetson's integrated GPU has no legacy CUDA IPC handles: there `auto`
+/// takes a descriptor channel and an ordering without events, and asking
+/// for either legacy one is refused saying why. Elsewhere nothing changes.
+#[test]
+fn an_integrated_gpu_gets_a_descriptor_channel_and_no_events() {
+    use TransportKind::{Cuda, Host};
+    use cudaipc_channel::IpcMode::{Fd, Legacy};
+    let tegra = DeviceTraits {
+        integrated: true,
+        value_ops: true,
+    };
+    let tegra_without_value_ops = DeviceTraits {
+        integrated: true,
+        value_ops: false,
+    };
+    let discrete = DeviceTraits {
+        integrated: false,
+        value_ops: true,
+    };
+    let no_device = DeviceTraits::default();
+    let mode = resolve_ipc_mode_for;
+    assert!(matches!(mode(None, Cuda, tegra), Ok(Fd)));
+    assert!(matches!(mode(None, Cuda, tegra_without_value_ops), Ok(Fd)));
+    assert!(matches!(mode(None, Cuda, discrete), Ok(Legacy)));
+    // The host transport uses no CUDA IPC: legacy stays the default.
+    assert!(matches!(mode(None, Host, tegra), Ok(Legacy)));
+    assert!(matches!(mode(None, Host, no_device), Ok(Legacy)));
+    assert!(matches!(mode(Some(Legacy), Host, tegra), Ok(Legacy)));
+    assert!(matches!(mode(Some(Fd), Cuda, discrete), Ok(Fd)));
+    assert!(matches!(mode(Some(Legacy), Cuda, discrete), Ok(Legacy)));
+    let refused = mode(Some(Legacy), Cuda, tegra).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            TransportError::NoLegacyCudaIpc {
+                what: LegacyCudaIpc::Memory
+            }
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        "a legacy channel of the cuda transport needs CUDA IPC memory handles (cuIpcGetMemHandle), which an integrated GPU (CU_DEVICE_ATTRIBUTE_INTEGRATED: Jetson) does not have"
+    );
+
+    let sync = GpuSync::resolve_for;
+    assert!(matches!(sync(None, Cuda, tegra), Ok(GpuSync::Timeline)));
+    assert!(matches!(
+        sync(None, Cuda, tegra_without_value_ops),
+        Ok(GpuSync::Host)
+    ));
+    assert!(matches!(sync(None, Cuda, discrete), Ok(GpuSync::Timeline)));
+    assert!(matches!(
+        sync(
+            None,
+            Cuda,
+            DeviceTraits {
+                value_ops: false,
+                ..discrete
+            }
+        ),
+        Ok(GpuSync::Event)
+    ));
+    let refused = sync(Some(GpuSync::Event), Cuda, tegra).unwrap_err();
+    assert!(
+        refused.to_string().starts_with(
+            "the event ordering needs CUDA IPC event handles (cuIpcGetEventHandle), which an integrated GPU"
+        ),
+        "{refused}"
+    );
+    assert!(matches!(
+        sync(Some(GpuSync::Event), Host, tegra),
+        Ok(GpuSync::Event)
+    ));
+    assert!(matches!(
+        sync(Some(GpuSync::Host), Cuda, tegra),
         Ok(GpuSync::Host)
     ));
 }

@@ -171,6 +171,12 @@ impl Publisher {
             })?),
             TransportKind::Host => None,
         };
+        // An integrated GPU (Jetson) has no legacy CUDA IPC: say so, not
+        // the driver's "not supported" from cuIpcGetMemHandle later.
+        cudaipc_transport::resolve_ipc_mode(Some(options.ipc_mode), kind, device.as_deref())
+            .map_err(|e| {
+                Error::Device(format!("{e}: use IpcMode::Fd (ipc_mode=\"fd\" in Python)"))
+            })?;
         let gpu_sync = GpuSync::resolve(None, kind, device.as_deref())
             .map_err(|e| Error::transport(channel, "choose the GPU ordering", e))?;
         let inner = Inner::create(PublisherConfig {

@@ -365,6 +365,21 @@ impl Device {
         known && supported != 0
     }
 
+    /// Whether the GPU shares the system's memory (`CU_DEVICE_ATTRIBUTE_INTEGRATED`:
+    /// Jetson's Tegra), which has no legacy CUDA IPC (`cuIpc*`) handles.
+    pub fn is_integrated(&self) -> bool {
+        let mut integrated = 0;
+        // SAFETY: valid out pointer and device; an error means "no".
+        let known = unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut integrated,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED,
+                self.device,
+            )
+        } == sys::CUresult::CUDA_SUCCESS;
+        known && integrated != 0
+    }
+
     /// Makes the primary context current on this thread (cheap if it is).
     pub fn bind(&self) -> Result<()> {
         if CURRENT.with(|c| c.get()) == self.context {

@@ -2,8 +2,8 @@
 //! the plugin works (without GPU elements) where NVRTC is absent, and so
 //! that any NVRTC major version found on the machine can be used.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
-use std::path::PathBuf;
+use std::ffi::{CStr, CString, OsString, c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use super::{CudaError, Result};
@@ -40,23 +40,69 @@ struct Nvrtc {
     _library: libloading::Library,
 }
 
-/// Where NVRTC is looked for, in order. `CUDAIPC_NVRTC_LIB` names a file.
-fn candidates() -> Vec<PathBuf> {
+/// NVRTC's file names, newest major version first.
+const NAMES: [&str; 4] = [
+    "libnvrtc.so.13",
+    "libnvrtc.so.12",
+    "libnvrtc.so",
+    "libnvrtc.so.11.2",
+];
+
+/// Environment variables naming a CUDA toolkit's root, as CUDA's own
+/// tooling and cudarc read them, in that order.
+const TOOLKIT_VARIABLES: [&str; 4] = [
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_ROOT",
+    "CUDA_TOOLKIT_ROOT_DIR",
+];
+
+/// A toolkit's folders under `targets/` whose libraries this build can
+/// load: on aarch64 both Jetson's (`aarch64-linux`) and Grace's and other
+/// server Arm machines' (`sbsa-linux`); a machine has one of them.
+fn toolkit_targets(arch: &str) -> &'static [&'static str] {
+    match arch {
+        "x86_64" => &["x86_64-linux"],
+        "aarch64" => &["aarch64-linux", "sbsa-linux"],
+        _ => &["x86_64-linux", "aarch64-linux", "sbsa-linux"],
+    }
+}
+
+/// A toolkit's library folders: `lib64` (a link into `targets/` on most
+/// installs) and the `targets/` ones for `arch`.
+fn toolkit_lib_dirs(root: &Path, arch: &str) -> Vec<PathBuf> {
+    let mut dirs = vec![root.join("lib64")];
+    for target in toolkit_targets(arch) {
+        dirs.push(root.join("targets").join(target).join("lib"));
+    }
+    dirs
+}
+
+/// Where NVRTC is looked for, in order: `CUDAIPC_NVRTC_LIB` (a file), the
+/// toolkits the environment names (see [`TOOLKIT_VARIABLES`]), the
+/// loader's search path, /usr/local/cuda, then NVIDIA's Python wheels.
+/// `env` reads a variable; `arch` is the build's architecture. Folders
+/// contribute only the files they have.
+fn candidates_for(env: &dyn Fn(&str) -> Option<OsString>, arch: &str) -> Vec<PathBuf> {
+    let set = |name: &str| env(name).filter(|value| !value.is_empty());
     let mut out = Vec::new();
-    if let Some(path) = std::env::var_os("CUDAIPC_NVRTC_LIB") {
+    if let Some(path) = set("CUDAIPC_NVRTC_LIB") {
         out.push(PathBuf::from(path));
     }
-    let names = [
-        "libnvrtc.so.13",
-        "libnvrtc.so.12",
-        "libnvrtc.so",
-        "libnvrtc.so.11.2",
-    ];
-    out.extend(names.iter().map(PathBuf::from));
-    let mut dirs = vec![
-        PathBuf::from("/usr/local/cuda/lib64"),
-        PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib"),
-    ];
+    let existing = |dirs: Vec<PathBuf>| {
+        dirs.into_iter()
+            .flat_map(|dir| NAMES.map(|name| dir.join(name)))
+            .filter(|path| path.exists())
+            .collect::<Vec<_>>()
+    };
+    let named_roots = TOOLKIT_VARIABLES.iter().filter_map(|v| set(v));
+    out.extend(existing(
+        named_roots
+            .flat_map(|root| toolkit_lib_dirs(Path::new(&root), arch))
+            .collect(),
+    ));
+    out.extend(NAMES.iter().map(PathBuf::from));
+    let mut dirs = toolkit_lib_dirs(Path::new("/usr/local/cuda"), arch);
     // Python wheels (nvidia-cuda-nvrtc-cu12 and the CUDA 13 layout).
     for root in ["/usr/local/lib", "/usr/lib", "/opt/torch/.venv/lib"] {
         if let Ok(entries) = std::fs::read_dir(root) {
@@ -74,15 +120,12 @@ fn candidates() -> Vec<PathBuf> {
             }
         }
     }
-    for dir in dirs {
-        for name in &names {
-            let p = dir.join(name);
-            if p.exists() {
-                out.push(p);
-            }
-        }
-    }
+    out.extend(existing(dirs));
     out
+}
+
+fn candidates() -> Vec<PathBuf> {
+    candidates_for(&|name| std::env::var_os(name), std::env::consts::ARCH)
 }
 
 fn load() -> Result<Nvrtc> {
@@ -135,7 +178,7 @@ fn load() -> Result<Nvrtc> {
         return Ok(nvrtc);
     }
     Err(CudaError::Nvrtc(format!(
-        "NVRTC (libnvrtc.so) was not found; looked for {}. Install the CUDA toolkit's NVRTC or set CUDAIPC_NVRTC_LIB to its path",
+        "NVRTC (libnvrtc.so) was not found; looked for {}. Install the CUDA toolkit's NVRTC and set CUDA_HOME to the toolkit, or CUDAIPC_NVRTC_LIB to the library",
         tried
             .iter()
             .map(|p| p.display().to_string())
@@ -281,4 +324,90 @@ fn read_bytes(
         return Err(code);
     }
     Ok(buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake toolkit with NVRTC in `targets/<target>/lib` only.
+    fn toolkit_with(target: &str) -> PathBuf {
+        let root = std::env::temp_dir().join(format!(
+            "cudaipc-nvrtc-{target}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let lib = root.join("targets").join(target).join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libnvrtc.so.12"), b"").unwrap();
+        root
+    }
+
+    fn env_of(vars: &[(&str, &Path)]) -> impl Fn(&str) -> Option<OsString> {
+        let vars: Vec<(String, OsString)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_os_str().to_owned()))
+            .collect();
+        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn every_toolkit_layout_of_the_architecture_is_searched() {
+        let root = Path::new("/opt/cuda");
+        let dirs = |arch| toolkit_lib_dirs(root, arch);
+        assert_eq!(
+            dirs("x86_64"),
+            [root.join("lib64"), root.join("targets/x86_64-linux/lib")]
+        );
+        // Jetson (aarch64-linux) and Grace (sbsa-linux).
+        assert_eq!(
+            dirs("aarch64"),
+            [
+                root.join("lib64"),
+                root.join("targets/aarch64-linux/lib"),
+                root.join("targets/sbsa-linux/lib")
+            ]
+        );
+    }
+
+    #[test]
+    fn nvrtc_of_a_toolkit_the_environment_names_is_found_first() {
+        for (arch, target) in [
+            ("aarch64", "aarch64-linux"),
+            ("aarch64", "sbsa-linux"),
+            ("x86_64", "x86_64-linux"),
+        ] {
+            let root = toolkit_with(target);
+            let lib = root.join("targets").join(target).join("lib/libnvrtc.so.12");
+            for variable in TOOLKIT_VARIABLES {
+                let found = candidates_for(&env_of(&[(variable, &root)]), arch);
+                // Before the loader's search path, which may hold another.
+                assert_eq!(found.first(), Some(&lib), "{variable} on {arch}");
+            }
+            // CUDAIPC_NVRTC_LIB names the file itself and comes first.
+            let chosen = Path::new("/elsewhere/libnvrtc.so.12");
+            let found = candidates_for(
+                &env_of(&[("CUDA_HOME", &root), ("CUDAIPC_NVRTC_LIB", chosen)]),
+                arch,
+            );
+            assert_eq!(found[..2], [chosen.to_path_buf(), lib.clone()]);
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+
+    #[test]
+    fn another_architectures_toolkit_layout_is_not_loaded() {
+        let root = toolkit_with("sbsa-linux");
+        let found = candidates_for(&env_of(&[("CUDA_PATH", &root)]), "x86_64");
+        assert!(
+            !found.iter().any(|p| p.starts_with(&root)),
+            "an arm64 NVRTC offered to an x86_64 build: {found:?}"
+        );
+        // Unset or empty variables add nothing; bare names stay for the loader.
+        let empty = Path::new("");
+        let found = candidates_for(&env_of(&[("CUDA_HOME", empty)]), "x86_64");
+        assert!(found.contains(&PathBuf::from("libnvrtc.so.12")));
+        assert!(!found.iter().any(|p| p.starts_with("lib64")));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -43,13 +43,15 @@ awk '/^\{/{on=1; frames=0} on && /^   (fun|obj):/{if (++frames > 8) next}
      on && /^\}/{print "   ..."} on{print} /^\}/{on=0}' "$work/alone.log" > "$work/alone.supp"
 echo "valgrind: gst-launch-1.0 alone: $(grep -c '^{' "$work/alone.supp") suppressions ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$work/alone.log"))"
 channel=valgrind-$$
+# The producer is paced (a frame rate, sync=true): the channel is live, and
+# the consumer, slowed down by valgrind, asks for every frame.
 "${memcheck[@]}" --suppressions="$work/alone.supp" --log-file="$work/producer.log" \
   gst-launch-1.0 -q videotestsrc num-buffers=30 ! "$caps" \
   ! rscudaipcsink channel=$channel transport=host wait-for-connection=1 >"$work/producer.out" 2>&1 &
 producer=$!
 consumer_rc=0
 "${memcheck[@]}" --suppressions="$work/alone.supp" --log-file="$work/consumer.log" \
-  gst-launch-1.0 -q rscudaipcsrc channel=$channel connect-timeout=60000 ! checksumsink \
+  gst-launch-1.0 -q rscudaipcsrc channel=$channel connect-timeout=60000 frames=every ! checksumsink \
   >"$work/consumer.out" 2>&1 || consumer_rc=$?
 producer_rc=0
 wait "$producer" || producer_rc=$?

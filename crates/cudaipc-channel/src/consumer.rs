@@ -364,6 +364,9 @@ impl Consumer {
                 .hold
                 .store(config.hold.unwrap_or(u32::MAX), Ordering::Relaxed);
             record.pid.store(std::process::id(), Ordering::Relaxed);
+            record
+                .attached_ns
+                .store(shm::monotonic_ns(), Ordering::Relaxed);
             record.session.store(shm::random_u64(), Ordering::Relaxed);
             record.frames_received.store(0, Ordering::Relaxed);
             record.frames_missed.store(0, Ordering::Relaxed);

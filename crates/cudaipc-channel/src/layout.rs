@@ -176,6 +176,9 @@ pub struct ConsumerRecord {
     /// (`u32::MAX`: none declared). For messages and tools.
     pub hold: AtomicU32,
     pub _pad0: AtomicU32,
+    /// When the consumer attached (`CLOCK_MONOTONIC`, ns): on a live
+    /// channel the producer waits for its first frame for a short while.
+    pub attached_ns: AtomicU64,
     /// Random per attachment; tells the producer a record has a new owner.
     pub session: AtomicU64,
     /// Next sequence number this consumer wants (every-frame mode).

@@ -137,9 +137,27 @@ pub struct Blocker {
     pub behind: u64,
 }
 
-/// Whether the producer waits for a consumer of record mode `mode`.
-fn waits_for(mode: u32, live: bool) -> bool {
-    mode == MODE_EVERY_FRAME || (mode == MODE_AUTO && !live)
+/// How long a live producer waits for the first frame of a consumer that
+/// keeps its own pace: one that attached before the first frames, or late,
+/// opens the slots and starts its pipeline meanwhile, and would otherwise
+/// miss the frames published in that time.
+const FIRST_FRAME_GRACE_NS: u64 = 1_000_000_000;
+
+/// Whether the producer waits for the consumer of `record`: one that asks
+/// for every frame always; one of [`ConsumerMode::Auto`](crate::ConsumerMode)
+/// when the channel is not live, or on a live one until it took its first
+/// frame (at most [`FIRST_FRAME_GRACE_NS`] after it attached).
+fn waits_for(record: &ConsumerRecord, live: bool) -> bool {
+    match record.mode.load(Ordering::Relaxed) {
+        MODE_EVERY_FRAME => true,
+        MODE_AUTO if !live => true,
+        MODE_AUTO => {
+            record.frames_received.load(Ordering::Relaxed) == 0
+                && shm::monotonic_ns().saturating_sub(record.attached_ns.load(Ordering::Relaxed))
+                    < FIRST_FRAME_GRACE_NS
+        }
+        _ => false,
+    }
 }
 
 /// How long a new producer waits for consumers that were already waiting
@@ -492,8 +510,7 @@ impl Producer {
             .consumers
             .iter()
             .filter(move |c| {
-                c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE
-                    && waits_for(c.mode.load(Ordering::Relaxed), live)
+                c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE && waits_for(c, live)
             })
             .map(|c| c.cursor.load(Ordering::SeqCst))
     }
@@ -536,7 +553,7 @@ impl Producer {
                     .filter(|&i| h.slots[i].holders.load(Ordering::SeqCst) & bit != 0)
                     .count() as u32;
                 let mode = c.mode.load(Ordering::Relaxed);
-                let behind = if waits_for(mode, live) {
+                let behind = if waits_for(c, live) {
                     published.saturating_sub(c.cursor.load(Ordering::SeqCst))
                 } else {
                     0

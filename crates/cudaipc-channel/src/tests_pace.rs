@@ -67,6 +67,9 @@ fn a_live_producer_never_waits_for_a_consumer_that_falls_behind() {
     let channel = unique_channel("live-slow");
     let p = producer(&channel, true);
     let mut slow = consumer(&channel, ConsumerMode::Auto, None);
+    publish(&p, 1);
+    let started = next_frame(&mut slow);
+    slow.release(started.slot);
     // Far more frames than slots, none taken: on a live channel nothing waits.
     publish(&p, 20);
     assert_eq!(p.stats().waits, 0, "{:?}", p.stats());
@@ -74,14 +77,40 @@ fn a_live_producer_never_waits_for_a_consumer_that_falls_behind() {
     // those it missed.
     let first = next_frame(&mut slow);
     assert!(
-        first.seq >= 16,
+        first.seq >= 17,
         "the oldest frame still in the ring: {first:?}"
     );
-    assert_eq!(first.missed_before, first.seq);
+    assert_eq!(first.missed_before, first.seq - 1);
     slow.release(first.slot);
     let second = next_frame(&mut slow);
     assert_eq!(second.seq, first.seq + 1, "in order after a miss");
-    assert_eq!(slow.frames_missed(), first.seq);
+    assert_eq!(slow.frames_missed(), first.seq - 1);
+}
+
+#[test]
+fn a_live_producer_waits_a_moment_for_a_new_consumers_first_frame() {
+    let channel = unique_channel("live-first");
+    let p = Arc::new(producer(&channel, true));
+    let mut starting = consumer(&channel, ConsumerMode::Auto, None);
+    publish(&p, 4);
+    // Not taken yet: the fifth frame waits for the consumer's first...
+    let p2 = p.clone();
+    let blocked = std::thread::spawn(move || publish(&p2, 1));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !blocked.is_finished(),
+        "a consumer starting up gets the first frames"
+    );
+    let f = next_frame(&mut starting);
+    assert_eq!((f.seq, f.missed_before), (0, 0));
+    starting.release(f.slot);
+    blocked.join().unwrap();
+    // ...and one that never takes a frame holds it back for a second at most.
+    let _idle = consumer(&channel, ConsumerMode::Auto, None);
+    let started = std::time::Instant::now();
+    publish(&p, 8);
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
 }
 
 #[test]
@@ -89,8 +118,11 @@ fn a_consumer_that_asks_for_every_frame_holds_a_live_producer_back_and_is_named(
     let channel = unique_channel("live-every");
     let p = Arc::new(producer(&channel, true));
     let mut every = consumer(&channel, ConsumerMode::EveryFrame, None);
-    let _fast = consumer(&channel, ConsumerMode::Auto, None);
+    let mut fast = consumer(&channel, ConsumerMode::Auto, None);
     publish(&p, 4);
+    // It took its first frame: the producer no longer waits for it.
+    let taken = next_frame(&mut fast);
+    fast.release(taken.slot);
     let p2 = p.clone();
     let blocked = std::thread::spawn(move || publish(&p2, 1));
     std::thread::sleep(Duration::from_millis(100));

@@ -102,7 +102,8 @@ def read_and_verify(cp):
     stream = cp.cuda.Stream(non_blocking=True)
     numbers = []
     started = time.monotonic()
-    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+    # Every frame is verified; the producer is paced (a live channel).
+    with cudaipc.Subscriber(channel, timeout=30, frames="every") as subscriber:
         for frame in subscriber:
             assert frame.device == "cuda" and frame.format == "RGB", frame
             with stream:
@@ -137,7 +138,7 @@ def release_gate(cp):
     spin = cp.RawKernel(SPIN, "spin")
     stream = cp.cuda.Stream(non_blocking=True)
     copies = []
-    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+    with cudaipc.Subscriber(channel, timeout=30, frames="every") as subscriber:
         for count, frame in enumerate(subscriber):
             with stream:
                 pixels = cp.from_dlpack(frame)
@@ -263,7 +264,7 @@ def torch_checks():
     process = producer(channel, 40)
     stream = torch.cuda.Stream()
     numbers, copies, asked = [], [], None
-    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+    with cudaipc.Subscriber(channel, timeout=30, frames="every") as subscriber:
         for frame in subscriber:
             spy = DLPackSpy(frame)
             with torch.cuda.stream(stream):

@@ -66,7 +66,8 @@ def copies_on_the_consumers_stream(cp):
     stream = cp.cuda.Stream(non_blocking=True)
     free_before = cp.cuda.runtime.memGetInfo()[0]
     kept, copied = [], []
-    with cudaipc.Subscriber(channel, timeout=30) as subscriber:
+    # Every frame is verified; the producer is paced (a live channel).
+    with cudaipc.Subscriber(channel, timeout=30, frames="every") as subscriber:
         for count, frame in enumerate(subscriber):
             if count < FRAMES:
                 with stream:

@@ -161,8 +161,9 @@ def republish(Gst, channels, on_frame):
     frame checked by on_frame and published to channel B."""
     import cudaipc
 
+    # Every frame is checked: the producer is paced (a live channel).
     pipeline = Gst.parse_launch(f"rscudaipcsrc channel={channels.a} connect-timeout=30000 "
-                                "! appsink name=sink sync=false max-buffers=1")
+                                "frames=every ! appsink name=sink sync=false max-buffers=1")
     sink = pipeline.get_by_name("sink")
     pipeline.set_state(Gst.State.PLAYING)
     count = 0

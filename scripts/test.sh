@@ -4,8 +4,9 @@
 # host transport, kernel compilation with NVRTC; GPU tests print SKIPPED
 # without a GPU), a producer and a consumer under valgrind, the commands of
 # README.md and docs/ (run, or parsed where they need a GPU), the same tests
-# again on GStreamer 1.26 and 1.28, an install into a temporary prefix and
-# back out, and a short benchmark run on the host transport.
+# again on GStreamer 1.26 and 1.28, an aarch64 cross-build whose tests run
+# under qemu-user, an install into a temporary prefix and back out, and a
+# short benchmark run on the host transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -29,6 +30,8 @@ echo "== the same tests on GStreamer 1.26 (Debian 13 packages, binaries built ag
 scripts/test-gst-runtime.sh 1.26
 echo "== the same tests on GStreamer 1.28 (Debian testing packages, the same binaries)"
 scripts/test-gst-runtime.sh 1.28
+echo "== aarch64: cross-built, its tests, gst-launch-1.0 pairs and the Python wheel under qemu-user"
+scripts/test-arm64.sh
 echo "== scripts/install.sh: into a temporary prefix, found there by gst-inspect-1.0, uninstalled"
 prefix=$(mktemp -d)
 path_line=$(scripts/install.sh --prefix "$prefix/usr" | grep -E "^ *export GST_PLUGIN_PATH=")

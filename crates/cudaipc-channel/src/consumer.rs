@@ -245,7 +245,13 @@ impl Consumer {
         let deadline = config.connect_timeout.map(|t| Instant::now() + t);
         // A consumer that was there before the producer gets its first frame:
         // its marker makes a new producer wait for it (see Producer::reserve).
-        let _marker = shm::WaiterMarker::create(&config.channel);
+        // Not for a single look (no time to wait): its marker would come and
+        // go at once, and one who watches or signals waiting consumers (the
+        // subscriber's first look, then its wait) could catch it instead of
+        // the lasting one.
+        let _marker = (config.connect_timeout != Some(Duration::ZERO))
+            .then(|| shm::WaiterMarker::create(&config.channel))
+            .flatten();
         let mut waited = false;
         loop {
             if interrupt.load(Ordering::Acquire) {

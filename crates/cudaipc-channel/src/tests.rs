@@ -673,6 +673,40 @@ fn a_producer_in_another_process_is_recognised_by_its_recorded_start_time() {
     ));
 }
 
+/// A look without a wait (connect timeout zero) leaves no waiter marker,
+/// not even for a moment: only consumers that wait are counted as waiting.
+#[test]
+fn a_consumer_that_only_looks_is_never_counted_as_waiting() {
+    let channel = unique_channel("look");
+    let done = Arc::new(AtomicBool::new(false));
+    let looker = {
+        let (channel, done) = (channel.clone(), done.clone());
+        std::thread::spawn(move || {
+            for _ in 0..300 {
+                let looked = Consumer::attach(
+                    ConsumerConfig {
+                        channel: channel.clone(),
+                        connect_timeout: Some(Duration::ZERO),
+                        ..Default::default()
+                    },
+                    &AtomicBool::new(false),
+                );
+                assert!(matches!(looked, Err(ChannelError::NoProducer { .. })));
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let mut seen = 0;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        seen = seen.max(shm::count_live_waiters(&channel));
+    }
+    looker.join().unwrap();
+    assert_eq!(
+        seen, 0,
+        "a consumer that only looked was counted as waiting"
+    );
+}
+
 /// The deterministic core of a pool change right after a publication: once
 /// an every-frame consumer has taken frame 0, nothing holds the producer
 /// back from replacing the pool and the caps, yet the frame must still be

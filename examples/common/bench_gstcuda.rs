@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! Rows 13 of the benchmark (examples/bench.rs): this pair next to
+//! GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc.
+
+use super::*;
+
+/// The three ways rows 13 take a producer's frames (the middle of a config).
+pub(crate) const PAIR_ALONE: &str = "alone";
+const PAIR_ALONE_QUEUED: &str = "alone, halves queued apart";
+pub(crate) const PAIR_OURS: &str = "rscudaipc pair";
+pub(crate) const PAIR_UPSTREAM: &str = "upstream import";
+
+/// A producer of rows 13: GStreamer's CUDA elements up to the sink.
+struct GstCudaProducer {
+    id: &'static str,
+    what: &'static str,
+    pipeline: String,
+    /// The format of its frames; the consumers' cudaconvert writes another.
+    format: &'static str,
+    frame_bytes: f64,
+    warmup: u64,
+    /// A file its `appsrc name=loop` plays again and again.
+    loop_file: Option<PathBuf>,
+    /// Why it cannot run here.
+    missing: Option<String>,
+}
+
+/// `None` when every element is registered, else a note naming the others.
+fn missing_elements(names: &[&str]) -> Option<String> {
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| gst::ElementFactory::find(n).is_none())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "not measured: {} not registered here ({})",
+            missing.join(", "),
+            gst::version_string()
+        )
+    })
+}
+
+/// The 4K H.264 clip of row 13d (30 frames, openh264enc; in the repository).
+fn h264_clip() -> Option<PathBuf> {
+    let name = "tests/data/ball-3840x2160.h264";
+    [
+        PathBuf::from(name),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// Encodes one 4K frame with jpegenc (CPU) for row 13e.
+fn make_jpeg(path: &Path) -> Result<(), String> {
+    let description = format!(
+        "videotestsrc num-buffers=1 pattern=smpte ! video/x-raw,format=I420,width={WIDTH},height={HEIGHT} ! jpegenc quality=85 ! filesink location=\"{}\"",
+        path.display()
+    );
+    let pipeline = gst::parse::launch(&description).map_err(|e| e.to_string())?;
+    pipeline
+        .set_state(gst::State::Playing)
+        .map_err(|e| e.to_string())?;
+    let bus = pipeline.bus().unwrap();
+    let result = match bus.timed_pop_filtered(
+        gst::ClockTime::from_seconds(30),
+        &[gst::MessageType::Eos, gst::MessageType::Error],
+    ) {
+        Some(msg) => match msg.view() {
+            gst::MessageView::Error(e) => Err(e.error().to_string()),
+            _ => Ok(()),
+        },
+        None => Err("jpegenc took over 30 s".into()),
+    };
+    let _ = pipeline.set_state(gst::State::Null);
+    result
+}
+
+fn gst_cuda_producers(o: &Options) -> Vec<GstCudaProducer> {
+    let rgba = format!("video/x-raw,format=RGBA,width={WIDTH},height={HEIGHT},framerate=0/1");
+    let cuda = "video/x-raw(memory:CUDAMemory)";
+    let rgba_bytes = (WIDTH * HEIGHT * 4) as f64;
+    // NV12 (the decoders' output): 12 bits a pixel.
+    let nv12_bytes = (WIDTH * HEIGHT * 3 / 2) as f64;
+    let base = missing_elements(&["videotestsrc", "imagefreeze", "cudaupload", "cudaconvert"]);
+    let upload = format!("videotestsrc num-buffers=1 pattern=smpte ! {rgba} ! cudaupload ! {cuda}");
+    let clip = h264_clip();
+    let h264_missing = base
+        .clone()
+        .or_else(|| missing_elements(&["appsrc", "h264parse", "nvh264dec"]))
+        .or_else(|| {
+            clip.is_none()
+                .then(|| "not measured: tests/data/ball-3840x2160.h264 not found".to_string())
+        });
+    let jpeg = o.out.join("bench-3840x2160.jpg");
+    let jpeg_missing = base
+        .clone()
+        .or_else(|| missing_elements(&["appsrc", "jpegenc", "nvjpegdec"]))
+        .or_else(|| {
+            make_jpeg(&jpeg)
+                .err()
+                .map(|e| format!("not measured: cannot make the JPEG: {e}"))
+        });
+    vec![
+        GstCudaProducer {
+            id: "13a",
+            what: "same buffer re-sent",
+            pipeline: format!("{upload} ! imagefreeze"),
+            format: "RGBA",
+            frame_bytes: rgba_bytes,
+            warmup: 200,
+            loop_file: None,
+            missing: base.clone(),
+        },
+        GstCudaProducer {
+            id: "13b",
+            what: "cudaconvert output",
+            pipeline: format!("{upload} ! imagefreeze ! cudaconvert ! {cuda},format=BGRx"),
+            format: "BGRx",
+            frame_bytes: rgba_bytes,
+            warmup: 200,
+            loop_file: None,
+            missing: base.clone(),
+        },
+        GstCudaProducer {
+            id: "13c",
+            what: "cudaupload of sysmem",
+            pipeline: format!(
+                "videotestsrc num-buffers=1 pattern=smpte ! {rgba} ! imagefreeze ! cudaupload ! {cuda}"
+            ),
+            format: "RGBA",
+            frame_bytes: rgba_bytes,
+            warmup: 30,
+            loop_file: None,
+            missing: base.clone(),
+        },
+        GstCudaProducer {
+            id: "13d",
+            what: "nvh264dec output",
+            pipeline: format!(
+                "appsrc name=loop caps=\"video/x-h264,stream-format=byte-stream\" ! h264parse ! nvh264dec ! {cuda}"
+            ),
+            format: "NV12",
+            frame_bytes: nv12_bytes,
+            warmup: 30,
+            loop_file: clip,
+            missing: h264_missing,
+        },
+        GstCudaProducer {
+            id: "13e",
+            what: "nvjpegdec output",
+            pipeline: format!(
+                "appsrc name=loop caps=\"image/jpeg,width={WIDTH},height={HEIGHT},framerate=30/1\" ! nvjpegdec ! {cuda}"
+            ),
+            format: "NV12",
+            frame_bytes: nv12_bytes,
+            warmup: 30,
+            loop_file: Some(jpeg),
+            missing: jpeg_missing,
+        },
+    ]
+}
+
+/// Rows 13: each producer into this pair, into upstream's pair and alone,
+/// each with a consumer that drops frames and one that feeds cudaconvert.
+pub(crate) fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
+    let upstream_missing = ["cudaipcsink", "cudaipcsrc"]
+        .iter()
+        .any(|name| {
+            gst::ElementFactory::find(name)
+                .and_then(|f| f.plugin_name())
+                .is_none_or(|p| p != "nvcodec")
+        })
+        .then(|| {
+            format!(
+                "not measured: upstream's cudaipcsink/cudaipcsrc need GStreamer 1.24+ with nvcodec and a CUDA device ({} here)",
+                gst::version_string()
+            )
+        });
+    // The bare names are always upstream's in these rows.
+    let mut env = env.to_vec();
+    env.push(("CUDAIPC_ELEMENT_NAMES".into(), "rs".into()));
+    let wanted = |id: &str| !left_out(id);
+    let producers: Vec<GstCudaProducer> = if GST_CUDA_IDS.iter().any(|id| wanted(id)) {
+        gst_cuda_producers(o)
+    } else {
+        Vec::new()
+    };
+    let mut hung: BTreeMap<&str, String> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for p in producers.iter().filter(|p| wanted(p.id)) {
+        // One row says why a producer cannot run, rather than six.
+        if let Some(note) = &p.missing {
+            rows.push(Row {
+                config: format!("{} {}", p.id, p.what),
+                note: note.clone(),
+                ..Default::default()
+            });
+            continue;
+        }
+        let to = if p.format == "BGRx" { "RGBA" } else { "BGRx" };
+        let consumers = [
+            ("drops".to_string(), String::new()),
+            (
+                format!("cudaconvert to {to}"),
+                format!("! cudaconvert ! video/x-raw(memory:CUDAMemory),format={to} "),
+            ),
+        ];
+        let pairs = [
+            (PAIR_ALONE, "alone"),
+            (PAIR_ALONE_QUEUED, "queued"),
+            (PAIR_OURS, "ours"),
+            (PAIR_UPSTREAM, "upstream"),
+        ];
+        for (pair, _) in pairs
+            .into_iter()
+            .filter(|(_, short)| o.pairs.iter().any(|p| p == short))
+        {
+            for (consumer, convert) in &consumers {
+                let config = format!("{} {} > {pair} > {consumer}", p.id, p.what);
+                let sink = "fakesink name=sink sync=false enable-last-sample=false";
+                let missing = hung.get(pair).cloned().or_else(|| {
+                    (pair == PAIR_UPSTREAM)
+                        .then(|| upstream_missing.clone())
+                        .flatten()
+                });
+                let mut row = if let Some(note) = missing {
+                    Row {
+                        config,
+                        note,
+                        ..Default::default()
+                    }
+                } else {
+                    let tag = channel(&format!("{}-{}", p.id, rows.len()));
+                    let address = std::env::temp_dir().join(format!("cudaipc-{tag}"));
+                    let (producer, consumer) = match pair {
+                        PAIR_ALONE => (format!("{} {convert}! {sink}", p.pipeline), None),
+                        PAIR_ALONE_QUEUED => (
+                            format!(
+                                "{} ! {} {convert}! {sink}",
+                                p.pipeline,
+                                queue_of_frames(QUEUED_FRAMES)
+                            ),
+                            None,
+                        ),
+                        PAIR_OURS => (
+                            format!(
+                                "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false {}",
+                                p.pipeline,
+                                std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
+                            ),
+                            Some(format!(
+                                "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {} {convert}! {sink}",
+                                std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default()
+                            )),
+                        ),
+                        _ => (
+                            format!(
+                                "{} ! cudaipcsink name=ipcsink address={} sync=false",
+                                p.pipeline,
+                                address.display()
+                            ),
+                            // Not named src: the rows' `src` has our stats.
+                            Some(format!(
+                                "cudaipcsrc address={} io-mode=import connection-timeout=60 {convert}! {sink}",
+                                address.display()
+                            )),
+                        ),
+                    };
+                    let (row, killed) = timed_run(
+                        &config,
+                        &producer,
+                        consumer.as_deref(),
+                        p.warmup,
+                        &env,
+                        p.loop_file.as_deref(),
+                        o.gst_cuda_seconds,
+                    );
+                    let _ = std::fs::remove_file(&address);
+                    if killed {
+                        // Within the run's time: the pair's later rows would
+                        // likely hang too.
+                        hung.insert(
+                            pair,
+                            format!("not measured: an earlier row of this pair hung ({})", p.id),
+                        );
+                    }
+                    row
+                };
+                row.frame_bytes = p.frame_bytes;
+                rows.push(row);
+            }
+        }
+    }
+    rows
+}
+
+/// How long past `--gst-cuda-seconds` a row of rows 13 may take.
+const TIMED_RUN_SLACK_S: f64 = 25.0;
+
+/// Runs one row of rows 13: `producer` (with a consumer process, or alone)
+/// for `seconds` from its first frame; the consumer's (or the one process's)
+/// frames after `warmup` make the row. Processes still running well past
+/// that are killed (the bool says so), so that one hung row cannot stop the
+/// run.
+fn timed_run(
+    config: &str,
+    producer: &str,
+    consumer: Option<&str>,
+    warmup: u64,
+    env: &[(String, String)],
+    loop_file: Option<&Path>,
+    seconds: f64,
+) -> (Row, bool) {
+    let mut producer_env = env.to_vec();
+    producer_env.push(("CUDAIPC_BENCH_SECONDS".into(), seconds.to_string()));
+    if let Some(file) = loop_file {
+        producer_env.push(("CUDAIPC_BENCH_LOOP".into(), file.display().to_string()));
+    }
+    let consumer_child = consumer.map(|pipeline| {
+        let child = spawn(
+            &Child {
+                role: "pipeline",
+                warmup,
+                pipeline: pipeline.to_string(),
+            },
+            env,
+        );
+        // As in two_process: the consumer is there before the first frame.
+        std::thread::sleep(Duration::from_millis(300));
+        child
+    });
+    let producer_child = spawn(
+        &Child {
+            role: "pipeline",
+            warmup: if consumer.is_some() { 0 } else { warmup },
+            pipeline: producer.to_string(),
+        },
+        &producer_env,
+    );
+    let pids: Vec<u32> = [
+        Some(producer_child.id()),
+        consumer_child.as_ref().map(|c| c.id()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Start-up (CUDA contexts, kernel compilation) takes seconds, not tens.
+    let limit = Duration::from_secs_f64(seconds + TIMED_RUN_SLACK_S);
+    let watchdog = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                if start.elapsed() > limit {
+                    for &pid in &pids {
+                        // SAFETY: kill has no memory effects; the children are
+                        // not reaped yet (done is set after both waits).
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    }
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        })
+    };
+    let producer_result = result_of(producer_child, "producer");
+    let consumer_result = consumer_child.map(|c| result_of(c, "consumer"));
+    done.store(true, Ordering::Relaxed);
+    let killed = watchdog.join().unwrap_or(false);
+    let row = match (producer_result, consumer_result) {
+        (Ok(p), Some(Ok(c))) => row_from(config, &c, Some(&p)),
+        (Ok(p), None) => row_from(config, &p, None),
+        (p, c) => failed_row(
+            config,
+            [
+                killed.then(|| format!("killed after {} s", limit.as_secs())),
+                p.err(),
+                c.and_then(Result::err),
+            ],
+        ),
+    };
+    (row, killed)
+}
+
+/// Without a GPU (CI): the same pipelines on the host transport, small
+/// frames, so that the benchmark cannot rot. Figures are not asserted.
+pub(crate) fn host_rows(o: &Options) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let total = o.frames + o.warmup;
+    let source = format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width=320,height=240,framerate=0/1 ! imagefreeze num-buffers={total}"
+    );
+    let configs = [
+        (
+            "3 seed: slots=1 spin (host transport)",
+            "slots=1 wait-mode=spin",
+            "wait-mode=spin",
+        ),
+        (
+            "4 seed with sleep wait (host transport)",
+            "slots=1 wait-mode=sleep",
+            "wait-mode=sleep",
+        ),
+        ("5 default (host transport)", "", ""),
+        // The same over a descriptor channel: only the attach differs.
+        (
+            "5d descriptor channel, ipc-mode=fd (host transport)",
+            "ipc-mode=fd",
+            "",
+        ),
+    ];
+    for (config, sink_props, src_props) in configs {
+        let ch = channel(&format!("host{}", rows.len()));
+        rows.push(two_process(
+            config,
+            &format!("{source} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false {sink_props}"),
+            &format!("rscudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
+            o.warmup,
+            &[],
+            None,
+        ));
+    }
+    rows
+}

@@ -339,6 +339,17 @@ impl VideoLayout {
         self.frame_size
     }
 
+    /// [`Error::FrameSize`] unless `given` bytes are one frame.
+    pub(crate) fn expect_frame_bytes(&self, given: usize) -> Result<(), Error> {
+        match given == self.frame_size {
+            true => Ok(()),
+            false => Err(Error::FrameSize {
+                expected: self.frame_size,
+                given,
+            }),
+        }
+    }
+
     /// The frame rate in the caps, as (numerator, denominator).
     pub fn framerate(&self) -> (u32, u32) {
         self.framerate

@@ -186,13 +186,7 @@ impl OwnedFrame {
     /// An owned frame of `layout` holding a copy of `bytes` (exactly
     /// [`VideoLayout::frame_size`] of them), in host memory.
     pub fn from_host(layout: VideoLayout, bytes: &[u8]) -> Result<Self, Error> {
-        let expected = layout.frame_size();
-        if bytes.len() != expected {
-            return Err(Error::FrameSize {
-                expected,
-                given: bytes.len(),
-            });
-        }
+        layout.expect_frame_bytes(bytes.len())?;
         Ok(Self {
             memory: Memory::Host(bytes.into()),
             layout,
@@ -290,13 +284,7 @@ impl OwnedFrame {
     /// on the device's primary context (its own copy included), waiting for
     /// it.
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<(), Error> {
-        let expected = self.layout.frame_size();
-        if dst.len() != expected {
-            return Err(Error::FrameSize {
-                expected,
-                given: dst.len(),
-            });
-        }
+        self.layout.expect_frame_bytes(dst.len())?;
         match &self.memory {
             Memory::Host(bytes) => dst.copy_from_slice(bytes),
             Memory::Device(buffer) => {

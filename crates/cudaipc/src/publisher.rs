@@ -254,13 +254,7 @@ impl Publisher {
         if self.is_closed() {
             return Err(Error::Closed);
         }
-        let expected = self.layout.frame_size();
-        if frame.len() != expected {
-            return Err(Error::FrameSize {
-                expected,
-                given: frame.len(),
-            });
-        }
+        self.layout.expect_frame_bytes(frame.len())?;
         let fill = |memory: &SlotMemory| match memory {
             // SAFETY: `publish_copy_of` calls this with a slot it reserved,
             // which no consumer reads before it is published, and this is

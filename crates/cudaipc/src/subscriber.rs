@@ -357,13 +357,7 @@ impl Frame {
     /// host transport, or downloaded after the producer's writes on the
     /// cuda transport (waiting for the download).
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<(), Error> {
-        let expected = self.layout.frame_size();
-        if dst.len() != expected {
-            return Err(Error::FrameSize {
-                expected,
-                given: dst.len(),
-            });
-        }
+        self.layout.expect_frame_bytes(dst.len())?;
         match self.held.memory() {
             SlotMemory::Host(_) => {
                 let bytes = self.host_bytes().ok_or_else(|| {

@@ -9,10 +9,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use cudaipc::{
-    Error, Publisher, PublisherOptions, Subscriber, SubscriberOptions, Transport, VideoFormat,
-    VideoLayout, WhenFull,
-};
+mod common;
+
+use cudaipc::{Error, Publisher, Subscriber, VideoFormat, VideoLayout};
 
 /// How long a woken call may take to return.
 const PROMPT: Duration = Duration::from_secs(2);
@@ -27,15 +26,7 @@ fn layout() -> VideoLayout {
 /// every-frame subscriber that has not read anything: it holds the
 /// producer back.
 fn blocking_pair(tag: &str) -> (Arc<Publisher>, Subscriber) {
-    let channel = format!("t-close-{tag}-{:x}", cudaipc_channel::shm::random_u64());
-    let options = PublisherOptions {
-        transport: Transport::Host,
-        slots: 2,
-        when_full: WhenFull::Block,
-        ..Default::default()
-    };
-    let publisher = Publisher::create(&channel, layout(), options).unwrap();
-    let subscriber = Subscriber::attach(&channel, SubscriberOptions::default()).unwrap();
+    let (publisher, subscriber) = common::blocking_host_pair(&format!("close-{tag}"), layout());
     (Arc::new(publisher), subscriber)
 }
 

@@ -6,10 +6,9 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use cudaipc::{
-    Error, OwnedFrame, Published, Publisher, PublisherOptions, Subscriber, SubscriberOptions,
-    Transport, VideoFormat, VideoLayout, WhenFull,
-};
+mod common;
+
+use cudaipc::{Error, OwnedFrame, Published, VideoFormat, VideoLayout};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -23,15 +22,7 @@ fn pixels(value: u8) -> Vec<u8> {
 
 #[test]
 fn an_owned_copy_holds_no_slot_and_outlives_the_slot_being_written_again() {
-    let channel = format!("t-owned-{:x}", cudaipc_channel::shm::random_u64());
-    let options = PublisherOptions {
-        transport: Transport::Host,
-        slots: 2,
-        when_full: WhenFull::Block,
-        ..Default::default()
-    };
-    let publisher = Publisher::create(&channel, layout(), options).unwrap();
-    let mut subscriber = Subscriber::attach(&channel, SubscriberOptions::default()).unwrap();
+    let (publisher, mut subscriber) = common::blocking_host_pair("owned", layout());
     publisher
         .publish(&pixels(1), Some(Duration::from_millis(5)))
         .unwrap();

@@ -249,18 +249,25 @@ pub(crate) fn failed_row(config: &str, errors: impl IntoIterator<Item = Option<S
     }
 }
 
+/// A process's `{prefix}measured` frames in `{prefix}seconds`, and their
+/// rate (0 without a time).
+pub(crate) fn measured_rate(fields: &BTreeMap<String, String>, prefix: &str) -> (f64, f64, f64) {
+    let measured = number(fields, &format!("{prefix}measured")).unwrap_or(0.0);
+    let seconds = number(fields, &format!("{prefix}seconds")).unwrap_or(0.0);
+    let rate = if seconds > 0.0 {
+        measured / seconds
+    } else {
+        0.0
+    };
+    (measured, seconds, rate)
+}
+
 pub(crate) fn row_from(
     config: &str,
     c: &BTreeMap<String, String>,
     p: Option<&BTreeMap<String, String>>,
 ) -> Row {
-    let measured = number(c, "measured").unwrap_or(0.0);
-    let seconds = number(c, "seconds").unwrap_or(0.0);
-    let fps = if seconds > 0.0 {
-        measured / seconds
-    } else {
-        0.0
-    };
+    let (_, _, fps) = measured_rate(c, "");
     let per_second = |fields: &BTreeMap<String, String>| {
         let cpu = number(fields, "cpu_s").unwrap_or(0.0);
         let wall = number(fields, "seconds").unwrap_or(0.0);

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{
-    Child, Options, Proc, ROWS, Row, asked_for, failed_row, finish_all, frame_geometry, number,
-    python_pair, python_producer, row_from, spawn_python,
+    Child, Options, Proc, ROWS, Row, asked_for, failed_row, finish_all, frame_geometry,
+    measured_rate, number, python_pair, python_producer, row_from, spawn_python,
 };
 
 /// The live rows: they need no Python, so `--smoke` runs them.
@@ -204,13 +204,7 @@ fn live_row(
         let published = number(producer, "ipcsink.frames").unwrap_or(0.0) as u64;
         row.missing = Some(published.saturating_sub(row.frames));
     }
-    let measured = number(producer, "produced.measured").unwrap_or(0.0);
-    let seconds = number(producer, "produced.seconds").unwrap_or(0.0);
-    let producer_fps = if seconds > 0.0 {
-        measured / seconds
-    } else {
-        0.0
-    };
+    let (measured, seconds, producer_fps) = measured_rate(producer, "produced.");
     let mut note = format!(
         "producer {producer_fps:.2} FPS ({measured:.0} frames in {seconds:.2} s after {LIVE_WARMUP} of warm-up); frames=every consumer got {}",
         row.frames

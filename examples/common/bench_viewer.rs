@@ -141,8 +141,7 @@ pub(crate) fn viewer_row(
     let (verifiers, rest) = fields.split_at(VERIFYING_CONSUMERS);
     let producer = rest[rest.len() - 1];
     let viewer = with_viewer.then(|| rest[0]);
-    let measured = number(producer, "produced.measured").unwrap_or(0.0);
-    let seconds = number(producer, "produced.seconds").unwrap_or(0.0);
+    let (measured, seconds, producer_fps) = measured_rate(producer, "produced.");
     let verified: Vec<Row> = verifiers
         .iter()
         .map(|c| row_from(config, c, Some(producer)))
@@ -171,11 +170,7 @@ pub(crate) fn viewer_row(
     }
     Row {
         config: config.into(),
-        fps: if seconds > 0.0 {
-            measured / seconds
-        } else {
-            0.0
-        },
+        fps: producer_fps,
         consumer_cpu: verified.iter().map(|r| r.consumer_cpu).sum::<f64>() / verified.len() as f64,
         producer_cpu: verified[0].producer_cpu,
         latency_p50_us: most(|r| r.latency_p50_us),

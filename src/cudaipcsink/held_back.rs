@@ -35,7 +35,8 @@ impl HeldBack {
         if !publisher.is_paced() {
             return;
         }
-        let waits = publisher.stats().producer.waits;
+        let stats = publisher.stats();
+        let waits = stats.producer.waits;
         let mut seen = self.seen.lock().unwrap();
         let (last_waits, last_warned) = *seen;
         if waits == last_waits {
@@ -51,7 +52,7 @@ impl HeldBack {
         }
         seen.1 = Some(Instant::now());
         drop(seen);
-        let slots = publisher.stats().slots;
+        let slots = stats.slots;
         let channel = channel();
         let who: Vec<String> = blockers
             .iter()

@@ -47,7 +47,9 @@ esac
 suite=${GST_RUNTIME_SUITE:-$suite}
 nnn=${version/./}
 out=$(mkdir -p "$2" && cd "$2" && pwd)
-work=$(mktemp -d)
+# The packages are unpacked beside DIR, not in /tmp (often a small tmpfs), one at a time, each .deb
+# deleted once unpacked, without the documentation, translations and data files no runtime needs.
+work=$(mktemp -d "$out.work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 st=$work/apt; mkdir -p $st/lists/partial $st/cache/archives/partial $work/debs
 # the Debian mirror this machine already uses, with the runtime's suite
@@ -70,11 +72,19 @@ if [ "${PYGI:-0}" = 1 ]; then
 fi
 pkgs=$(apt-cache $o depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances \
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad $pygi_pkgs \
-  | grep -v '^ ' | grep -v '^<' | sort -u | grep -Ev '^(debconf|dpkg|perl-base|tzdata|base-files|usrmerge|init-system-helpers|sensible-utils|debianutils)$')
+  | grep -v '^ ' | grep -v '^<' | sort -u | grep -Ev '^(debconf|dpkg|perl-base|tzdata|base-files|usrmerge|init-system-helpers|sensible-utils|debianutils)$' \
+  | grep -Ev 'soundfont|^fonts-')
+# (apt-cache lists every alternative of a dependency: without that filter, all of fluidsynth's
+# sound fonts, 1.5 GB unpacked, data no element here loads.)
 (cd $work/debs && apt-get $o download $pkgs >/dev/null 2>&1 || true)
 (cd $work/debs && apt-get $o download libc6 libstdc++6 libgcc-s1 >/dev/null)
 mkdir -p $work/stage
-for f in $work/debs/*.deb; do dpkg -x $f $work/stage; done
+for f in $work/debs/*.deb; do
+  dpkg-deb --fsys-tarfile "$f" | tar -x -C $work/stage --exclude=./usr/share/doc --exclude=./usr/share/man \
+    --exclude=./usr/share/locale --exclude=./usr/share/sounds --exclude=./usr/share/info --exclude=./usr/share/fonts \
+    --exclude=./usr/share/icons --exclude=./usr/share/zoneinfo --exclude=./usr/share/i18n
+  rm -f "$f"
+done
 extra_libs="libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libgstcheck-1.0.so.0 libgstcuda-1.0.so.0 libgstapp-1.0.so.0 libgstvideo-1.0.so.0"
 # The libraries of the typelibs, which PyGObject opens by name.
 [ -z "$python" ] || extra_libs="$extra_libs libgio-2.0.so.0 libgmodule-2.0.so.0 libgstbase-1.0.so.0"

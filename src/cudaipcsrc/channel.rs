@@ -18,7 +18,7 @@ use crate::memory::{self, CudaAllocator};
 use crate::output_pool::{self, CudaOutput};
 use crate::video;
 use cudaipc_transport::cuda::Device;
-use cudaipc_transport::{SubscriberError, TransportKind};
+use cudaipc_transport::{SubscriberCorruption, SubscriberError, TransportKind};
 
 /// The channel attached to.
 #[derive(Clone)]
@@ -68,15 +68,18 @@ pub(super) fn parse_caps(text: &str) -> Result<gst::Caps, SubscriberError> {
     let caps = gst::Caps::from_str(text)
         .ok()
         .filter(|c| c.is_fixed())
-        .ok_or_else(|| SubscriberError::Corrupt(format!("unusable caps {text:?}")))?;
-    let info = gst_video::VideoInfo::from_caps(&caps)
-        .map_err(|_| SubscriberError::Corrupt(format!("unusable caps {text:?}")))?;
+        .ok_or_else(|| unusable_caps(text))?;
+    let info = gst_video::VideoInfo::from_caps(&caps).map_err(|_| unusable_caps(text))?;
     if !video::FORMATS.contains(&info.format()) {
-        return Err(SubscriberError::Corrupt(format!(
-            "unsupported format in caps {text:?}"
-        )));
+        return Err(SubscriberError::Corrupt(
+            SubscriberCorruption::UnsupportedFormat { caps: text.into() },
+        ));
     }
     Ok(caps)
+}
+
+fn unusable_caps(text: &str) -> SubscriberError {
+    SubscriberError::Corrupt(SubscriberCorruption::UnusableCaps { caps: text.into() })
 }
 
 /// The error to post for a failed attach or read; `Err`: none, flushing.

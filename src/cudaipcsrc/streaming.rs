@@ -21,7 +21,8 @@ use crate::enums::ProducerLost;
 use crate::video;
 use cudaipc_channel::ProducerGone;
 use cudaipc_transport::{
-    Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError, TransportKind,
+    Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberCorruption, SubscriberError,
+    TransportKind,
 };
 
 /// How long a consumer waits for a producer before it says so at the
@@ -301,7 +302,10 @@ impl CudaIpcSrc {
         };
         let output = output.ok_or(gst::FlowError::NotNegotiated)?;
         if let Err(e) = video::layout_fits(&output.info, &frame.planes, frame.size) {
-            let what = format!("frame {} does not match the caps: {e}", frame.seq);
+            let what = SubscriberCorruption::FrameLayout {
+                seq: frame.seq,
+                problem: e,
+            };
             return Err(self.failed(SubscriberError::Corrupt(what)));
         }
         // Wrapping is zero-copy, but a wrapped slot stays with us until

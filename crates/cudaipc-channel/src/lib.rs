@@ -7,6 +7,7 @@
 
 mod consumer;
 mod control_block;
+mod corruption;
 pub mod directory;
 pub mod layout;
 pub mod mapping;
@@ -22,6 +23,7 @@ pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
 };
 pub use control_block::ControlBlock;
+pub use corruption::{Corruption, Requested, Seqlocked};
 pub use producer::{
     Blocker, ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
 };
@@ -167,8 +169,9 @@ pub enum ChannelError {
         context: String,
         source: std::io::Error,
     },
-    /// The control block holds values that break the protocol (which ones).
-    Corrupt(String),
+    /// The control block (or a producer's socket) breaks the protocol:
+    /// which field, and how.
+    Corrupt(Corruption),
     /// Every consumer record of the channel is taken.
     TooManyConsumers,
     /// The consumer asked for a frame while it holds every frame it may
@@ -306,7 +309,7 @@ impl fmt::Display for ChannelError {
             ChannelError::NoSlotPool => write!(f, "no slot pool configured"),
             ChannelError::NotReserved { slot } => write!(f, "slot {slot} is not reserved"),
             ChannelError::Io { context, source } => write!(f, "{context}: {source}"),
-            ChannelError::Corrupt(msg) => write!(f, "corrupt control block: {msg}"),
+            ChannelError::Corrupt(what) => write!(f, "corrupt control block: {what}"),
             ChannelError::TooManyConsumers => write!(
                 f,
                 "the channel already has {} consumers, the most it supports",

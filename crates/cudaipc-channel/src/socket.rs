@@ -535,7 +535,7 @@ pub fn request(
         }
         Err(e) => return Err(io_error(e).into()),
     };
-    let corrupt = |what: String| RequestError::Channel(ChannelError::Corrupt(what));
+    let corrupt = |what: crate::Corruption| RequestError::Channel(ChannelError::Corrupt(what));
     let mut words = line.split_whitespace();
     match (words.next(), words.next(), words.next()) {
         (Some("OK"), Some(n), None) if n.parse() == Ok(fds.len()) => {}
@@ -548,11 +548,10 @@ pub fn request(
             .into());
         }
         _ => {
-            return Err(corrupt(format!(
-                "the producer's socket answered {:?} with {} descriptors",
-                line.chars().take(MAX_LINE).collect::<String>(),
-                fds.len()
-            )));
+            return Err(corrupt(crate::Corruption::SocketReply {
+                line: line.chars().take(MAX_LINE).collect(),
+                descriptors: fds.len(),
+            }));
         }
     }
     // The control block is one descriptor; a pool's memory at least one
@@ -562,14 +561,13 @@ pub fn request(
         Request::Pool(_) => !fds.is_empty(),
     };
     if !fits {
-        return Err(corrupt(format!(
-            "the producer's socket sent {} descriptors for {}",
-            fds.len(),
-            match request {
-                Request::Control => "the control block",
-                Request::Pool(_) => "a pool",
-            }
-        )));
+        return Err(corrupt(crate::Corruption::DescriptorCount {
+            found: fds.len(),
+            requested: match request {
+                Request::Control => crate::Requested::ControlBlock,
+                Request::Pool(_) => crate::Requested::Pool,
+            },
+        }));
     }
     Ok(fds)
 }
@@ -618,7 +616,7 @@ pub fn receive_control_block(
 ) -> Result<shm::SharedFile, RequestError> {
     let fd = request(channel, Request::Control, producers)?
         .pop()
-        .ok_or_else(|| ChannelError::Corrupt("no control block received".into()))?;
+        .ok_or(ChannelError::Corrupt(crate::Corruption::NoControlBlock))?;
     check_sealed(&fd, super::layout::control_size() as u64)?;
     let file = if write {
         reopen(&fd, true)
@@ -651,23 +649,20 @@ pub fn check_sealed(fd: &OwnedFd, min_len: u64) -> Result<(), ChannelError> {
     let stat = rustix::fs::fstat(fd)
         .map_err(|e| ChannelError::io("cannot inspect a received descriptor", e.into()))?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-        return Err(ChannelError::Corrupt(
-            "a received descriptor is not a memory file".into(),
-        ));
+        return Err(ChannelError::Corrupt(crate::Corruption::NotAMemoryFile));
     }
-    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| {
-        ChannelError::Corrupt("a received memory file is not sealed (it could be truncated)".into())
-    })?;
+    let seals = rustix::fs::fcntl_get_seals(fd)
+        .map_err(|_| ChannelError::Corrupt(crate::Corruption::NotSealed))?;
     if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
         return Err(ChannelError::Corrupt(
-            "a received memory file is not sealed against shrinking and growing".into(),
+            crate::Corruption::NotSealedAgainstResizing,
         ));
     }
     if (stat.st_size as u64) < min_len {
-        return Err(ChannelError::Corrupt(format!(
-            "a received memory file holds {} bytes, {min_len} needed",
-            stat.st_size
-        )));
+        return Err(ChannelError::Corrupt(crate::Corruption::MemoryFileSize {
+            found: stat.st_size as u64,
+            needed: min_len,
+        }));
     }
     Ok(())
 }

@@ -345,11 +345,24 @@ fn corrupt_fields_are_reported_not_trusted() {
     let h = control_header(&shared);
     h.queue[0].store(queue_entry(0, 200), std::sync::atomic::Ordering::SeqCst);
     let err = c.next(&no, Some(Duration::from_secs(1))).unwrap_err();
-    assert!(matches!(err, ChannelError::Corrupt(_)), "{err}");
+    assert!(
+        matches!(
+            err,
+            ChannelError::Corrupt(Corruption::SlotIndex { found: 200, .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("out of range"), "{err}");
     // Sequence numbers going backwards.
     h.published.store(0, std::sync::atomic::Ordering::SeqCst);
     let err = c.next(&no, Some(Duration::from_secs(1))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChannelError::Corrupt(Corruption::SequenceBackwards { found: 0, .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("backwards"), "{err}");
 }
 

@@ -9,6 +9,7 @@
 //! [`cuda`] holds the CUDA driver wrappers both use. Nothing here knows
 //! GStreamer.
 
+mod corruption;
 pub mod cuda;
 mod cuda_slots;
 mod host;
@@ -30,6 +31,7 @@ use cudaipc_channel::layout::{
 };
 use cudaipc_channel::{ChannelError, ChannelInfo, IpcMode, PoolInfo, Producer};
 
+pub use corruption::SubscriberCorruption;
 pub use cuda_slots::{
     CUDA_COMPOSITIONS, CudaComposition, CudaConsumerSlots, CudaProducerSlots, MemoryKind,
     waits_on_host,

@@ -9,11 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{ConsumerSlots, SlotMemory, TransportError, TransportKind, open_consumer_slots};
+use super::{
+    ConsumerSlots, SlotMemory, SubscriberCorruption, TransportError, TransportKind,
+    open_consumer_slots,
+};
 use crate::cuda::{CudaError, Device};
 use cudaipc_channel::{
-    ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Frame, Item,
-    ProducerGone, ReleaseHandle, WaitMode,
+    ChannelError, ChannelInfo, Consumer, ConsumerConfig, ConsumerMode, ConsumerWaker, Corruption,
+    Frame, Item, ProducerGone, ReleaseHandle, WaitMode,
 };
 
 /// Called when the end of a GPU read cannot be marked (slot, error): the
@@ -61,8 +64,8 @@ pub enum SubscriberError {
         ordinal: Option<i32>,
         source: CudaError,
     },
-    /// The control block holds something impossible (what).
-    Corrupt(String),
+    /// The control block holds something impossible: which field, how.
+    Corrupt(SubscriberCorruption),
     /// The producer's slots cannot be opened.
     OpenSlots(TransportError),
     /// Any other failure of a read.
@@ -92,7 +95,7 @@ impl fmt::Display for SubscriberError {
                 ordinal: None,
                 source,
             } => write!(f, "{source}"),
-            Self::Corrupt(e) => f.write_str(e),
+            Self::Corrupt(what) => write!(f, "{what}"),
             Self::OpenSlots(e) | Self::Read(e) => write!(f, "{e}"),
             Self::Truncated(path) => write!(f, "{}", ChannelError::Truncated(path.clone())),
         }
@@ -114,7 +117,7 @@ impl From<ChannelError> for SubscriberError {
     fn from(e: ChannelError) -> Self {
         match e {
             ChannelError::Interrupted => Self::Interrupted,
-            ChannelError::Corrupt(what) => Self::Corrupt(what),
+            ChannelError::Corrupt(what) => Self::Corrupt(what.into()),
             ChannelError::Truncated(path) => Self::Truncated(path),
             e => Self::Read(TransportError::Channel(e)),
         }
@@ -273,7 +276,12 @@ impl Subscriber {
         })?;
         let info = consumer.info().clone();
         let kind = TransportKind::from_wire(info.transport).ok_or_else(|| {
-            SubscriberError::Corrupt(format!("unknown transport {}", info.transport))
+            SubscriberError::Corrupt(
+                Corruption::Transport {
+                    found: info.transport,
+                }
+                .into(),
+            )
         })?;
         let device = match kind {
             TransportKind::Host => None,
@@ -415,10 +423,15 @@ impl Subscriber {
             };
             let (count, size) = (slots.slot_count(), slots.slot_size());
             if frame.slot >= count || frame.size > size as u64 {
-                return Err(SubscriberError::Corrupt(format!(
-                    "frame {} (slot {}, {} bytes) lies outside the {count} slots of {size} bytes",
-                    frame.seq, frame.slot, frame.size
-                )));
+                return Err(SubscriberError::Corrupt(
+                    SubscriberCorruption::FrameOutsideSlots {
+                        seq: frame.seq,
+                        slot: frame.slot,
+                        size: frame.size,
+                        slots: count,
+                        slot_size: size,
+                    },
+                ));
             }
             let consumer = &self.consumer;
             let give_up =
@@ -470,10 +483,12 @@ impl Subscriber {
                 return Ok(Refresh::Stale);
             }
             None => {
-                return Err(SubscriberError::Corrupt(format!(
-                    "a frame of pool generation {generation}, but the pool is at {}",
-                    self.consumer.pool_generation()
-                )));
+                return Err(SubscriberError::Corrupt(
+                    SubscriberCorruption::PoolGeneration {
+                        found: generation,
+                        current: self.consumer.pool_generation(),
+                    },
+                ));
             }
         };
         let slots = match open_consumer_slots(

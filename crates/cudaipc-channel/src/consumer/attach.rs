@@ -95,10 +95,9 @@ impl Consumer {
         descriptors: bool,
     ) -> Result<Option<Self>, ChannelError> {
         if shared.len() < std::mem::size_of::<u64>() * 2 {
-            return Err(ChannelError::Corrupt(format!(
-                "control block of {} bytes is too small",
-                shared.len()
-            )));
+            return Err(ChannelError::Corrupt(Corruption::BlockTooSmall {
+                len: shared.len(),
+            }));
         }
         check_owner(&shared, &config.channel, &config.producers)?;
         let info = validate_header(&shared)?;
@@ -228,9 +227,7 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         )
     };
     if magic != MAGIC {
-        return Err(ChannelError::Corrupt(format!(
-            "bad magic {magic:#018x}: not a cudaipc control block"
-        )));
+        return Err(ChannelError::Corrupt(Corruption::Magic { found: magic }));
     }
     let version = version_word as u32;
     if version != PROTOCOL_VERSION {
@@ -240,11 +237,10 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         });
     }
     if shared.len() < control_size() {
-        return Err(ChannelError::Corrupt(format!(
-            "control block of {} bytes, expected {}",
-            shared.len(),
-            control_size()
-        )));
+        return Err(ChannelError::Corrupt(Corruption::BlockSize {
+            len: shared.len(),
+            expected: control_size(),
+        }));
     }
     let h = control_header(shared);
     let r = Ordering::Relaxed;
@@ -255,21 +251,19 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
         && h.slot_record_size.load(r) as usize == std::mem::size_of::<SlotRecord>()
         && h.consumer_record_size.load(r) as usize == std::mem::size_of::<ConsumerRecord>();
     if !layout_ok {
-        return Err(ChannelError::Corrupt(
-            "header sizes disagree with the protocol version".into(),
-        ));
+        return Err(ChannelError::Corrupt(Corruption::HeaderSizes));
     }
     let transport = h.transport.load(r);
     if transport != TRANSPORT_HOST && transport != TRANSPORT_CUDA {
-        return Err(ChannelError::Corrupt(format!(
-            "unknown transport {transport}"
-        )));
+        return Err(ChannelError::Corrupt(Corruption::Transport {
+            found: transport,
+        }));
     }
     let gpu_sync = h.gpu_sync.load(r);
     if ![GPU_SYNC_EVENT, GPU_SYNC_HOST, GPU_SYNC_TIMELINE].contains(&gpu_sync) {
-        return Err(ChannelError::Corrupt(format!(
-            "unknown gpu-sync mode {gpu_sync}"
-        )));
+        return Err(ChannelError::Corrupt(Corruption::GpuSync {
+            found: gpu_sync,
+        }));
     }
     let mut device_uuid = [0u8; 16];
     device_uuid[..8].copy_from_slice(&h.device_uuid[0].load(r).to_le_bytes());

@@ -9,7 +9,10 @@ use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
-use super::{ChannelError, ConsumerMode, IpcMode, ProducerGone, read_seqlocked, write_seqlocked};
+use super::{
+    ChannelError, ConsumerMode, Corruption, IpcMode, ProducerGone, Seqlocked, read_seqlocked,
+    write_seqlocked,
+};
 
 mod attach;
 mod pacing;
@@ -267,27 +270,24 @@ impl Consumer {
             Some(pool) => pool,
             None => {
                 self.check_producer()?;
-                return Err(ChannelError::Corrupt(
-                    "the pool seqlock never settles".into(),
-                ));
+                return Err(ChannelError::Corrupt(Corruption::NeverSettles(
+                    Seqlocked::Pool,
+                )));
             }
         };
         let count = h.slot_count.load(Ordering::Relaxed) as usize;
         if pool.generation == 0 {
-            return Err(ChannelError::Corrupt(
-                "a frame was published before any slot pool".into(),
-            ));
+            return Err(ChannelError::Corrupt(Corruption::FrameBeforePool));
         }
         if !(1..=MAX_SLOTS).contains(&count) || pool.slot_descriptors.len() != count {
-            return Err(ChannelError::Corrupt(format!(
-                "slot count {count} is outside 1..={MAX_SLOTS}"
-            )));
+            return Err(ChannelError::Corrupt(Corruption::SlotCount {
+                found: count,
+            }));
         }
         if pool.slot_size == 0 || pool.slot_size > MAX_SLOT_SIZE {
-            return Err(ChannelError::Corrupt(format!(
-                "slot size {} is absurd",
-                pool.slot_size
-            )));
+            return Err(ChannelError::Corrupt(Corruption::SlotSize {
+                found: pool.slot_size,
+            }));
         }
         self.check_hold_fits(count)?;
         self.slot_count = count;
@@ -353,19 +353,17 @@ impl Consumer {
         });
         let Some((generation, len, bytes)) = read else {
             self.check_producer()?;
-            return Err(ChannelError::Corrupt(
-                "the caps seqlock never settles".into(),
-            ));
+            return Err(ChannelError::Corrupt(Corruption::NeverSettles(
+                Seqlocked::Caps,
+            )));
         };
         if len == 0 || len > CAPS_CAPACITY {
-            return Err(ChannelError::Corrupt(format!(
-                "caps length {len} is outside 1..={CAPS_CAPACITY}"
-            )));
+            return Err(ChannelError::Corrupt(Corruption::CapsLength { found: len }));
         }
-        let caps = String::from_utf8(bytes)
-            .map_err(|_| ChannelError::Corrupt("caps are not UTF-8".into()))?;
+        let caps =
+            String::from_utf8(bytes).map_err(|_| ChannelError::Corrupt(Corruption::CapsNotUtf8))?;
         if caps.contains('\0') {
-            return Err(ChannelError::Corrupt("caps hold a NUL byte".into()));
+            return Err(ChannelError::Corrupt(Corruption::CapsNul));
         }
         Ok((generation, caps))
     }
@@ -485,10 +483,10 @@ impl Consumer {
 
     fn validate_published(&mut self, published: u64) -> Result<(), ChannelError> {
         if published < self.last_published {
-            return Err(ChannelError::Corrupt(format!(
-                "the sequence number went backwards ({} after {})",
-                published, self.last_published
-            )));
+            return Err(ChannelError::Corrupt(Corruption::SequenceBackwards {
+                found: published,
+                last: self.last_published,
+            }));
         }
         self.last_published = published;
         Ok(())
@@ -555,9 +553,10 @@ impl Consumer {
         let entry_seq = queue_entry_seq(entry);
         if entry_seq != target {
             if entry_seq < target {
-                return Err(ChannelError::Corrupt(format!(
-                    "queue entry for item {target} holds item {entry_seq}, which was published earlier"
-                )));
+                return Err(ChannelError::Corrupt(Corruption::QueueEntry {
+                    expected: target,
+                    found: entry_seq,
+                }));
             }
             // Overwritten by a producer that does not wait for us.
             self.advance(target + 1, skipped + 1);
@@ -574,10 +573,10 @@ impl Consumer {
             self.pool()?;
         }
         if slot >= self.slot_count {
-            return Err(ChannelError::Corrupt(format!(
-                "slot index {slot} is out of range (the pool has {} slots)",
-                self.slot_count
-            )));
+            return Err(ChannelError::Corrupt(Corruption::SlotIndex {
+                found: slot,
+                slots: self.slot_count,
+            }));
         }
         let slot_record = &h.slots[slot];
         slot_record.holders.fetch_or(self.bit, Ordering::SeqCst);
@@ -646,25 +645,25 @@ impl Consumer {
                 return Ok(None);
             }
             if pool_generation != self.pool_generation {
-                return Err(ChannelError::Corrupt(format!(
-                    "frame of pool generation {pool_generation}, but the pool is at {}",
-                    self.pool_generation
-                )));
+                return Err(ChannelError::Corrupt(Corruption::PoolGeneration {
+                    found: pool_generation,
+                    current: self.pool_generation,
+                }));
             }
         }
         let r = &self.header().slots[slot];
         let size = r.size.load(Ordering::Relaxed);
         if size == 0 || size > self.slot_size {
-            return Err(ChannelError::Corrupt(format!(
-                "frame size {size} does not fit the slot size {}",
-                self.slot_size
-            )));
+            return Err(ChannelError::Corrupt(Corruption::FrameSize {
+                found: size,
+                slot_size: self.slot_size,
+            }));
         }
         let n_planes = r.n_planes.load(Ordering::Relaxed) as usize;
         if n_planes > MAX_PLANES {
-            return Err(ChannelError::Corrupt(format!(
-                "{n_planes} planes (at most {MAX_PLANES})"
-            )));
+            return Err(ChannelError::Corrupt(Corruption::PlaneCount {
+                found: n_planes,
+            }));
         }
         let planes: Vec<(u64, u32)> = (0..n_planes)
             .map(|p| {
@@ -675,9 +674,10 @@ impl Consumer {
             })
             .collect();
         if let Some((offset, _)) = planes.iter().find(|(offset, _)| *offset >= size) {
-            return Err(ChannelError::Corrupt(format!(
-                "plane offset {offset} is outside the frame of {size} bytes"
-            )));
+            return Err(ChannelError::Corrupt(Corruption::PlaneOffset {
+                found: *offset,
+                frame_size: size,
+            }));
         }
         Ok(Some(Frame {
             seq,

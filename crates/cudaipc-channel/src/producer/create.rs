@@ -49,7 +49,7 @@ impl Producer {
             let _ = std::fs::remove_file(&temp);
             return Err(match locked {
                 Err(e) => ChannelError::io("cannot lock the control block", e),
-                Ok(_) => ChannelError::Corrupt("a fresh control block was already locked".into()),
+                Ok(_) => ChannelError::Corrupt(crate::Corruption::FreshBlockLocked),
             });
         }
         init_header(control_header(&shared), &config, session);
@@ -116,7 +116,7 @@ impl Producer {
             Ok(true)
         ) {
             return Err(ChannelError::Corrupt(
-                "cannot lock a fresh control block".into(),
+                crate::Corruption::FreshBlockUnlockable,
             ));
         }
         init_header(control_header(&shared), &config, session);

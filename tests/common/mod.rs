@@ -4,7 +4,8 @@
 // (children.rs), /proc and channel probes (proc.rs), the child pipelines'
 // protocol (protocol.rs), in-process pipelines (pipelines.rs), a private
 // shm folder and another user (users.rs), other namespaces
-// (namespaces.rs), kill cycles (kill_cycles.rs). Here: the
+// (namespaces.rs), kill cycles (kill_cycles.rs), the transports a
+// scenario runs on (transport.rs). Here: the
 // one plugin registration and the one GPU check every test binary uses.
 // Each binary uses a part of them.
 #![allow(dead_code, unused_imports)]
@@ -15,6 +16,7 @@ mod namespaces;
 mod pipelines;
 mod proc;
 mod protocol;
+mod transport;
 mod users;
 
 use std::sync::{Arc, Once};
@@ -27,6 +29,7 @@ pub use namespaces::*;
 pub use pipelines::*;
 pub use proc::*;
 pub use protocol::*;
+pub use transport::*;
 pub use users::*;
 
 /// Initialises GStreamer and registers the plugin statically, once per

@@ -51,7 +51,7 @@ fn runs_on_the_expected_gstreamer() {
     }
 }
 
-mod common;
+use crate::common;
 
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 

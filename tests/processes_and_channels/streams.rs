@@ -5,7 +5,7 @@
 // probe can record exactly which frames (PTS and SHA-1) reached the sink;
 // the consumers are `gst-launch-1.0 ... ! checksumsink` children.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,12 +15,6 @@ use cudaipc_channel::ControlBlock;
 use gst::prelude::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-#[test]
-#[ignore = "entry point of the child pipelines (common::PipelineChild)"]
-fn child_pipeline() {
-    common::child_pipeline_main();
-}
 
 const HOST: &str = "transport=host";
 const CUDA: &str = "transport=cuda";

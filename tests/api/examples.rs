@@ -7,10 +7,10 @@
 //! Every frame's SHA-1 is checked against the examples' test pattern rendered
 //! here, independently of the programs' own reports.
 
-mod common;
+use crate::common;
 
 // The examples' pattern and checksums (it allows its own dead code).
-#[path = "../examples/common/mod.rs"]
+#[path = "../../examples/common/mod.rs"]
 mod pattern;
 
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 // clean exit: no panic, no crash, no hang. Then proptest fuzzes the channel
 // code that reads the control block.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,12 +27,6 @@ const FRAME: u64 = 64 * 48 * 3;
 /// hangs when a source fails while the pipeline prerolls (filesrc does it
 /// too), and a live source does not preroll.
 const LIVE: &str = "is-live=true";
-
-#[test]
-#[ignore = "entry point of the child pipelines (common::PipelineChild)"]
-fn child_pipeline() {
-    common::child_pipeline_main();
-}
 
 /// A producer made with the channel API, host slots included, ready to
 /// publish valid frames or to tamper with its own control block.

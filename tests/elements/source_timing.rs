@@ -2,7 +2,7 @@
 // waits for a producer or a frame, and a viewer that joins a producer that has
 // run for minutes shows frames at once (host transport, real processes).
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Once};

@@ -9,8 +9,7 @@
 //! GPU tests print `SKIPPED: no CUDA device` without a GPU (and fail with
 //! `CUDAIPC_REQUIRE_GPU=1`).
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod reference;
 mod verify;
 

@@ -1,7 +1,7 @@
 // cudaipcsink and cudaipcsrc as elements: registration, properties, errors,
 // and the pair inside one process with gst_check::Harness (host transport).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;

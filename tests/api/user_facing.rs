@@ -5,7 +5,7 @@
 // the properties, defaults and stats fields the docs tables give, and the
 // debug categories the docs name exist as soon as the plugin loads.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -698,7 +698,7 @@ fn child_that_logs_a_critical() {
 fn a_critical_in_a_child_fails_the_test() {
     let out = checked(&mut Command::new(std::env::current_exe().unwrap()))
         .args([
-            "child_that_logs_a_critical",
+            "user_facing::child_that_logs_a_critical",
             "--exact",
             "--ignored",
             "--nocapture",

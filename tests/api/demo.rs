@@ -2,7 +2,7 @@
 // frame received and checked (on the GPU with one, on the CPU without), and
 // the summary line a user compares.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

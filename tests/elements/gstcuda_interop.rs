@@ -3,7 +3,7 @@
 // shared GstCudaContext. GPU tests print SKIPPED elsewhere (and fail with
 // CUDAIPC_REQUIRE_GPU=1); the rest runs everywhere.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -15,12 +15,6 @@ use gstcudaipc::gstcuda::{self, CONTEXT_TYPE, CudaContext};
 const LIMIT: Duration = Duration::from_secs(120);
 const FRAMES: usize = 12;
 const SOURCE: &str = "videotestsrc num-buffers=12 pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1";
-
-#[test]
-#[ignore = "entry point of PipelineChild"]
-fn child_pipeline() {
-    common::child_pipeline_main();
-}
 
 /// What a producer child's sink published.
 struct Produced {

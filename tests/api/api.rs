@@ -8,7 +8,7 @@
 //! another user's channel, as `api_read` reports them. `cargo test` builds the examples into
 //! target/<profile>/examples/ before running this.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 // a gst-launch line, and `wait-for-connection` holding the first frame until
 // consumers (other processes) are attached.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

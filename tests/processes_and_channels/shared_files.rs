@@ -4,7 +4,7 @@
 // slots, producers killed by signals, and the discovery of channels (the
 // device provider and the cudaipc-channels command). See docs/reliability.md.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,20 +1,25 @@
-// Descriptor channels (`ipc-mode=fd`) with real processes on the host
+// Descriptor channels (`ipc-mode=fd`) with real processes, on each
 // transport: frames cross with nothing but the channel's socket named in the
 // shm folder, and both sides check the other's credentials (another user
-// played by `setpriv`; SKIPPED where that is impossible). The socket
-// protocol's hostile peers are unit tests (`ipc::socket::tests`).
+// played by `setpriv`; SKIPPED where that is impossible). On the cuda
+// transport the slots are device allocations handed over the socket as file
+// descriptors, ordered by the timeline (or events), so that 4K frames cross
+// users and PID namespaces zero copy (where a GPU is: SKIPPED elsewhere,
+// failing with CUDAIPC_REQUIRE_GPU=1). The socket protocol's hostile peers
+// are unit tests (`ipc::socket::tests`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
 use common::{
-    Launch, OTHER_USER, OtherNamespaces, ShmDir, launch_with, other_user_or_skip,
-    reference_checksums, unique_channel, wait_until,
+    CUDA, HOST, Launch, OTHER_USER, OtherNamespaces, ShmDir, Transport, gpu, launch_with,
+    other_user_or_skip, reference_checksums, unique_channel, wait_until,
 };
 
-const LIMIT: Duration = Duration::from_secs(60);
+const LIMIT: Duration = HOST.limit;
 const SOURCE: &str = "videotestsrc num-buffers=30 pattern=ball ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1";
+const SOURCE_4K: &str = "videotestsrc num-buffers=24 pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=30/1";
 
 fn nobody_uid() -> u32 {
     let out = std::process::Command::new("id")
@@ -24,12 +29,25 @@ fn nobody_uid() -> u32 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-fn producer(dir: &ShmDir, channel: &str, extra: &str) -> Launch {
+/// A producer on transport `t` over a descriptor channel, waiting for one
+/// consumer: small frames on the host transport; 4K on the cuda one, whose
+/// debug log says which ordering it chose.
+fn producer(t: Transport, dir: &ShmDir, channel: &str, extra: &str) -> Launch {
+    let (source, debug) = if t == CUDA {
+        (SOURCE_4K, "cudaipcsink:4")
+    } else {
+        (SOURCE, "")
+    };
+    let mut env = dir.env().to_vec();
+    if !debug.is_empty() {
+        env.push(("GST_DEBUG", debug));
+    }
+    let sink = t.sink;
     launch_with(
         &[],
-        &dir.env(),
+        &env,
         &format!(
-            "{SOURCE} ! rscudaipcsink channel={channel} transport=host ipc-mode=fd sync=false wait-for-connection=1 {extra}"
+            "{source} ! rscudaipcsink channel={channel} {sink} ipc-mode=fd sync=false wait-for-connection=1 {extra}"
         ),
     )
 }
@@ -46,7 +64,7 @@ fn frames_cross_a_descriptor_channel_that_names_nothing_but_its_socket() {
         &dir.env(),
         &format!("rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"),
     );
-    let producer = producer(&dir, &channel, "");
+    let producer = producer(HOST, &dir, &channel, "");
     let socket = format!("cudaipc-{channel}@socket");
     wait_until(LIMIT, "the channel's socket", || {
         dir.names().contains(&socket)
@@ -90,7 +108,7 @@ fn both_sides_check_the_others_credentials() {
     // The socket's mode lets every user connect: the credentials decide.
     let run = |tag: &str, allowed: &str, trusted: &str| {
         let channel = unique_channel(tag);
-        let producer = producer(&dir, &channel, &format!("permissions=0666 {allowed}"));
+        let producer = producer(HOST, &dir, &channel, &format!("permissions=0666 {allowed}"));
         wait_until(LIMIT, "the channel's socket", || {
             dir.names().contains(&format!("cudaipc-{channel}@socket"))
         });
@@ -130,6 +148,7 @@ fn both_sides_check_the_others_credentials() {
         ),
     );
     let producer = producer(
+        HOST,
         &dir,
         &channel,
         &format!("permissions=0666 allowed-uids={nobody}"),
@@ -193,7 +212,7 @@ fn a_consumer_that_shares_only_the_sockets_folder_reads_a_descriptor_channel() {
         &namespaces.env(),
         &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
     );
-    let producer = producer(&dir, &channel, "");
+    let producer = producer(HOST, &dir, &channel, "");
     producer.finish(LIMIT).assert_success("producer");
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer in other namespaces");
@@ -211,7 +230,7 @@ fn hostile_peers_on_a_producers_socket_hold_nothing_up() {
     let dir = ShmDir::new("fdhostile");
     let channel = unique_channel("fdhostile");
     let expected = reference_checksums(SOURCE);
-    let producer = producer(&dir, &channel, "");
+    let producer = producer(HOST, &dir, &channel, "");
     let socket = dir.0.join(format!("cudaipc-{channel}@socket"));
     wait_until(LIMIT, "the channel's socket", || socket.exists());
     let silent: Vec<UnixStream> = (0..6)
@@ -283,4 +302,167 @@ fn consumers_killed_at_any_moment_leave_nothing_in_the_producer() {
     .run(|pid| (common::proc_fds(pid), common::proc_rss_kb(pid)));
     assert!(fds_after <= fds + 2, "descriptors {fds} -> {fds_after}");
     assert!(rss_after <= rss + 8 * 1024, "RSS {rss} -> {rss_after} KiB");
+}
+
+// The cuda transport.
+
+/// A consumer that keeps CUDA memory (checksumsink downloads what it
+/// reads).
+fn consumer_pipeline(channel: &str, extra: &str) -> String {
+    format!(
+        "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=60000 {extra} ! checksumsink"
+    )
+}
+
+fn frames_cross_intact(gpu_sync: &str, expected_log: &str) {
+    let dir = ShmDir::new("gpufd");
+    let channel = unique_channel("gpufd");
+    let expected = reference_checksums(SOURCE_4K);
+    let consumer = launch_with(&[], &dir.env(), &consumer_pipeline(&channel, ""));
+    let producer = producer(CUDA, &dir, &channel, gpu_sync);
+    let socket = format!("cudaipc-{channel}@socket");
+    wait_until(CUDA.limit, "the channel's socket", || {
+        dir.names().contains(&socket)
+    });
+    let named: Vec<String> = dir
+        .names()
+        .into_iter()
+        .filter(|n| !n.contains("@waiter."))
+        .collect();
+    assert_eq!(named, vec![socket], "nothing but the socket has a name");
+    // The consumer first: a producer waits for it for good.
+    let done = consumer.finish(CUDA.limit);
+    done.assert_success("consumer");
+    assert_eq!(done.checksums(), expected, "{gpu_sync}");
+    let produced = producer.finish(CUDA.limit);
+    produced.assert_success("producer");
+    assert!(
+        produced.stderr.contains(expected_log),
+        "the sink says '{expected_log}':\n{}",
+        produced.stderr
+    );
+}
+
+#[test]
+fn cuda_frames_cross_a_descriptor_channel_on_the_timeline_by_default() {
+    if gpu("cuda_frames_cross_a_descriptor_channel_on_the_timeline_by_default") {
+        frames_cross_intact("", "gpu-sync Timeline");
+    }
+}
+
+#[test]
+fn cuda_frames_cross_a_descriptor_channel_with_events() {
+    if gpu("cuda_frames_cross_a_descriptor_channel_with_events") {
+        frames_cross_intact("gpu-sync=event", "gpu-sync Event");
+    }
+}
+
+/// Another user's consumer reads every 4K frame on the timeline: no event
+/// file is involved, the allocations come as descriptors.
+#[test]
+fn another_users_consumer_reads_cuda_frames_on_the_timeline() {
+    const TEST: &str = "another_users_consumer_reads_cuda_frames_on_the_timeline";
+    if !gpu(TEST) || !other_user_or_skip(TEST) {
+        return;
+    }
+    let dir = ShmDir::new("gpufdcred");
+    let channel = unique_channel("gpufdcred");
+    let me = cudaipc_channel::shm::effective_uid();
+    let expected = reference_checksums(SOURCE_4K);
+    let consumer = launch_with(
+        &OTHER_USER,
+        &dir.env(),
+        &consumer_pipeline(&channel, &format!("allowed-producers={me}")),
+    );
+    let producer = producer(
+        CUDA,
+        &dir,
+        &channel,
+        &format!("permissions=0666 allowed-uids={}", nobody_uid()),
+    );
+    let done = consumer.finish(CUDA.limit);
+    done.assert_success("consumer of another user");
+    assert_eq!(done.checksums(), expected);
+    producer.finish(CUDA.limit).assert_success("producer");
+}
+
+/// A consumer in other PID and mount namespaces (a container, as far as
+/// `unshare` makes one), sharing only the socket's folder and the GPU's
+/// device nodes, reads every 4K frame zero copy.
+#[test]
+fn a_consumer_in_other_namespaces_reads_cuda_frames() {
+    const TEST: &str = "a_consumer_in_other_namespaces_reads_cuda_frames";
+    if !gpu(TEST) {
+        return;
+    }
+    let dir = ShmDir::new("gpufdns");
+    let Some(namespaces) = OtherNamespaces::new(TEST, &dir.0) else {
+        return;
+    };
+    let channel = unique_channel("gpufdns");
+    let expected = reference_checksums(SOURCE_4K);
+    let consumer = launch_with(
+        &namespaces.wrapper(),
+        &namespaces.env(),
+        &consumer_pipeline(&channel, ""),
+    );
+    let producer = producer(CUDA, &dir, &channel, "");
+    let done = consumer.finish(CUDA.limit);
+    done.assert_success("consumer in other namespaces");
+    assert_eq!(done.checksums(), expected);
+    producer.finish(CUDA.limit).assert_success("producer");
+}
+
+/// Bytes of GPU memory in use on device 0, as the driver reports them.
+fn gpu_memory_used_mib() -> u64 {
+    let out = std::process::Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=memory.used",
+            "--format=csv,noheader,nounits",
+            "--id=0",
+        ])
+        .output()
+        .expect("nvidia-smi");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a number of MiB")
+}
+
+/// Consumers killed at any moment (connecting, receiving the slots,
+/// mapping them, reading) leave nothing behind: the GPU's memory in use
+/// and the producer's descriptors come back to where they were, and a last
+/// consumer still reads. `CUDAIPC_KILL_CYCLES` sets the number of cycles.
+#[test]
+fn consumers_killed_at_any_moment_leave_no_gpu_memory_behind() {
+    if !gpu("consumers_killed_at_any_moment_leave_no_gpu_memory_behind") {
+        return;
+    }
+    let cycles: u64 = std::env::var("CUDAIPC_KILL_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let dir = ShmDir::new("gpufdkill");
+    let channel = unique_channel("gpufdkill");
+    let ((fds, used), (fds_after, used_after)) = common::KillCycles {
+        dir: &dir,
+        channel: &channel,
+        producer: format!(
+            "videotestsrc is-live=true pattern=ball ! video/x-raw,format=RGB,width=3840,height=2160,framerate=60/1 ! rscudaipcsink channel={channel} transport=cuda ipc-mode=fd when-full=drop"
+        ),
+        cycles,
+        warm_ms: 1500,
+        first_kill_ms: 20,
+        step_ms: 53,
+        spread_ms: 700,
+    }
+    .run(|pid| (common::proc_fds(pid), gpu_memory_used_mib()));
+    eprintln!(
+        "{cycles} kill cycles: GPU memory {used} -> {used_after} MiB, producer descriptors {fds} -> {fds_after}"
+    );
+    assert!(fds_after <= fds + 2, "descriptors {fds} -> {fds_after}");
+    assert!(
+        used_after <= used + 64,
+        "GPU memory in use {used} -> {used_after} MiB"
+    );
 }

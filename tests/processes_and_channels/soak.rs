@@ -16,17 +16,11 @@
 // Without CUDAIPC_SOAK_SECONDS it prints SKIPPED and passes; without a GPU
 // it prints SKIPPED (and fails with CUDAIPC_REQUIRE_GPU=1).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
-
-#[test]
-#[ignore = "entry point of the child pipelines (common::PipelineChild)"]
-fn child_pipeline() {
-    common::child_pipeline_main();
-}
 
 /// GPU memory (MiB) of each process using the GPU, by pid.
 fn gpu_memory_mib() -> std::collections::HashMap<u32, u64> {

@@ -5,39 +5,16 @@
 // with CUDAIPC_REQUIRE_GPU=1). Time limits are generous bounds, except the
 // one-second bounds that the protocol promises.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
 use cudaipc_channel::ControlBlock;
 
-const LIMIT: Duration = Duration::from_secs(60);
+const LIMIT: Duration = HOST.limit;
 /// What the protocol promises for noticing a dead peer.
 const NOTICE: Duration = Duration::from_secs(1);
-
-/// A transport under test: the sink's properties and frame caps.
-#[derive(Clone, Copy)]
-struct Transport {
-    sink: &'static str,
-    caps: &'static str,
-}
-
-const HOST: Transport = Transport {
-    sink: "transport=host",
-    caps: "video/x-raw,format=RGB,width=320,height=240,framerate=30/1",
-};
-
-const CUDA: Transport = Transport {
-    sink: "transport=cuda",
-    caps: "video/x-raw,format=RGB,width=1280,height=720,framerate=30/1",
-};
-
-#[test]
-#[ignore = "entry point of the child pipelines (common::PipelineChild)"]
-fn child_pipeline() {
-    common::child_pipeline_main();
-}
 
 /// The control block of the live producer of `channel` (not the remains of
 /// a dead one).

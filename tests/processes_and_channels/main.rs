@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! Frames between real processes, on each transport: producer and consumer
+//! pipelines over legacy and descriptor channels, stream changes, the shm
+//! folder as a hostile place, and the soak run of the GPU host. The cuda
+//! transport's cases print `SKIPPED: no CUDA device` without a GPU (and fail
+//! with `CUDAIPC_REQUIRE_GPU=1`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cross_process;
+mod descriptor_channels;
+mod shared_files;
+mod soak;
+mod streams;
+
+#[test]
+#[ignore = "entry point of the child pipelines (common::PipelineChild)"]
+fn child_pipeline() {
+    common::child_pipeline_main();
+}

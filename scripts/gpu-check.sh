@@ -10,8 +10,8 @@
 #   all126        every test binary on GStreamer 1.26 (faults, soak included);
 #                 all128 on 1.28
 #   fd122         descriptor channels on the cuda transport on 1.22 (unit tests,
-#                 gpu_descriptor_channels, faults)
-#   tests122      gstcuda_interop, ipc_elements, gpu_cross_process on 1.22
+#                 descriptor_channels, faults)
+#   tests122      gstcuda_interop, ipc_elements, cross_process on 1.22
 #   bench126=R    bench rows R (default 13a,13b) on 1.26, MPS off and on;
 #                 bench128=R on 1.28
 #   bench122=R    bench rows R (default 5,5d) on 1.22, MPS off and on (BENCH_MPS,
@@ -34,7 +34,7 @@ for step in "$@"; do
     tests126|tests128)
       v=${step#tests}
       echo "== GStreamer ${v:0:1}.${v:1}: gstcuda_interop, sink"
-      CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="gstcuda_interop sink" \
+      CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="elements:gstcuda_interop elements:sink" \
         timeout 330 scripts/gpu-tests.sh --gst$v "$out/logs/t$v" 2>&1 | tail -40 ;;
     all126|all128)
       v=${step#all}
@@ -50,7 +50,7 @@ for step in "$@"; do
       for i in $(seq "$rows"); do
         # Passed: exactly this test ran and passed (a skip fails under
         # CUDAIPC_REQUIRE_GPU).
-        if CUDAIPC_TEST_TIMEOUT=120 CUDAIPC_TEST_ONLY=gstcuda_interop \
+        if CUDAIPC_TEST_TIMEOUT=120 CUDAIPC_TEST_ONLY=elements \
             scripts/gpu-tests.sh $runtime "$out/logs/nvdec$v-$i" "$test" >"$out/logs/nvdec$v-$i.txt" 2>&1 \
             && grep -q "1 passed; 0 failed" "$out/logs/nvdec$v-$i.txt"; then
           passed=$((passed + 1))
@@ -60,13 +60,13 @@ for step in "$@"; do
       done
       echo "nvdec on ${v:0:1}.${v:1}: $passed of $rows passed" ;;
     fd122)
-      echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, gpu_descriptor_channels, faults)"
-      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport gpu_descriptor_channels faults" \
+      echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, descriptor_channels, faults)"
+      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport processes_and_channels:descriptor_channels hostile_and_faults:faults" \
         timeout 400 scripts/gpu-tests.sh "$out/logs/fd122" 2>&1 | tail -30
       grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log | sort | uniq -c ;;
     tests122)
-      echo "== GStreamer 1.22: gstcuda_interop, ipc_elements, gpu_cross_process"
-      CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="gstcuda_interop ipc_elements gpu_cross_process" \
+      echo "== GStreamer 1.22: gstcuda_interop, ipc_elements, cross_process"
+      CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="elements:gstcuda_interop elements:ipc_elements processes_and_channels:cross_process" \
         timeout 330 scripts/gpu-tests.sh "$out/logs/t122" 2>&1 | tail -20 ;;
     bench126*|bench128*)
       [ "$rows" != "$step" ] || rows=13a,13b

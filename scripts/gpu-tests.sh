@@ -5,8 +5,10 @@
 # with its nvcodec.
 # usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126|--gst128] [LOGDIR] [test-name-filter]
 # CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
-# CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink"; the unit tests:
-# "gstcudaipc" of the plugin, "cudaipc_channel" and "cudaipc_transport" of the crates; default all).
+# CUDAIPC_TEST_ONLY: names of the test binaries to run (elements, processes_and_channels,
+# hostile_and_faults, api; the unit tests: "gstcudaipc" of the plugin, "cudaipc_channel" and
+# "cudaipc_transport" of the crates; default all); BINARY:MODULE runs one module of a binary
+# (e.g. "elements:gstcuda_interop elements:sink"), unless a test-name-filter is given.
 set -u
 case ${1:-} in
   --gst126|--gst128)
@@ -33,12 +35,20 @@ for t in $build/test-* $build/gstcudaipc-* $build/cudaipc_channel-* $build/cudai
   name=$(basename "$t")
   short=${name#test-}
   short=${short%-[0-9a-f]*[0-9a-f]}
-  if [ -n "${CUDAIPC_TEST_ONLY:-}" ] && ! [[ " $CUDAIPC_TEST_ONLY " == *" $short "* ]]; then
-    continue
+  modules=""
+  if [ -n "${CUDAIPC_TEST_ONLY:-}" ]; then
+    wanted=0
+    for only in $CUDAIPC_TEST_ONLY; do
+      case $only in
+        "$short") wanted=1 ;;
+        "$short":*) wanted=1 modules="$modules ${only#*:}::" ;;
+      esac
+    done
+    [ $wanted = 1 ] || continue
   fi
   # Its own process group, so that children a failed test left behind
   # (stopped or orphaned pipelines) are ended before the next binary runs.
-  setsid timeout "${CUDAIPC_TEST_TIMEOUT:-900}" "$t" --test-threads=1 $filter >"$logdir/$name.log" 2>&1 &
+  setsid timeout "${CUDAIPC_TEST_TIMEOUT:-900}" "$t" --test-threads=1 ${filter:-$modules} >"$logdir/$name.log" 2>&1 &
   pid=$!
   wait $pid
   rc=$?

@@ -222,7 +222,7 @@ fn an_unknown_transport_is_refused() {
 
 #[test]
 fn another_pid_namespace_is_refused() {
-    // Also checked with a real namespace in tests/faults.rs, where the
+    // Also checked with a real namespace in tests/hostile_and_faults/faults.rs, where the
     // machine allows it.
     let p = Hostile::new("pidns");
     p.h().producer_pid_namespace.store(12345, Ordering::SeqCst);

@@ -9,6 +9,8 @@
 //! [`cuda`] holds the CUDA driver wrappers both use. Nothing here knows
 //! GStreamer.
 
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 mod corruption;
 pub mod cuda;
 mod cuda_slots;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::*;
 use crate::conformance::{SIZE, Slots, frame_bytes, write_slot};
 use crate::cuda::gpu_or_skip;
-use cudaipc_channel::IpcMode;
 use cudaipc_channel::FrameMeta;
+use cudaipc_channel::IpcMode;
 
 /// A channel name no other test uses.
 pub(crate) fn unique_channel(tag: &str) -> String {

@@ -377,8 +377,9 @@ fn answer(stream: UnixStream, peers: &Peers, offer: &Mutex<Offer>) -> io::Result
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
     let Credentials { uid, gid, .. } = peer_credentials(&stream)?;
     if !peers.allows(uid, gid) {
-        return (&stream).write_all(
-            format!("DENIED uid {uid} (gid {gid}) is not allowed on this channel\n").as_bytes(),
+        return send_line(
+            &stream,
+            &format!("DENIED uid {uid} (gid {gid}) is not allowed on this channel\n"),
         );
     }
     let Some(request) = read_line(&stream)?.as_deref().and_then(Request::parse) else {
@@ -403,7 +404,7 @@ fn answer(stream: UnixStream, peers: &Peers, offer: &Mutex<Offer>) -> io::Result
     };
     match fds {
         Some(fds) => send_with_fds(&stream, &format!("OK {}\n", fds.len()), &fds),
-        None => (&stream).write_all(b"GONE\n"),
+        None => send_line(&stream, "GONE\n"),
     }
 }
 
@@ -429,6 +430,21 @@ fn read_line(mut stream: &UnixStream) -> io::Result<Option<String>> {
         line.push(byte[0]);
     }
     Ok(None)
+}
+
+/// Sends all of `line` without SIGPIPE: a peer that hangs up must not kill
+/// the process (gst-launch-1.0 and C applications do not ignore SIGPIPE).
+fn send_line(stream: &UnixStream, line: &str) -> io::Result<()> {
+    let mut rest = line.as_bytes();
+    while !rest.is_empty() {
+        match rustix::net::send(stream, rest, SendFlags::NOSIGNAL) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(sent) => rest = &rest[sent..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn send_with_fds(stream: &UnixStream, line: &str, fds: &[OwnedFd]) -> io::Result<()> {
@@ -505,6 +521,18 @@ pub fn request(
             );
         }
     };
+    exchange(channel, &path, &stream, request, producers)
+}
+
+/// `request` on a connected socket: the producer's credentials, the
+/// request, the reply.
+fn exchange(
+    channel: &str,
+    path: &Path,
+    stream: &UnixStream,
+    request: Request,
+    producers: &Peers,
+) -> Result<Vec<OwnedFd>, RequestError> {
     let io_error = |e: io::Error| ChannelError::io(format!("channel '{channel}' socket"), e);
     stream
         .set_read_timeout(Some(PEER_TIMEOUT))
@@ -512,21 +540,29 @@ pub fn request(
     stream
         .set_write_timeout(Some(PEER_TIMEOUT))
         .map_err(io_error)?;
-    let Credentials { uid, gid, .. } = peer_credentials(&stream).map_err(io_error)?;
+    let Credentials { uid, gid, .. } = peer_credentials(stream).map_err(io_error)?;
     if !producers.allows(uid, gid) {
         return Err(ChannelError::UntrustedProducer {
             channel: channel.to_owned(),
-            endpoint: crate::Endpoint::Socket(path),
+            endpoint: crate::Endpoint::Socket(path.to_owned()),
             uid,
             gid,
             consumer_uid: shm::effective_uid(),
         }
         .into());
     }
-    (&stream)
-        .write_all(request.line().as_bytes())
-        .map_err(io_error)?;
-    let (line, fds) = match receive_with_fds(&stream) {
+    match send_line(stream, &request.line()) {
+        Ok(()) => {}
+        // A producer that refuses this consumer answers before reading the
+        // request and hangs up: its answer is still there to be read.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) => {}
+        Err(e) => return Err(io_error(e).into()),
+    }
+    let (line, fds) = match receive_with_fds(stream) {
         Ok(reply) => reply,
         // Closed without a word: a producer that is stopping, or too busy
         // (every connection slot taken): as if none were there yet.
@@ -768,6 +804,37 @@ mod tests {
             };
             assert_eq!(f.pts, Some(pts));
             c.release(f.slot);
+        }
+    }
+
+    /// A producer that refuses a consumer answers before it reads the
+    /// request, and hangs up: the consumer's request then meets a closed
+    /// socket, and it must still report the producer's reason, not
+    /// "Broken pipe".
+    #[test]
+    fn a_refusal_sent_before_the_request_is_read_is_reported() {
+        let (consumer_end, producer_end) = UnixStream::pair().unwrap();
+        send_line(
+            &producer_end,
+            "DENIED uid 65534 (gid 65534) is not allowed on this channel\n",
+        )
+        .unwrap();
+        drop(producer_end);
+        let result = exchange(
+            "refused-early",
+            Path::new("/nonexistent"),
+            &consumer_end,
+            Request::Control,
+            &Peers::default(),
+        );
+        match result {
+            Err(RequestError::Channel(ChannelError::Refused { reason, .. })) => {
+                assert!(
+                    reason.contains("uid 65534") && reason.contains("not allowed"),
+                    "{reason}"
+                )
+            }
+            other => panic!("expected the producer's refusal, got {other:?}"),
         }
     }
 

@@ -25,6 +25,7 @@ use gst::prelude::*;
 
 mod held_back;
 mod imp;
+mod lending;
 mod pool;
 mod publishing;
 

@@ -17,7 +17,6 @@ use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::memory::{self, CudaAllocator};
 use crate::video;
-use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{ChannelError, FrameMeta};
 use cudaipc_transport::cuda;
 use cudaipc_transport::{
@@ -38,38 +37,6 @@ pub(super) struct State {
     pub(super) ordering: Option<Arc<gstcuda::StreamOrdering>>,
 }
 
-/// The device whose context to share with GStreamer's CUDA elements:
-/// ours, when that library is there and we use the cuda transport.
-pub(super) fn context_device(
-    transport: Option<TransportKind>,
-    device_id: i32,
-) -> Option<Arc<cuda::Device>> {
-    (gstcuda::available() && TransportKind::resolve(transport) == TransportKind::Cuda)
-        .then(|| cuda::Device::get(device_id).ok())
-        .flatten()
-}
-
-/// The device of the cuda transport (`None` for the host transport).
-pub(super) fn device_for(
-    kind: TransportKind,
-    device_id: i32,
-) -> Result<Option<Arc<cuda::Device>>, gst::ErrorMessage> {
-    match kind {
-        TransportKind::Cuda => cuda::Device::get(device_id).map(Some).map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                (
-                    "transport=cuda needs CUDA device {}: {}{}",
-                    device_id,
-                    e,
-                    crate::hints::cuda(&e)
-                )
-            )
-        }),
-        TransportKind::Host => Ok(None),
-    }
-}
-
 /// GStreamer 1.24+ memory may come with its writes still queued on its
 /// stream: ordered on the GPU, not by a host wait per frame.
 pub(super) fn stream_ordering(
@@ -78,18 +45,6 @@ pub(super) fn stream_ordering(
     device
         .filter(|_| gstcuda::api_level() >= gstcuda::ApiLevel::V1_24)
         .map(|device| Arc::new(gstcuda::StreamOrdering::new(device.clone())))
-}
-
-/// The consumers `allowed-uids` and `allowed-gids` name.
-pub(super) fn peers(uids: &str, gids: &str) -> Result<Peers, gst::ErrorMessage> {
-    let parse = |property: &str, text: &str| {
-        Peers::parse_ids(text)
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}: {}", property, e)))
-    };
-    Ok(Peers {
-        uids: parse("allowed-uids", uids)?,
-        gids: parse("allowed-gids", gids)?,
-    })
 }
 
 /// Creates the channel, or the error to post.
@@ -116,7 +71,6 @@ pub(super) fn render(
     buffer: &gst::Buffer,
 ) -> Result<gst::FlowSuccess, gst::FlowError> {
     let publisher = &state.publisher;
-    publisher.reap_retired();
     let lendable = lending::lendable_frame(state, buffer, info);
     let meta = frame_meta(buffer, info);
     if lending::publish(sink, state, lendable.as_ref(), info, buffer, &meta)? {

@@ -169,6 +169,7 @@ impl<T: Send + 'static> Lender<'_, T> {
         let Some(frame) = frame else {
             return Ok(Lent::Outside);
         };
+        publisher.reap_retired();
         order_after_writer()?;
         let Some(reservation) = lent
             .slot_of(&frame.key)

@@ -456,10 +456,11 @@ impl<T: Send + 'static> Publisher<T> {
         Ok(())
     }
 
-    /// Frees the retired slot sets that no consumer reads any more. A bit
-    /// once seen clear stays clear: a consumer that released a frame of a
-    /// retired set cannot take another one from it.
-    pub fn reap_retired(&self) {
+    /// Frees the retired slot sets that no consumer reads any more (each
+    /// publish path does, once per frame). A bit once seen clear stays
+    /// clear: a consumer that released a frame of a retired set cannot take
+    /// another one from it.
+    pub(crate) fn reap_retired(&self) {
         let mut retired = self.retired.lock().unwrap();
         if retired.is_empty() {
             return;
@@ -519,6 +520,7 @@ impl<T: Send + 'static> Publisher<T> {
         meta: &FrameMeta,
         fill: impl FnOnce(&SlotMemory) -> Result<(), E>,
     ) -> Result<Option<(usize, bool)>, PublishError> {
+        self.reap_retired();
         let key = source.as_ref().map(|(key, _)| *key);
         // A free slot that holds the frame already, else any free slot.
         let reserved =
@@ -695,6 +697,7 @@ impl<T: Send + 'static> SlotLoan<T> {
     pub fn publish(mut self, meta: &FrameMeta) -> Result<usize, PublishError> {
         self.published = true;
         let publisher = &self.publisher;
+        publisher.reap_retired();
         let reservation =
             Reservation::of_generation(&publisher.producer, self.slot, self.generation);
         if !publisher.is_current(&self.set) {

@@ -197,6 +197,9 @@ pub struct Publisher<T> {
     paced: AtomicBool,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
+    /// Whether `retired` may hold a set: publishing takes no lock per frame
+    /// for the sets that are rarely there.
+    any_retired: AtomicBool,
     /// Buffers of the lendable upstream pool seen so far.
     pub(crate) learning: Learning,
     /// Set once `wait_for_consumers` consumers were attached.
@@ -249,6 +252,7 @@ impl<T: Send + 'static> Publisher<T> {
             paced: AtomicBool::new(false),
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
+            any_retired: AtomicBool::new(false),
             learning: Learning::default(),
             zero_copy: AtomicU64::new(0),
             copied: AtomicU64::new(0),
@@ -451,7 +455,9 @@ impl<T: Send + 'static> Publisher<T> {
         if let Some(old) = old
             && readers.iter().any(|&r| r != 0)
         {
-            self.retired.lock().unwrap().push((old, readers));
+            let mut retired = self.retired.lock().unwrap();
+            retired.push((old, readers));
+            self.any_retired.store(true, Ordering::Release);
         }
         Ok(())
     }
@@ -461,8 +467,12 @@ impl<T: Send + 'static> Publisher<T> {
     /// clear: a consumer that released a frame of a retired set cannot take
     /// another one from it.
     pub(crate) fn reap_retired(&self) {
+        if !self.any_retired.load(Ordering::Acquire) {
+            return;
+        }
         let mut retired = self.retired.lock().unwrap();
         if retired.is_empty() {
+            self.any_retired.store(false, Ordering::Release);
             return;
         }
         let held = self.producer.held_slots();
@@ -472,6 +482,8 @@ impl<T: Send + 'static> Publisher<T> {
             }
             readers.iter().any(|&r| r != 0)
         });
+        self.any_retired
+            .store(!retired.is_empty(), Ordering::Release);
     }
 
     /// Reserves a slot to write the next frame into; before the first

@@ -19,7 +19,7 @@
 //! socket.
 
 use std::fs::File;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -712,6 +712,7 @@ mod tests {
 
     use super::*;
     use crate::tests::unique_channel;
+    use std::io::Write;
     use crate::{
         Consumer, ConsumerConfig, IpcMode, Item, Producer, ProducerConfig, layout::control_size,
     };

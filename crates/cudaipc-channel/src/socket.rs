@@ -712,10 +712,10 @@ mod tests {
 
     use super::*;
     use crate::tests::unique_channel;
-    use std::io::Write;
     use crate::{
         Consumer, ConsumerConfig, IpcMode, Item, Producer, ProducerConfig, layout::control_size,
     };
+    use std::io::Write;
 
     /// The error of something that must fail.
     fn refused<T>(result: Result<T, ChannelError>) -> ChannelError {

@@ -715,7 +715,6 @@ mod tests {
     use crate::{
         Consumer, ConsumerConfig, IpcMode, Item, Producer, ProducerConfig, layout::control_size,
     };
-    use std::io::Write;
 
     /// The error of something that must fail.
     fn refused<T>(result: Result<T, ChannelError>) -> ChannelError {

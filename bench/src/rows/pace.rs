@@ -1,4 +1,4 @@
-//! The benchmark's rows 16 (issue 37): consumers at their own pace.
+//! Rows 16 of the benchmark: consumers at their own pace.
 //!
 //! 16a: a live producer at 60 FPS with one consumer that asks for every
 //! frame (`frames=every`; on a GPU it inverts and verifies each one). 16b:
@@ -12,13 +12,13 @@
 //! names them (`--rows 16`: all four); `--smoke` runs 16a and 16b with a
 //! few frames.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{
-    Child, Options, Proc, ROWS, Row, asked_for, failed_row, finish_all, frame_geometry,
-    measured_rate, number, python_pair, python_producer, row_from, spawn_python,
-};
+use crate::measure::{Child, Row, failed_row, measured_rate, number, row_from};
+use crate::options::{Options, ROWS, asked_for};
+use crate::procs::run_together;
+use crate::rows::frame_geometry;
+use crate::rows::python::{python_pair, python_producer, spawn_python};
 
 /// The live rows: they need no Python, so `--smoke` runs them.
 const LIVE_IDS: [&str; 2] = ["16a", "16b"];
@@ -159,43 +159,29 @@ fn live_row(
     let consumers = 1 + usize::from(with_slow);
     let [producer, every, slow] = live_pipelines(&ch, gpu, consumers, total);
     // Consumers first: the producer publishes once they are attached.
-    let mut children = vec![("consumer", LIVE_WARMUP, every)];
-    if with_slow {
-        children.push(("slow consumer", 0, slow));
-    }
-    children.push(("producer", LIVE_WARMUP, producer));
-    let (events, _) = std::sync::mpsc::channel();
-    let mut procs = Vec::new();
-    let mut errors = Vec::new();
-    for (index, (what, warmup, pipeline)) in children.into_iter().enumerate() {
-        let child = Child {
-            role: "pipeline",
-            warmup,
-            pipeline,
-        };
-        match Proc::start(what.to_string(), &child, env, index, &events) {
-            Ok(proc) => procs.push(proc),
-            Err(e) => {
-                errors.push(e);
-                break;
-            }
-        }
-    }
-    // Twice the stream's time, and start-up.
-    let limit = match errors.is_empty() {
-        true => Duration::from_secs(60 + 2 * total / LIVE_FPS),
-        false => Duration::ZERO,
+    let child = |what: &str, warmup: u64, pipeline: String| {
+        let role = "pipeline";
+        (
+            what.to_string(),
+            Child {
+                role,
+                warmup,
+                pipeline,
+            },
+        )
     };
-    let (results, killed) = finish_all(procs, limit);
-    if killed {
-        errors.push(format!("killed after {} s", limit.as_secs()));
+    let mut children = vec![child("consumer", LIVE_WARMUP, every)];
+    if with_slow {
+        children.push(child("slow consumer", 0, slow));
     }
-    errors.extend(results.iter().filter_map(|r| r.as_ref().err().cloned()));
-    if !errors.is_empty() {
-        return (failed_row(config, errors.into_iter().map(Some)), 0.0);
-    }
-    let fields: Vec<&BTreeMap<String, String>> = results.iter().flatten().collect();
-    let [every, slow @ .., producer] = fields.as_slice() else {
+    children.push(child("producer", LIVE_WARMUP, producer));
+    // Twice the stream's time, and start-up.
+    let limit = Duration::from_secs(60 + 2 * total / LIVE_FPS);
+    let results = match run_together(children, env, limit) {
+        Ok(results) => results,
+        Err(error) => return (failed_row(config, [Some(error)]), 0.0),
+    };
+    let [every, slow @ .., producer] = results.as_slice() else {
         return (failed_row(config, [Some("no results".to_string())]), 0.0);
     };
     let mut row = row_from(config, every, Some(producer));

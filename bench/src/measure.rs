@@ -4,32 +4,38 @@
 //! another user), the `RESULT` fields they print, and rows made of them;
 //! MPS started and stopped around the rows that use it.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::FRAME_BYTES;
+use crate::options::left_out;
 
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Row {
-    pub(crate) config: String,
+pub struct Row {
+    pub config: String,
     /// Not measured: `--rows` leaves it out.
-    pub(crate) left_out: bool,
-    pub(crate) mps: bool,
-    pub(crate) fps: f64,
-    pub(crate) consumer_cpu: f64,
-    pub(crate) producer_cpu: f64,
-    pub(crate) latency_p50_us: f64,
-    pub(crate) latency_p99_us: f64,
-    pub(crate) latency_max_us: f64,
-    pub(crate) corrupt: Option<u64>,
-    pub(crate) missing: Option<u64>,
-    pub(crate) frames: u64,
+    pub left_out: bool,
+    pub mps: bool,
+    pub fps: f64,
+    pub consumer_cpu: f64,
+    pub producer_cpu: f64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    pub latency_max_us: f64,
+    pub corrupt: Option<u64>,
+    pub missing: Option<u64>,
+    pub frames: u64,
     /// Bytes of one frame of this row.
-    pub(crate) frame_bytes: f64,
-    pub(crate) note: String,
+    pub frame_bytes: f64,
+    pub note: String,
     /// Why the configuration could not be measured, if it could not.
-    pub(crate) error: String,
+    pub error: String,
 }
 
 impl Row {
-    pub(crate) fn left_out(config: &str) -> Row {
+    pub fn left_out(config: &str) -> Row {
         Row {
             config: config.to_string(),
             left_out: true,
@@ -37,27 +43,23 @@ impl Row {
         }
     }
 
-    pub(crate) fn gbps(&self) -> f64 {
+    pub fn gbps(&self) -> f64 {
         self.fps * self.frame_bytes / 1e9
     }
 }
 
-pub(crate) struct Child {
-    pub(crate) role: &'static str,
-    pub(crate) warmup: u64,
-    pub(crate) pipeline: String,
+pub struct Child {
+    pub role: &'static str,
+    pub warmup: u64,
+    pub pipeline: String,
 }
 
-pub(crate) fn spawn(child: &Child, env: &[(String, String)]) -> std::process::Child {
+pub fn spawn(child: &Child, env: &[(String, String)]) -> std::process::Child {
     spawn_as(child, env, &[])
 }
 
 /// `spawn` under `wrapper` (e.g. `setpriv` to run as another user).
-pub(crate) fn spawn_as(
-    child: &Child,
-    env: &[(String, String)],
-    wrapper: &[&str],
-) -> std::process::Child {
+pub fn spawn_as(child: &Child, env: &[(String, String)], wrapper: &[&str]) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
     let mut command = match wrapper.split_first() {
         Some((program, args)) => {
@@ -82,7 +84,7 @@ pub(crate) fn spawn_as(
     command.spawn().expect("cannot start a benchmark process")
 }
 
-pub(crate) fn result_of(
+pub fn result_of(
     child: std::process::Child,
     what: &str,
 ) -> Result<BTreeMap<String, String>, String> {
@@ -97,7 +99,7 @@ pub(crate) fn result_of(
 }
 
 /// The fields of a child's `RESULT` line, or why it has none.
-pub(crate) fn parse_result(
+pub fn parse_result(
     what: &str,
     success: bool,
     status: &str,
@@ -120,7 +122,7 @@ pub(crate) fn parse_result(
     }
 }
 
-pub(crate) fn number(fields: &BTreeMap<String, String>, key: &str) -> Option<f64> {
+pub fn number(fields: &BTreeMap<String, String>, key: &str) -> Option<f64> {
     fields
         .get(key)
         .and_then(|v| v.trim_matches('"').parse().ok())
@@ -129,7 +131,7 @@ pub(crate) fn number(fields: &BTreeMap<String, String>, key: &str) -> Option<f64
 /// Runs a producer and a consumer process; the consumer's clock makes the
 /// row. `consumer_device`: `cuda-device-id` of the consumer's `cudaipcsrc`,
 /// named in the row.
-pub(crate) fn two_process(
+pub fn two_process(
     config: &str,
     producer: &str,
     consumer: &str,
@@ -151,9 +153,9 @@ pub(crate) fn two_process(
 /// The consumer process runs as another user (nobody, through `setpriv`),
 /// with its own registry; `None` where that is impossible (not root).
 /// Environment variables of a child process.
-pub(crate) type Env = Vec<(String, String)>;
+pub type Env = Vec<(String, String)>;
 
-pub(crate) fn other_user() -> Option<(Vec<&'static str>, Env)> {
+pub fn other_user() -> Option<(Vec<&'static str>, Env)> {
     if cudaipc_channel::shm::effective_uid() != 0 {
         return None;
     }
@@ -173,12 +175,12 @@ pub(crate) fn other_user() -> Option<(Vec<&'static str>, Env)> {
     Some((wrapper, env))
 }
 
-pub(crate) fn nobody_uid() -> Option<u32> {
+pub fn nobody_uid() -> Option<u32> {
     let out = Command::new("id").args(["-u", "nobody"]).output().ok()?;
     String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
-pub(crate) fn two_process_as(
+pub fn two_process_as(
     config: &str,
     producer: &str,
     consumer: &str,
@@ -229,7 +231,7 @@ pub(crate) fn two_process_as(
 
 /// The row of a producer and a consumer that ran together, measured by the
 /// consumer; or their errors.
-pub(crate) fn pair_row(
+pub fn pair_row(
     config: &str,
     producer: Result<BTreeMap<String, String>, String>,
     consumer: Result<BTreeMap<String, String>, String>,
@@ -241,7 +243,7 @@ pub(crate) fn pair_row(
 }
 
 /// The row of a measurement that failed: its errors, one after another.
-pub(crate) fn failed_row(config: &str, errors: impl IntoIterator<Item = Option<String>>) -> Row {
+pub fn failed_row(config: &str, errors: impl IntoIterator<Item = Option<String>>) -> Row {
     Row {
         config: config.into(),
         error: errors.into_iter().flatten().collect::<Vec<_>>().join(" / "),
@@ -251,7 +253,7 @@ pub(crate) fn failed_row(config: &str, errors: impl IntoIterator<Item = Option<S
 
 /// A process's `{prefix}measured` frames in `{prefix}seconds`, and their
 /// rate (0 without a time).
-pub(crate) fn measured_rate(fields: &BTreeMap<String, String>, prefix: &str) -> (f64, f64, f64) {
+pub fn measured_rate(fields: &BTreeMap<String, String>, prefix: &str) -> (f64, f64, f64) {
     let measured = number(fields, &format!("{prefix}measured")).unwrap_or(0.0);
     let seconds = number(fields, &format!("{prefix}seconds")).unwrap_or(0.0);
     let rate = if seconds > 0.0 {
@@ -262,7 +264,7 @@ pub(crate) fn measured_rate(fields: &BTreeMap<String, String>, prefix: &str) -> 
     (measured, seconds, rate)
 }
 
-pub(crate) fn row_from(
+pub fn row_from(
     config: &str,
     c: &BTreeMap<String, String>,
     p: Option<&BTreeMap<String, String>>,
@@ -293,10 +295,7 @@ pub(crate) fn row_from(
 /// How this plugin's elements moved the frames, from their final stats:
 /// the sink's copies, frames published in place or lent, frames published
 /// again; the source's slots wrapped as GstCudaMemory or copied into it.
-pub(crate) fn paths_taken(
-    c: &BTreeMap<String, String>,
-    p: Option<&BTreeMap<String, String>>,
-) -> String {
+pub fn paths_taken(c: &BTreeMap<String, String>, p: Option<&BTreeMap<String, String>>) -> String {
     let count =
         |fields: &BTreeMap<String, String>, key: &str| number(fields, key).map(|v| v as u64);
     let mut parts = Vec::new();
@@ -336,12 +335,7 @@ pub(crate) fn paths_taken(
 /// context and no dependency between them: what time slicing (or MPS)
 /// gives two processes, the limit of a two-process pair. The row's rate is
 /// the sum of the two.
-pub(crate) fn two_independent(
-    config: &str,
-    pipeline: &str,
-    warmup: u64,
-    env: &[(String, String)],
-) -> Row {
+pub fn two_independent(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
     if left_out(config) {
         return Row::left_out(config);
     }
@@ -373,14 +367,14 @@ pub(crate) fn two_independent(
 
 /// How far apart rows 1q and 13 "queued" put a producer's and a consumer's
 /// half in one process: the depth of the default ring without MPS.
-pub(crate) const QUEUED_FRAMES: u32 = 32;
+pub const QUEUED_FRAMES: u32 = 32;
 
 /// A queue that holds `frames` frames between two halves of one pipeline.
-pub(crate) fn queue_of_frames(frames: u32) -> String {
+pub fn queue_of_frames(frames: u32) -> String {
     format!("queue max-size-buffers={frames} max-size-bytes=0 max-size-time=0")
 }
 
-pub(crate) fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
+pub fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, String)]) -> Row {
     if left_out(config) {
         return Row::left_out(config);
     }
@@ -402,13 +396,13 @@ pub(crate) fn single(config: &str, pipeline: &str, warmup: u64, env: &[(String, 
     }
 }
 
-pub(crate) struct Mps {
-    pub(crate) env: Vec<(String, String)>,
-    pub(crate) dir: PathBuf,
+pub struct Mps {
+    pub env: Vec<(String, String)>,
+    pub dir: PathBuf,
 }
 
 impl Mps {
-    pub(crate) fn start() -> Result<Mps, String> {
+    pub fn start() -> Result<Mps, String> {
         let dir = std::env::temp_dir().join(format!("cudaipc-bench-mps-{}", std::process::id()));
         let pipe = dir.join("pipe");
         let log = dir.join("log");

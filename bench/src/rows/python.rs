@@ -1,22 +1,38 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! Rows 15 of the benchmark (examples/bench.rs): the Python package's
-//! consumer and producer (examples/python).
+//! Rows 15 of the benchmark: the Python package's consumer and producer
+//! (examples/python).
+//!
+//! Rows 15 and 15p (only when `--rows` names them) measure the Python
+//! package: a consumer taking every frame through DLPack (CuPy on its own
+//! stream) next to `rscudaipcsrc ! fakesink` on the same producer, the ratio
+//! in the row's note, and a Python producer of CuPy arrays into
+//! `rscudaipcsrc ! fakesink` (examples/python/bench_consumer.py and
+//! bench_producer.py, run by `CUDAIPC_BENCH_PYTHON`, default python3, which
+//! must import cudaipc and CuPy). With `--smoke` they run on the host
+//! transport with NumPy.
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::measure::{Child, Row, pair_row, result_of, spawn, two_process};
+use crate::options::{Options, ROWS, left_out};
+use crate::rows::{channel, frame_geometry};
+use crate::{HEIGHT, WIDTH};
 
 /// Rows 15: measured only when `--rows` names them.
 const PYTHON_IDS: [&str; 2] = ["15", "15p"];
 
 /// Whether rows 15 were asked for.
-pub(crate) fn python_wanted() -> bool {
+pub fn python_wanted() -> bool {
     ROWS.get()
         .is_some_and(|rows| rows.iter().any(|r| PYTHON_IDS.contains(&r.as_str())))
 }
 
 /// Starts `examples/python/<program>` with `CUDAIPC_BENCH_PYTHON` (default
 /// python3), which must import the cudaipc package (and CuPy with a GPU).
-pub(crate) fn spawn_python(
+pub fn spawn_python(
     program: &str,
     args: &[String],
     env: &[(String, String)],
@@ -24,7 +40,7 @@ pub(crate) fn spawn_python(
     let python = std::env::var("CUDAIPC_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
     // The repository the benchmark was built in, or (a build carried to
     // another machine) the one it runs in.
-    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python");
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python");
     let folder = match built_in.exists() {
         true => built_in,
         false => PathBuf::from("examples/python"),
@@ -42,7 +58,7 @@ pub(crate) fn spawn_python(
 
 /// A row of a pair with a Python process (started first, when it is the
 /// consumer) and one of this program's pipelines.
-pub(crate) fn python_pair(
+pub fn python_pair(
     config: &str,
     python: std::process::Child,
     pipeline: Child,
@@ -64,7 +80,7 @@ pub(crate) fn python_pair(
 /// consumer takes them (4K RGB on a GPU, 320x240 on the host transport),
 /// published once one consumer is attached; `sink_props` adds properties
 /// to the sink.
-pub(crate) fn python_producer(ch: &str, gpu: bool, total: u64, sink_props: &str) -> String {
+pub fn python_producer(ch: &str, gpu: bool, total: u64, sink_props: &str) -> String {
     let (width, height) = frame_geometry(gpu);
     let (generate, transport) = match gpu {
         true => (
@@ -90,7 +106,7 @@ pub(crate) fn python_producer(ch: &str, gpu: bool, total: u64, sink_props: &str)
 /// fakesink` on the same producer, and a Python producer (CuPy arrays
 /// filled on the GPU, published with `stream=`) into `rscudaipcsrc !
 /// fakesink`. 4K RGB with a GPU, 320x240 on the host transport.
-pub(crate) fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
+pub fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
     let total = o.frames + o.warmup;
     let (width, height) = if gpu { (WIDTH, HEIGHT) } else { (320, 240) };
     let producer = |ch: &str| python_producer(ch, gpu, total, "");

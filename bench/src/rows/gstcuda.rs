@@ -1,15 +1,42 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! Rows 13 of the benchmark (examples/bench.rs): this pair next to
-//! GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc.
+//! Rows 13 of the benchmark: this pair next to GStreamer's CUDA elements
+//! (nvcodec) and upstream's cudaipcsink/cudaipcsrc.
+//!
+//! `--gst-cuda` (or `--rows 13a,13b,...`; rows 13 run only when asked)
+//! measures this pair next to GStreamer's own CUDA elements: nvcodec
+//! producers (`cudaupload`, `imagefreeze`, `cudaconvert`, hardware decoders)
+//! into this pair, into upstream's `cudaipcsink`/`cudaipcsrc io-mode=import`,
+//! and into `fakesink` in one process, each with a consumer that drops frames
+//! and one that feeds `cudaconvert`. These rows run for a time
+//! (`--gst-cuda-seconds`, from the producer's first frame) rather than a
+//! number of frames: upstream's sink drops frames its consumer has not taken,
+//! so its consumer's rate only means something over a fixed time.
+//! `CUDAIPC_BENCH_SINK_PROPS` adds properties to our sink in these rows,
+//! the two-process rows 3-12 and rows 9 and 14 (e.g. `gpu-sync=event
+//! slots=16`), to compare settings; `CUDAIPC_BENCH_SRC_PROPS` adds
+//! properties to our source in rows 13 and 14 (e.g. `frames=latest`).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gst::prelude::*;
+
+use crate::measure::{
+    Child, QUEUED_FRAMES, Row, failed_row, queue_of_frames, result_of, row_from, spawn, two_process,
+};
+use crate::options::{GST_CUDA_IDS, Options, left_out};
+use crate::rows::channel;
+use crate::{HEIGHT, WIDTH};
 
 /// The three ways rows 13 take a producer's frames (the middle of a config).
-pub(crate) const PAIR_ALONE: &str = "alone";
+pub const PAIR_ALONE: &str = "alone";
 const PAIR_ALONE_QUEUED: &str = "alone, halves queued apart";
-pub(crate) const PAIR_OURS: &str = "rscudaipc pair";
-pub(crate) const PAIR_UPSTREAM: &str = "upstream import";
+pub const PAIR_OURS: &str = "rscudaipc pair";
+pub const PAIR_UPSTREAM: &str = "upstream import";
 
 /// A producer of rows 13: GStreamer's CUDA elements up to the sink.
 struct GstCudaProducer {
@@ -47,7 +74,7 @@ fn h264_clip() -> Option<PathBuf> {
     let name = "tests/data/ball-3840x2160.h264";
     [
         PathBuf::from(name),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(name),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name),
     ]
     .into_iter()
     .find(|p| p.is_file())
@@ -165,20 +192,8 @@ fn gst_cuda_producers(o: &Options) -> Vec<GstCudaProducer> {
 
 /// Rows 13: each producer into this pair, into upstream's pair and alone,
 /// each with a consumer that drops frames and one that feeds cudaconvert.
-pub(crate) fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
-    let upstream_missing = ["cudaipcsink", "cudaipcsrc"]
-        .iter()
-        .any(|name| {
-            gst::ElementFactory::find(name)
-                .and_then(|f| f.plugin_name())
-                .is_none_or(|p| p != "nvcodec")
-        })
-        .then(|| {
-            format!(
-                "not measured: upstream's cudaipcsink/cudaipcsrc need GStreamer 1.24+ with nvcodec and a CUDA device ({} here)",
-                gst::version_string()
-            )
-        });
+pub fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
+    let upstream_missing = upstream_missing();
     // The bare names are always upstream's in these rows.
     let mut env = env.to_vec();
     env.push(("CUDAIPC_ELEMENT_NAMES".into(), "rs".into()));
@@ -188,6 +203,16 @@ pub(crate) fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     } else {
         Vec::new()
     };
+    let pairs = [
+        (PAIR_ALONE, "alone"),
+        (PAIR_ALONE_QUEUED, "queued"),
+        (PAIR_OURS, "ours"),
+        (PAIR_UPSTREAM, "upstream"),
+    ]
+    .into_iter()
+    .filter(|(_, short)| o.pairs.iter().any(|p| p == short))
+    .map(|(pair, _)| pair);
+    let pairs: Vec<&str> = pairs.collect();
     let mut hung: BTreeMap<&str, String> = BTreeMap::new();
     let mut rows = Vec::new();
     for p in producers.iter().filter(|p| wanted(p.id)) {
@@ -208,19 +233,9 @@ pub(crate) fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                 format!("! cudaconvert ! video/x-raw(memory:CUDAMemory),format={to} "),
             ),
         ];
-        let pairs = [
-            (PAIR_ALONE, "alone"),
-            (PAIR_ALONE_QUEUED, "queued"),
-            (PAIR_OURS, "ours"),
-            (PAIR_UPSTREAM, "upstream"),
-        ];
-        for (pair, _) in pairs
-            .into_iter()
-            .filter(|(_, short)| o.pairs.iter().any(|p| p == short))
-        {
+        for &pair in &pairs {
             for (consumer, convert) in &consumers {
                 let config = format!("{} {} > {pair} > {consumer}", p.id, p.what);
-                let sink = "fakesink name=sink sync=false enable-last-sample=false";
                 let missing = hung.get(pair).cloned().or_else(|| {
                     (pair == PAIR_UPSTREAM)
                         .then(|| upstream_missing.clone())
@@ -234,51 +249,7 @@ pub(crate) fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
                     }
                 } else {
                     let tag = channel(&format!("{}-{}", p.id, rows.len()));
-                    let address = std::env::temp_dir().join(format!("cudaipc-{tag}"));
-                    let (producer, consumer) = match pair {
-                        PAIR_ALONE => (format!("{} {convert}! {sink}", p.pipeline), None),
-                        PAIR_ALONE_QUEUED => (
-                            format!(
-                                "{} ! {} {convert}! {sink}",
-                                p.pipeline,
-                                queue_of_frames(QUEUED_FRAMES)
-                            ),
-                            None,
-                        ),
-                        PAIR_OURS => (
-                            format!(
-                                "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false {}",
-                                p.pipeline,
-                                std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
-                            ),
-                            Some(format!(
-                                "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {} {convert}! {sink}",
-                                std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default()
-                            )),
-                        ),
-                        _ => (
-                            format!(
-                                "{} ! cudaipcsink name=ipcsink address={} sync=false",
-                                p.pipeline,
-                                address.display()
-                            ),
-                            // Not named src: the rows' `src` has our stats.
-                            Some(format!(
-                                "cudaipcsrc address={} io-mode=import connection-timeout=60 {convert}! {sink}",
-                                address.display()
-                            )),
-                        ),
-                    };
-                    let (row, killed) = timed_run(
-                        &config,
-                        &producer,
-                        consumer.as_deref(),
-                        p.warmup,
-                        &env,
-                        p.loop_file.as_deref(),
-                        o.gst_cuda_seconds,
-                    );
-                    let _ = std::fs::remove_file(&address);
+                    let (row, killed) = run_pair(o, p, pair, convert, &tag, &config, &env);
                     if killed {
                         // Within the run's time: the pair's later rows would
                         // likely hang too.
@@ -295,6 +266,83 @@ pub(crate) fn gst_cuda_rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// Why upstream's pair cannot run here, if it cannot.
+fn upstream_missing() -> Option<String> {
+    ["cudaipcsink", "cudaipcsrc"]
+        .iter()
+        .any(|name| {
+            gst::ElementFactory::find(name)
+                .and_then(|f| f.plugin_name())
+                .is_none_or(|p| p != "nvcodec")
+        })
+        .then(|| {
+            format!(
+                "not measured: upstream's cudaipcsink/cudaipcsrc need GStreamer 1.24+ with nvcodec and a CUDA device ({} here)",
+                gst::version_string()
+            )
+        })
+}
+
+/// Runs producer `p` into `pair` (on channel `tag`) and a consumer that
+/// drops frames or `convert`s them; the row, and whether it was killed.
+fn run_pair(
+    o: &Options,
+    p: &GstCudaProducer,
+    pair: &str,
+    convert: &str,
+    tag: &str,
+    config: &str,
+    env: &[(String, String)],
+) -> (Row, bool) {
+    let sink = "fakesink name=sink sync=false enable-last-sample=false";
+    let address = std::env::temp_dir().join(format!("cudaipc-{tag}"));
+    let (producer, consumer) = match pair {
+        PAIR_ALONE => (format!("{} {convert}! {sink}", p.pipeline), None),
+        PAIR_ALONE_QUEUED => (
+            format!(
+                "{} ! {} {convert}! {sink}",
+                p.pipeline,
+                queue_of_frames(QUEUED_FRAMES)
+            ),
+            None,
+        ),
+        PAIR_OURS => (
+            format!(
+                "{} ! rscudaipcsink name=ipcsink channel={tag} sync=false {}",
+                p.pipeline,
+                std::env::var("CUDAIPC_BENCH_SINK_PROPS").unwrap_or_default()
+            ),
+            Some(format!(
+                "rscudaipcsrc name=src channel={tag} connect-timeout=60000 {} {convert}! {sink}",
+                std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default()
+            )),
+        ),
+        _ => (
+            format!(
+                "{} ! cudaipcsink name=ipcsink address={} sync=false",
+                p.pipeline,
+                address.display()
+            ),
+            // Not named src: the rows' `src` has our stats.
+            Some(format!(
+                "cudaipcsrc address={} io-mode=import connection-timeout=60 {convert}! {sink}",
+                address.display()
+            )),
+        ),
+    };
+    let measured = timed_run(
+        config,
+        &producer,
+        consumer.as_deref(),
+        p.warmup,
+        env,
+        p.loop_file.as_deref(),
+        o.gst_cuda_seconds,
+    );
+    let _ = std::fs::remove_file(&address);
+    measured
 }
 
 /// How long past `--gst-cuda-seconds` a row of rows 13 may take.
@@ -347,7 +395,7 @@ fn timed_run(
     .into_iter()
     .flatten()
     .collect();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
     // Start-up (CUDA contexts, kernel compilation) takes seconds, not tens.
     let limit = Duration::from_secs_f64(seconds + TIMED_RUN_SLACK_S);
     let watchdog = {
@@ -389,7 +437,7 @@ fn timed_run(
 
 /// Without a GPU (CI): the same pipelines on the host transport, small
 /// frames, so that the benchmark cannot rot. Figures are not asserted.
-pub(crate) fn host_rows(o: &Options) -> Vec<Row> {
+pub fn host_rows(o: &Options) -> Vec<Row> {
     let mut rows = Vec::new();
     let total = o.frames + o.warmup;
     let source = format!(

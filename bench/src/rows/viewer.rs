@@ -1,15 +1,29 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! Rows 9 of the benchmark (examples/bench.rs): four verifying consumers, and
-//! a slow viewer of the latest frame beside them.
+//! Rows 9 of the benchmark: four verifying consumers, and a slow viewer of
+//! the latest frame beside them.
+//!
+//! Rows 9 run only when `--rows` names them. `--rows 9`: the producer's own rate (frames into its sink from the
+//! warm-up to the last) with four consumers that invert and verify every
+//! frame (9a), and with a fifth, `frames=latest ! identity sleep-time=20000`,
+//! a viewer that takes 20 ms a frame (9b, its note: its cost against 9a);
+//! the sink waits for every consumer (`wait-for-connection`), corrupt and
+//! missing are summed over the four.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::measure::{Child, Row, measured_rate, number, paths_taken, row_from};
+use crate::options::{Options, asked_for};
+use crate::procs::run_together;
+use crate::report::print_row;
+use crate::rows::{channel, frame_geometry};
 
 /// Rows 9: the producer with four consumers that invert and verify every
 /// frame (9a), and the same with a fifth consumer of the latest frame that
 /// takes 20 ms a frame (9b); the producer's own rate makes each row. Every
 /// consumer is attached before the first frame (`wait-for-connection`).
-pub(crate) fn viewer_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
+pub fn viewer_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
     let mut rows = Vec::new();
     let transport = if gpu { "" } else { " (host transport)" };
     let configs = [
@@ -49,15 +63,43 @@ pub(crate) fn viewer_rows(o: &Options, env: &[(String, String)], gpu: bool) -> V
 }
 
 /// Verifying consumers in rows 9.
-pub(crate) const VERIFYING_CONSUMERS: usize = 4;
+pub const VERIFYING_CONSUMERS: usize = 4;
 
-pub(crate) fn viewer_row(
+fn viewer_row(
     config: &str,
     with_viewer: bool,
     o: &Options,
     env: &[(String, String)],
     gpu: bool,
 ) -> Row {
+    let (width, height) = frame_geometry(gpu);
+    let total = o.frames + o.warmup;
+    let children = viewer_children(with_viewer, o, gpu);
+    // A consumer that never attaches leaves the producer waiting: bounded
+    // by a generous time for the frames (200 FPS at least) and start-up.
+    let limit = Duration::from_secs(60 + total / 200);
+    let results = match run_together(children, env, limit) {
+        Ok(results) => results,
+        Err(error) => {
+            return Row {
+                config: config.into(),
+                error,
+                ..Default::default()
+            };
+        }
+    };
+    let fields: Vec<&BTreeMap<String, String>> = results.iter().collect();
+    let (verifiers, rest) = fields.split_at(VERIFYING_CONSUMERS);
+    let producer = rest[rest.len() - 1];
+    let viewer = with_viewer.then(|| rest[0]);
+    let mut row = combined_row(config, o, verifiers, producer, viewer);
+    row.frame_bytes = (width * height * 3) as f64;
+    row
+}
+
+/// The processes of row 9a (9b: `with_viewer`): the verifying consumers,
+/// the viewer, then the producer, which waits for every one of them.
+fn viewer_children(with_viewer: bool, o: &Options, gpu: bool) -> Vec<(String, Child)> {
     let (width, height) = frame_geometry(gpu);
     let total = o.frames + o.warmup;
     let ch = channel(if with_viewer {
@@ -93,54 +135,37 @@ pub(crate) fn viewer_row(
     let viewer = format!(
         "rscudaipcsrc name=src channel={ch} connect-timeout=60000 frames=latest ! identity sleep-time=20000 ! fakesink name=sink sync=false"
     );
-    let (events, _) = std::sync::mpsc::channel();
-    let mut procs = Vec::new();
-    let mut errors = Vec::new();
-    let pipelines = std::iter::repeat_n(&verifying, VERIFYING_CONSUMERS)
-        .chain(with_viewer.then_some(&viewer))
-        .chain([&producer]);
-    for (index, pipeline) in pipelines.enumerate() {
-        let (what, warmup) = match index {
-            i if i < VERIFYING_CONSUMERS => (format!("consumer {}", i + 1), o.warmup),
-            i if i < consumers => ("viewer".to_string(), 0),
-            _ => ("producer".to_string(), o.warmup),
-        };
-        let child = Child {
-            role: "pipeline",
-            warmup,
-            pipeline: pipeline.clone(),
-        };
-        match Proc::start(what, &child, env, index, &events) {
-            Ok(proc) => procs.push(proc),
-            Err(e) => {
-                errors.push(e);
-                break;
-            }
-        }
-    }
-    // A consumer that never attaches leaves the producer waiting: bounded
-    // by a generous time for the frames (200 FPS at least) and start-up.
-    let limit = if errors.is_empty() {
-        Duration::from_secs(60 + total / 200)
-    } else {
-        Duration::ZERO
+    let child = |what: String, warmup: u64, pipeline: &String| {
+        let pipeline = pipeline.clone();
+        let role = "pipeline";
+        (
+            what,
+            Child {
+                role,
+                warmup,
+                pipeline,
+            },
+        )
     };
-    let (results, killed) = finish_all(procs, limit);
-    if killed {
-        errors.push(format!("killed after {} s", limit.as_secs()));
+    let mut children: Vec<(String, Child)> = (1..=VERIFYING_CONSUMERS)
+        .map(|i| child(format!("consumer {i}"), o.warmup, &verifying))
+        .collect();
+    if with_viewer {
+        children.push(child("viewer".into(), 0, &viewer));
     }
-    errors.extend(results.iter().filter_map(|r| r.as_ref().err().cloned()));
-    if !errors.is_empty() || results.len() != consumers + 1 {
-        return Row {
-            config: config.into(),
-            error: errors.join(" / "),
-            ..Default::default()
-        };
-    }
-    let fields: Vec<&BTreeMap<String, String>> = results.iter().flatten().collect();
-    let (verifiers, rest) = fields.split_at(VERIFYING_CONSUMERS);
-    let producer = rest[rest.len() - 1];
-    let viewer = with_viewer.then(|| rest[0]);
+    children.push(child("producer".into(), o.warmup, &producer));
+    children
+}
+
+/// The row of rows 9: the producer's own rate, the verifying consumers'
+/// worst latency, their corrupt and missing frames summed.
+fn combined_row(
+    config: &str,
+    o: &Options,
+    verifiers: &[&BTreeMap<String, String>],
+    producer: &BTreeMap<String, String>,
+    viewer: Option<&BTreeMap<String, String>>,
+) -> Row {
     let (measured, seconds, producer_fps) = measured_rate(producer, "produced.");
     let verified: Vec<Row> = verifiers
         .iter()
@@ -179,7 +204,6 @@ pub(crate) fn viewer_row(
         corrupt: sum(|r| r.corrupt),
         missing: sum(|r| r.missing),
         frames: measured as u64,
-        frame_bytes: (width * height * 3) as f64,
         note,
         ..Default::default()
     }

@@ -1,13 +1,40 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! Rows 14 of the benchmark (examples/bench.rs): streams per GPU, this
-//! pair's and upstream's, found by starting N pairs at once.
+//! Rows 14 of the benchmark: streams per GPU, this pair's and upstream's,
+//! found by starting N pairs at once.
+//!
+//! Rows 14 run only when `--rows` names them. `--rows 14,14u`: streams per GPU, N
+//! pairs of a live 4K@30 producer and a consumer that processes every frame
+//! (ours: `cudaprocess operation=invert verify=true`; upstream's
+//! `cudaipcsink`/`cudaipcsrc io-mode=import`, GStreamer 1.24+: `cudaconvert`
+//! to BGRx, as cudaprocess takes only this plugin's memory), all started
+//! together; once every consumer has its first frame they run
+//! `--streams-seconds` (6), the first 2 not counted. A pair is late below
+//! 98% of the frames its producer should have made in that window, at a
+//! frame received over a frame period (33 ms) after it was published (ours
+//! only), at a corrupt or missing frame, or when its processes fail. N
+//! doubles from 1 until a pair is late, then bisects; the row gives the
+//! largest N without a late pair (its frames column; FPS: all its streams
+//! together), capped by `--max-streams` (64) and the device memory a pair
+//! took in the first trials (`nvidia-smi`). Without a GPU both rows run on
+//! the host transport (320x240, no GPU work); 14u says why it cannot run.
 
-use super::*;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gst::prelude::*;
+
+use crate::measure::{Child, Row, number, row_from};
+use crate::options::{Options, asked_for};
+use crate::procs::{Proc, ProcEvent, finish_all};
+use crate::report::{opt, print_row};
+use crate::roles::monotonic_ns;
+use crate::rows::{channel, frame_geometry};
 
 /// Rows 14: seconds of a trial (after every consumer's first frame) that
 /// are not counted.
-pub(crate) const STREAMS_SETTLE_S: f64 = 2.0;
+pub const STREAMS_SETTLE_S: f64 = 2.0;
 /// The frame rate of rows 14's producers.
 const STREAM_FPS: f64 = 30.0;
 /// A pair is late below this share of the frames its producer should make.
@@ -73,7 +100,7 @@ fn gpu_memory_mib() -> Option<(u64, u64)> {
     Some((total.trim().parse().ok()?, used.trim().parse().ok()?))
 }
 
-pub(crate) fn streams_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
+pub fn streams_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row> {
     let (width, height) = frame_geometry(gpu);
     let frame_bytes = (width * height * 3) as f64;
     let caps = |memory: &str| {

@@ -1,14 +1,25 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! The benchmark's output: the table, the CSV, the notes of each row.
+//! The benchmark's output: the table, the CSV (and reading one back for
+//! `--replot`), the summaries under the table; the plot in `plot`.
 
-use super::*;
+mod plot;
 
-pub(crate) fn opt(v: Option<u64>) -> String {
+use std::path::Path;
+use std::process::Command;
+
+use crate::FRAME_BYTES;
+use crate::measure::Row;
+use crate::names;
+use crate::rows::gstcuda::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM};
+
+pub use plot::plot;
+
+pub fn opt(v: Option<u64>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
-pub(crate) fn print_row(r: &Row) {
+pub fn print_row(r: &Row) {
     eprintln!(
         "{:<44} mps={:<5} {:>9.0} FPS  {}",
         r.config,
@@ -22,15 +33,16 @@ pub(crate) fn print_row(r: &Row) {
     );
 }
 
-pub(crate) fn print_table(rows: &[Row], gpu: bool) {
+pub fn print_table(rows: &[Row], gpu: bool) {
     println!(
-        "| configuration | MPS | FPS | GB/s | latency p50 / p99 / max (us) | CPU consumer / producer (cores) | corrupt / missing | note |"
+        "| configuration | row | MPS | FPS | GB/s | latency p50 / p99 / max (us) | CPU consumer / producer (cores) | corrupt / missing | note |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {:.0} | {:.1} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {} / {} | {}{} |",
+            "| {} | {} | {} | {:.0} | {:.1} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {} / {} | {}{} |",
             r.config,
+            names::name_of(&r.config),
             if r.mps { "on" } else { "off" },
             r.fps,
             r.gbps(),
@@ -77,7 +89,7 @@ pub(crate) fn print_table(rows: &[Row], gpu: bool) {
 /// Rows 13: this pair against upstream's pair and the producer alone (same
 /// producer, consumer and MPS setting), and the cudaconvert consumer against
 /// the one that drops frames.
-pub(crate) fn gst_cuda_summary(rows: &[Row]) {
+pub fn gst_cuda_summary(rows: &[Row]) {
     // A config of rows 13: "<id> <producer> > <pair> > <consumer>".
     let parts = |r: &Row| -> Option<(String, String, String)> {
         let mut p = r.config.split(" > ");
@@ -132,7 +144,7 @@ pub(crate) fn gst_cuda_summary(rows: &[Row]) {
 
 /// The GPU (from `nvidia-smi`: the parent holds no CUDA context) and the
 /// GStreamer runtime, for the CSV and the plot's title.
-pub(crate) fn machine_description(gpu: bool) -> String {
+pub fn machine_description(gpu: bool) -> String {
     let gstreamer = format!(
         "GStreamer {}",
         gst::version_string().replace("GStreamer ", "")
@@ -159,9 +171,9 @@ pub(crate) fn machine_description(gpu: bool) -> String {
 }
 
 /// The line of a CSV that names the machine (`read_csv` knows it).
-pub(crate) const MACHINE_LINE: &str = "# machine: ";
+pub const MACHINE_LINE: &str = "# machine: ";
 
-pub(crate) fn write_csv(path: &Path, rows: &[Row], machine: &str) {
+pub fn write_csv(path: &Path, rows: &[Row], machine: &str) {
     let mut out = format!("{MACHINE_LINE}{machine}\n");
     out.push_str(
         "configuration,mps,fps,gb_per_s,latency_p50_us,latency_p99_us,latency_max_us,cpu_consumer,cpu_producer,corrupt,missing,frames,note\n",
@@ -191,7 +203,7 @@ pub(crate) fn write_csv(path: &Path, rows: &[Row], machine: &str) {
 
 /// Reads a CSV written by `write_csv`: its rows and the machine it names
 /// (CSVs written before that line have none).
-pub(crate) fn read_csv(path: &Path) -> Result<(Vec<Row>, Option<String>), String> {
+pub fn read_csv(path: &Path) -> Result<(Vec<Row>, Option<String>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let machine = text
         .lines()
@@ -232,4 +244,41 @@ pub(crate) fn read_csv(path: &Path) -> Result<(Vec<Row>, Option<String>), String
         })
         .collect::<Result<_, String>>()?;
     Ok((rows, machine))
+}
+
+/// `--replot CSV PNG [--machine TEXT]`: draws the plot (and prints the
+/// table) of a CSV an earlier run wrote, e.g. one fetched from a GPU host
+/// without fonts. `--machine` names the GPU and GStreamer version for the
+/// title when the CSV does not (those written before it recorded them).
+pub fn replot(args: &[String]) -> i32 {
+    let [csv, png, rest @ ..] = args else {
+        eprintln!("usage: bench --replot CSV PNG [--machine TEXT]");
+        return 2;
+    };
+    let machine_arg = match rest {
+        [] => None,
+        [flag, text] if flag == "--machine" => Some(text.clone()),
+        _ => {
+            eprintln!("usage: bench --replot CSV PNG [--machine TEXT]");
+            return 2;
+        }
+    };
+    let (rows, recorded) = match read_csv(Path::new(csv)) {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("cannot read {csv}: {e}");
+            return 1;
+        }
+    };
+    print_table(&rows, true);
+    match plot::plot(Path::new(png), &rows, machine_arg.or(recorded).as_deref()) {
+        Ok(()) => {
+            println!("wrote {png}");
+            0
+        }
+        Err(e) => {
+            eprintln!("no plot: {e}");
+            1
+        }
+    }
 }

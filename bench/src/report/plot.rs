@@ -16,8 +16,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::numbers::thousands;
-use super::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM, Row};
+use crate::measure::Row;
+use crate::rows::gstcuda::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
@@ -500,4 +500,15 @@ fn load_font() -> Result<(), String> {
         Box::leak(bytes.into_boxed_slice()),
     )
     .map_err(|_| "unusable font".to_string())
+}
+
+/// 20859.4 -> "20,859".
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v.max(0.0));
+    let groups: Vec<&str> = (0..digits.len())
+        .rev()
+        .step_by(3)
+        .map(|end| &digits[end.saturating_sub(2)..=end])
+        .collect();
+    groups.into_iter().rev().collect::<Vec<_>>().join(",")
 }

@@ -9,7 +9,7 @@ at a change of turn (the switch). A third case: one process runs short
 bursts and idles between them; how soon after a burst the other resumes.
 
 Needs CuPy and a CUDA device; prints SKIPPED without them.
-usage: python3 scripts/gpu-timeslice-probe.py
+usage: python3 bench/probes/gpu-timeslice-probe.py
 """
 import multiprocessing as mp
 import sys

@@ -2,8 +2,8 @@
 # One device call's worth of checks on the GPU host, for a session whose
 # device time is short. Output: a summary on stdout, logs in $OUT (or
 # /tmp/gpu-check) as logs.tgz, bench tables and plots beside them.
-# usage (repo root, GPU host, after staging with scripts/stage-gpu-host.sh --gst126 [--gst128]):
-#   scripts/gpu-check.sh [STEP...]
+# usage (repo root, GPU host, after staging with scripts/gpu-host/stage.sh --gst126 [--gst128]):
+#   scripts/gpu-host/check.sh [STEP...]
 # steps (default: tests126 tests122 bench126 bench122, in this order):
 #   tests126      gstcuda_interop and sink tests on GStreamer 1.26 (with the
 #                 sink's lending debug lines); tests128 the same on 1.28
@@ -35,11 +35,11 @@ for step in "$@"; do
       v=${step#tests}
       echo "== GStreamer ${v:0:1}.${v:1}: gstcuda_interop, sink"
       CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="gstcuda_interop sink" \
-        timeout 330 scripts/gpu-tests.sh --gst$v "$out/logs/t$v" 2>&1 | tail -40 ;;
+        timeout 330 scripts/gpu-host/tests.sh --gst$v "$out/logs/t$v" 2>&1 | tail -40 ;;
     all126|all128)
       v=${step#all}
       echo "== GStreamer ${v:0:1}.${v:1}: every test binary"
-      CUDAIPC_TEST_TIMEOUT=300 timeout 520 scripts/gpu-tests.sh --gst$v "$out/logs/a$v" 2>&1 | tail -60 ;;
+      CUDAIPC_TEST_TIMEOUT=300 timeout 520 scripts/gpu-host/tests.sh --gst$v "$out/logs/a$v" 2>&1 | tail -60 ;;
     nvdec122*|nvdec126*|nvdec128*)
       [ "$rows" != "$step" ] || rows=10
       v=${step%%=*}; v=${v#nvdec}
@@ -51,7 +51,7 @@ for step in "$@"; do
         # Passed: exactly this test ran and passed (a skip fails under
         # CUDAIPC_REQUIRE_GPU).
         if CUDAIPC_TEST_TIMEOUT=120 CUDAIPC_TEST_ONLY=gstcuda_interop \
-            scripts/gpu-tests.sh $runtime "$out/logs/nvdec$v-$i" "$test" >"$out/logs/nvdec$v-$i.txt" 2>&1 \
+            scripts/gpu-host/tests.sh $runtime "$out/logs/nvdec$v-$i" "$test" >"$out/logs/nvdec$v-$i.txt" 2>&1 \
             && grep -q "1 passed; 0 failed" "$out/logs/nvdec$v-$i.txt"; then
           passed=$((passed + 1))
         else
@@ -62,17 +62,17 @@ for step in "$@"; do
     fd122)
       echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, gpu_descriptor_channels, faults)"
       CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport gpu_descriptor_channels faults" \
-        timeout 400 scripts/gpu-tests.sh "$out/logs/fd122" 2>&1 | tail -30
+        timeout 400 scripts/gpu-host/tests.sh "$out/logs/fd122" 2>&1 | tail -30
       grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log | sort | uniq -c ;;
     tests122)
       echo "== GStreamer 1.22: gstcuda_interop, ipc_elements, gpu_cross_process"
       CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="gstcuda_interop ipc_elements gpu_cross_process" \
-        timeout 330 scripts/gpu-tests.sh "$out/logs/t122" 2>&1 | tail -20 ;;
+        timeout 330 scripts/gpu-host/tests.sh "$out/logs/t122" 2>&1 | tail -20 ;;
     bench126*|bench128*)
       [ "$rows" != "$step" ] || rows=13a,13b
       v=${step%%=*}; v=${v#bench}
       echo "== bench rows $rows on ${v:0:1}.${v:1} (MPS off, on)"
-      timeout 300 scripts/bench-gst-runtime.sh "${v:0:1}.${v:1}" --rows "$rows" --mps both --gst-cuda-seconds 2 \
+      timeout 300 scripts/gpu-host/bench.sh "${v:0:1}.${v:1}" --rows "$rows" --mps both --gst-cuda-seconds 2 \
         --out "$out/bench$v" 2>&1 | grep -E "^\| *1|^1[0-9]|x upstream" | cut -c1-220 ;;
     bench122*)
       [ "$rows" != "$step" ] || rows=5,5d

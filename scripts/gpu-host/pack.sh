@@ -1,12 +1,12 @@
 #!/bin/bash
-# Packs what scripts/stage-gpu-host.sh staged for the chosen runtimes (122:
+# Packs what scripts/gpu-host/stage.sh staged for the chosen runtimes (122:
 # .gpu-host, 126: .gpu-host126, 128: .gpu-host128; default 122 126) into
 # .gpu-carry, for a device call's carry (at most 64 MiB): the runtimes
 # recompressed with xz (a quarter smaller than gzip), NVRTC 12 once, the
 # builds compressed together (they differ little). On the GPU host, `source .gpu-carry/unpack.sh` recreates the
 # folders.
-# usage (repo root, this machine): scripts/pack-gpu-carry.sh [122] [126] [128]
-#   e.g. scripts/pack-gpu-carry.sh 126 128   (without the 1.22 runtime)
+# usage (repo root, this machine): scripts/gpu-host/pack.sh [122] [126] [128]
+#   e.g. scripts/gpu-host/pack.sh 126 128   (without the 1.22 runtime)
 set -euo pipefail
 [ $# -gt 0 ] || set -- 122 126
 rm -rf .gpu-carry && mkdir -p .gpu-carry
@@ -14,7 +14,7 @@ builds=() nvrtc=
 echo "# Sourced from the repo root on the GPU host: recreates the staged folders ($*)." > .gpu-carry/unpack.sh
 # runtime NAME: $dir/NAME.tgz and its env script, recreated by unpack.sh.
 runtime() {
-  [ -d $dir/build ] || { echo "$dir/build missing: run scripts/stage-gpu-host.sh first" >&2; exit 1; }
+  [ -d $dir/build ] || { echo "$dir/build missing: run scripts/gpu-host/stage.sh first" >&2; exit 1; }
   local env=env${1#gst}.sh
   [ "$1" != gst-runtime ] || env=env.sh
   gzip -dc $dir/$1.tgz | xz -T2 -9 > .gpu-carry/$1.tar.xz
@@ -37,7 +37,7 @@ for nnn in "$@"; do
     *) echo "usage: $0 [122] [126] [128]" >&2; exit 2 ;;
   esac
   builds+=($dir/build)
-  # The cudaipc package stage-gpu-host.sh unpacked for the runtime's Python.
+  # The cudaipc package gpu-host/stage.sh unpacked for the runtime's Python.
   [ ! -d $dir/python ] || builds+=($dir/python)
 done
 tar cf - "${builds[@]}" | xz -T2 -6 --lzma2=preset=6,dict=192MiB > .gpu-carry/builds.tar.xz

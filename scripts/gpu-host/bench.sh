@@ -1,9 +1,9 @@
 #!/bin/bash
-# Runs the benchmark staged by `scripts/stage-gpu-host.sh --gst126` (--gst128)
+# Runs the benchmark staged by `scripts/gpu-host/stage.sh --gst126` (--gst128)
 # (.gpu-host126/build/bench) on the GStreamer 1.26 (1.28) runtime, set up as
-# `scripts/gpu-tests.sh --gst126` sets it up.
-# usage (repo root, GPU host): scripts/bench-gst-runtime.sh 1.26|1.28 [bench options]
-#   e.g. scripts/bench-gst-runtime.sh 1.28 --gst-cuda --mps both --out bench-13
+# `scripts/gpu-host/tests.sh --gst126` sets it up.
+# usage (repo root, GPU host): scripts/gpu-host/bench.sh 1.26|1.28 [bench options]
+#   e.g. scripts/gpu-host/bench.sh 1.28 --gst-cuda --mps both --out bench-13
 set -u
 case ${1:-} in
   1.26|1.28) nnn=${1/./} ;;

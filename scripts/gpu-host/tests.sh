@@ -1,9 +1,9 @@
 #!/bin/bash
-# Runs every test binary staged by scripts/stage-gpu-host.sh on a GPU host,
+# Runs every test binary staged by scripts/gpu-host/stage.sh on a GPU host,
 # with CUDAIPC_REQUIRE_GPU=1 so that a skipped GPU test fails. With --gst126
 # (--gst128) the same tests run on the staged GStreamer 1.26 (1.28) runtime,
 # with its nvcodec.
-# usage (repo root, GPU host): scripts/gpu-tests.sh [--gst126|--gst128] [LOGDIR] [test-name-filter]
+# usage (repo root, GPU host): scripts/gpu-host/tests.sh [--gst126|--gst128] [LOGDIR] [test-name-filter]
 # CUDAIPC_TEST_TIMEOUT: seconds one test binary may run (default 900).
 # CUDAIPC_TEST_ONLY: names of the test binaries to run (e.g. "gstcuda_interop sink"; the unit tests:
 # "gstcudaipc" of the plugin, "cudaipc_channel" and "cudaipc_transport" of the crates; default all).

@@ -9,7 +9,7 @@ Each configuration runs three processes: a producer
 again with ``--role``: it plays one pipeline and reports frames, timing and
 its own CPU time. Prints a Markdown table.
 
-    GST_PLUGIN_PATH=target/release /usr/bin/python3 scripts/scaling-bench.py \\
+    GST_PLUGIN_PATH=target/release /usr/bin/python3 bench/probes/scaling-bench.py \\
         [--size 640x360] [--frames 600] [--paced-frames 300] [--only NAME] [--fanout]
 
 ``--fanout`` measures a local reader next to an H.264/RTP sender that reads

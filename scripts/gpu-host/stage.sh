@@ -1,15 +1,15 @@
 #!/bin/bash
-# Stages what the GPU host runs (scripts/gpu-tests.sh, the benchmark) into
+# Stages what the GPU host runs (scripts/gpu-host/tests.sh, the benchmark) into
 # .gpu-host: the portable GStreamer 1.22 runtime (once), the release build,
 # stripped so that it travels, and gst-plugins-bad's video parsers
 # (h264parse, for the NVDEC test), which the runtime lacks. With --gst126
 # (--gst128) it also stages a GStreamer 1.26 (1.28) runtime with nvcodec and
 # NVRTC 12 into .gpu-host126 (.gpu-host128) and a copy of the build given
 # that runtime's loader (.gpu-host126/build) for
-# `scripts/gpu-tests.sh --gst126` (--gst128), with the cudaipc Python package
+# `scripts/gpu-host/tests.sh --gst126` (--gst128), with the cudaipc Python package
 # (.gpu-host126/python) for the runtime's Python (PYGI=1 of make-runtime.sh):
 # `$GST_RT/wrap/python3-gi tests/python/gpu_gst_app_check.py`.
-# usage (repo root, this machine): scripts/stage-gpu-host.sh [--gst126] [--gst128]
+# usage (repo root, this machine): scripts/gpu-host/stage.sh [--gst126] [--gst128]
 set -euo pipefail
 versions=()
 for arg in "$@"; do
@@ -33,6 +33,10 @@ if [ ${#versions[@]} -gt 0 ]; then
 fi
 [ -f .gpu-host/gst-runtime.tgz ] || "$shared/make-runtime.sh" .gpu-host
 "$shared/stage-build.sh" .gpu-host >/dev/null
+# The benchmark (bench/) is staged as build/bench; its unit tests (bench-<hash>)
+# need no GPU and stay here.
+rm -f .gpu-host/build/bench-*
+[ -x .gpu-host/build/bench ] || { echo "the benchmark's binary is missing from .gpu-host/build" >&2; exit 1; }
 strip .gpu-host/build/* 2>/dev/null || true
 cp /usr/lib/x86_64-linux-gnu/gstreamer-1.0/libgstvideoparsersbad.so .gpu-host/build/
 for version in "${versions[@]}"; do

@@ -52,10 +52,16 @@ fn run_bench(args: &[&str]) -> Output {
 /// names each row (13b: nvcodec-cudaconvert) and compares the pairs.
 #[test]
 fn replot_draws_a_committed_run_and_names_its_rows() {
-    let csv = repo_file("docs/perf/2025-rows13-h100-gst126.csv");
+    let csv = repo_file("docs/perf/bench-h100-gst126-rows13-run9.csv");
     let png = std::env::temp_dir().join(format!("cudaipc-replot-{}.png", std::process::id()));
     let (csv, png_arg) = (csv.to_str().unwrap(), png.to_str().unwrap());
-    let out = run_bench(&["--replot", csv, png_arg, "--machine", "H100, GStreamer 1.26.2"]);
+    let out = run_bench(&[
+        "--replot",
+        csv,
+        png_arg,
+        "--machine",
+        "H100, GStreamer 1.26.2",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -63,7 +69,8 @@ fn replot_draws_a_committed_run_and_names_its_rows() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("| 13b cudaconvert output > rscudaipc pair > drops | nvcodec-cudaconvert |"),
+        stdout
+            .contains("| 13b cudaconvert output > rscudaipc pair > drops | nvcodec-cudaconvert |"),
         "{stdout}"
     );
     if stderr.contains("no TrueType font found") {
@@ -82,5 +89,8 @@ fn replot_of_a_missing_csv_says_so() {
     let out = run_bench(&["--replot", "/nonexistent/bench.csv", "/tmp/unused.png"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot read /nonexistent/bench.csv"), "{stderr}");
+    assert!(
+        stderr.contains("cannot read /nonexistent/bench.csv"),
+        "{stderr}"
+    );
 }

@@ -17,10 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{
-    Finished, Launch, assert_no_glib_complaints, checked, example, plugin_dir, repo_file,
-    start_program, unique_channel,
-};
+use common::{Finished, Launch, example, plugin_dir, repo_file, start_program, unique_channel};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);

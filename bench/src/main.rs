@@ -34,9 +34,9 @@
 //! The code, by concern: `options` (the command line), `run` (the rows of
 //! a run, MPS off and on), `roles` and `procs` (the child processes and
 //! what each runs), `measure` (a row from its processes' `RESULT` lines),
-//! `rows/` (one module per family: `two_process` rows 1-6, `paced` row 8,
+//! `rows/` (one module per family: `two_process` rows 1-6, `wait_modes` row 8,
 //! `viewer` rows 9, `gstcuda` rows 13, `streams` rows 14, `python` rows 15,
-//! `pace` rows 16), `names` (each row id's descriptive name) and `report/`
+//! `own_pace` rows 16), `names` (each row id's descriptive name) and `report/`
 //! (the table, the CSV and the plot; `--replot`). docs/performance.md says
 //! what each row measures and what to expect.
 //!

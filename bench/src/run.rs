@@ -7,7 +7,7 @@
 use crate::measure::{Mps, Row};
 use crate::options::{Options, gst_cuda_wanted};
 use crate::report::{self, machine_description, print_row, print_table, write_csv};
-use crate::rows::{gstcuda, pace, paced, python, streams, two_process, viewer};
+use crate::rows::{gstcuda, own_pace, python, streams, two_process, viewer, wait_modes};
 
 pub fn run_benchmark(o: &Options) -> i32 {
     gst::init().unwrap();
@@ -101,15 +101,20 @@ fn gpu_rows_under(o: &Options, env: &[(String, String)], mps: bool, rows: &mut V
     keep(rows, viewer::viewer_rows(o, env, true), mps, false);
     keep(rows, streams::streams_rows(o, env, true), mps, false);
     let python_every = python_consumer_fps(rows, mps);
-    keep(rows, pace::pace_rows(o, env, true, python_every), mps, true);
-    keep(rows, paced::paced_rows(o, true, env), mps, true);
+    keep(
+        rows,
+        own_pace::pace_rows(o, env, true, python_every),
+        mps,
+        true,
+    );
+    keep(rows, wait_modes::paced_rows(o, true, env), mps, true);
 }
 
 /// The rows on the host transport (320x240, no GPU work).
 fn host_run(o: &Options) -> Vec<Row> {
     let mut rows = Vec::new();
-    let mut measured = gstcuda::host_rows(o);
-    measured.extend(paced::paced_rows(o, false, &[]));
+    let mut measured = two_process::host_rows(o);
+    measured.extend(wait_modes::paced_rows(o, false, &[]));
     for row in &mut measured {
         row.frame_bytes = (320 * 240 * 3) as f64;
     }
@@ -131,7 +136,7 @@ fn host_run(o: &Options) -> Vec<Row> {
     let python_every = python_consumer_fps(&rows, false);
     keep(
         &mut rows,
-        pace::pace_rows(o, &[], false, python_every),
+        own_pace::pace_rows(o, &[], false, python_every),
         false,
         true,
     );

@@ -5,12 +5,12 @@
 
 pub mod copy;
 pub mod gstcuda;
-pub mod pace;
-pub mod paced;
+pub mod own_pace;
 pub mod python;
 pub mod streams;
 pub mod two_process;
 pub mod viewer;
+pub mod wait_modes;
 
 /// A channel name of this run: `bench-<tag>-<pid>`.
 pub fn channel(tag: &str) -> String {

@@ -378,3 +378,44 @@ fn system_memory_rows(pairs: &Pairs) -> Vec<Row> {
         ),
     ]
 }
+
+/// Without a GPU (CI): rows 3, 4, 5 and 5d's pipelines on the host transport, small
+/// frames, so that the benchmark cannot rot. Figures are not asserted.
+pub fn host_rows(o: &Options) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let total = o.frames + o.warmup;
+    let source = format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=RGB,width=320,height=240,framerate=0/1 ! imagefreeze num-buffers={total}"
+    );
+    let configs = [
+        (
+            "3 seed: slots=1 spin (host transport)",
+            "slots=1 wait-mode=spin",
+            "wait-mode=spin",
+        ),
+        (
+            "4 seed with sleep wait (host transport)",
+            "slots=1 wait-mode=sleep",
+            "wait-mode=sleep",
+        ),
+        ("5 default (host transport)", "", ""),
+        // The same over a descriptor channel: only the attach differs.
+        (
+            "5d descriptor channel, ipc-mode=fd (host transport)",
+            "ipc-mode=fd",
+            "",
+        ),
+    ];
+    for (config, sink_props, src_props) in configs {
+        let ch = channel(&format!("host{}", rows.len()));
+        rows.push(two_process(
+            config,
+            &format!("{source} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false {sink_props}"),
+            &format!("rscudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
+            o.warmup,
+            &[],
+            None,
+        ));
+    }
+    rows
+}

@@ -35,7 +35,7 @@ for line in sys.stdin:
     exe = m.get("executable")
     if exe and m.get("profile", {}).get("test"):
         shutil.copy2(exe, os.path.join(out, "test-" + m["target"]["name"]))
-    elif exe and kind == "example":
+    elif exe and kind in ("example", "bin"):
         shutil.copy2(exe, os.path.join(out, m["target"]["name"]))
     elif "cdylib" in m["target"]["kind"]:
         for f in m["filenames"]:

@@ -46,8 +46,6 @@ leftover=$(find "$prefix" -name libgstcudaipc.so)
 [ -z "$leftover" ] || { echo "uninstall left $leftover" >&2; exit 1; }
 [ ! -e "$prefix/usr/lib" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
 rm -rf "$prefix"
-if [ -f examples/bench.rs ]; then
-  echo "== benchmark smoke run (host transport, figures not asserted)"
-  cargo run --quiet --release --example bench -- --smoke --out target/bench-smoke
-fi
+echo "== benchmark smoke run (host transport, figures not asserted)"
+cargo run --quiet --release -p cudaipc-bench -- --smoke --out target/bench-smoke
 echo "== all tests passed"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MPL-2.0
-"""The Python consumer of the benchmark's rows 15 and 16 (examples/bench.rs):
+"""The Python consumer of the benchmark's rows 15 and 16 (bench/):
 takes every frame of a channel through DLPack and releases it, and prints
 one ``RESULT measured=N seconds=S cpu_s=C frames=F`` line as the
 benchmark's own processes do (the clock starts at the warm-up's last frame).

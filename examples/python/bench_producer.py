@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MPL-2.0
-"""The Python producer of the benchmark's row 15p (examples/bench.rs):
+"""The Python producer of the benchmark's row 15p (bench/):
 publishes RGB frames into a channel that ``rscudaipcsrc`` reads, and
 prints one ``RESULT seconds=S cpu_s=C frames=F`` line as the benchmark's
 own processes do.

@@ -31,7 +31,7 @@
 # $GST_RT/wrap/python3-gi, which starts it through the runtime's loader, importing the runtime's
 # GStreamer (`gi.require_version('Gst', '1.0')`) and the plugin of GST_PLUGIN_PATH; packages of
 # your own go on PYTHONPATH (`pip install --target`, or an unzipped wheel); DIR/python comes first
-# (scripts/stage-gpu-host.sh unpacks the cudaipc abi3 wheel there).
+# (scripts/gpu-host/stage.sh unpacks the cudaipc abi3 wheel there).
 # Proven on the H200 host (1.26): the plugin built on Debian 12 loads and
 # passes 4K frames between two gst-launch-1.0 processes, with nvcodec's
 # cudaupload/cudadownload, and upstream's cudaipc elements run beside it.
@@ -128,7 +128,7 @@ for b in bin/gst-launch-1.0 bin/gst-inspect-1.0 bin/gst-device-monitor-1.0 bin/g
 done
 if [ -d $GST_RT/root/python ]; then
   # The runtime's Python with PyGObject. Packages of your own go on PYTHONPATH, after
-  # DIR/python (the cudaipc package that scripts/stage-gpu-host.sh puts there).
+  # DIR/python (the cudaipc package that scripts/gpu-host/stage.sh puts there).
   _py=$(cd $GST_RT/root/python/bin && echo python3.*)
   printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} PYTHONHOME=%s GI_TYPELIB_PATH=%s exec %s --library-path %s %s "$@"\n' \
     "$_gh/python" "$GST_RT/root/python" "$GST_RT/root/python/girepository-1.0" "$GST_RT_LOADER" \

@@ -17,10 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{
-    Finished, Launch, assert_no_glib_complaints, checked, example, plugin_dir, repo_file,
-    start_program, unique_channel,
-};
+use common::{Finished, Launch, example, plugin_dir, repo_file, start_program, unique_channel};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIZE: (u32, u32) = (160, 120);
@@ -458,44 +455,4 @@ fn gpu_publisher_and_readers_share_device_memory() {
             }
         }
     }
-}
-
-/// `bench --replot` redraws the plot of a committed run from its CSV alone,
-/// titled with the machine given; a CSV that is not there is an error, not
-/// a panic.
-#[test]
-fn bench_redraws_a_plot_from_a_csv() {
-    let csv = repo_file("docs/perf/bench-h100-gst126-rows13-run9.csv");
-    let png = std::env::temp_dir().join(format!("cudaipc-replot-{}.png", std::process::id()));
-    let out = checked(&mut Command::new(example("bench")))
-        .arg("--replot")
-        .arg(&csv)
-        .arg(&png)
-        .args(["--machine", "H100, GStreamer 1.26.2"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_no_glib_complaints("bench --replot", &stderr);
-    assert!(
-        stdout.contains("13b MPS on, consumer drops: this pair 19981 FPS = 12.47x upstream import"),
-        "{stdout}"
-    );
-    if stderr.contains("no TrueType font found") {
-        eprintln!("SKIPPED (the plot): no font to draw with");
-        return;
-    }
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let image = std::fs::read(&png).expect("the plot is written");
-    assert_eq!(&image[1..4], b"PNG");
-    let _ = std::fs::remove_file(&png);
-    let missing = checked(&mut Command::new(example("bench")))
-        .args(["--replot", "/nonexistent/bench.csv"])
-        .arg(&png)
-        .output()
-        .unwrap();
-    assert_eq!(missing.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/bench.csv")
-    );
 }

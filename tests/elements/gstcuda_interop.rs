@@ -478,7 +478,7 @@ fn frames_nvdec_decodes_reach_another_process_unchanged() {
         || gst::ElementFactory::find("h264parse").is_none()
     {
         // h264parse is in gst-plugins-bad's videoparsersbad, which the
-        // GPU host's runtime gets from scripts/stage-gpu-host.sh.
+        // GPU host's runtime gets from scripts/gpu-host/stage.sh.
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),

@@ -30,7 +30,7 @@ channel B, which a second gst-launch-1.0 checks:
 GST_PLUGIN_PATH must point at the plugin and PYTHONPATH at the cudaipc
 package if it is not installed: on the GPU host, .gpu-host126/env126.sh
 sets the first and python3-gi puts .gpu-host126/python (staged by
-scripts/stage-gpu-host.sh --gst126) on sys.path.
+scripts/gpu-host/stage.sh --gst126) on sys.path.
 """
 
 import argparse

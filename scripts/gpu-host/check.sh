@@ -1,0 +1,90 @@
+#!/bin/bash
+# One device call's worth of checks on the GPU host, for a session whose
+# device time is short. Output: a summary on stdout, logs in $OUT (or
+# /tmp/gpu-check) as logs.tgz, bench tables and plots beside them.
+# usage (repo root, GPU host, after staging with scripts/gpu-host/stage.sh --gst126 [--gst128]):
+#   scripts/gpu-host/check.sh [STEP...]
+# steps (default: tests126 tests122 bench126 bench122, in this order):
+#   tests126      gstcuda_interop and sink tests on GStreamer 1.26 (with the
+#                 sink's lending debug lines); tests128 the same on 1.28
+#   all126        every test binary on GStreamer 1.26 (faults, soak included);
+#                 all128 on 1.28
+#   fd122         descriptor channels on the cuda transport on 1.22 (unit tests,
+#                 descriptor_channels, faults)
+#   tests122      gstcuda_interop, ipc_elements, cross_process on 1.22
+#   bench126=R    bench rows R (default 13a,13b) on 1.26, MPS off and on;
+#                 bench128=R on 1.28
+#   bench122=R    bench rows R (default 5,5d) on 1.22, MPS off and on (BENCH_MPS,
+#                 BENCH_FRAMES override)
+#   nvdec126=N    gstcuda_interop's NVDEC test N times (default 10) in a row on
+#                 1.26, and how many passed; nvdec128=N on 1.28
+set -u
+out=${OUT:-/tmp/gpu-check}
+mkdir -p "$out/logs"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+export GST_DEBUG_NO_COLOR=1
+[ $# -gt 0 ] || set -- tests126 tests122 bench126 bench122
+# Consumers of another user (nobody: tests, bench rows 5u/5du) must reach
+# the builds and runtimes.
+d=$(pwd); while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
+chmod -R o+rX .gpu-host .gpu-host126 .gpu-host128 2>/dev/null
+for step in "$@"; do
+  rows=${step#*=}
+  case $step in
+    tests126|tests128)
+      v=${step#tests}
+      echo "== GStreamer ${v:0:1}.${v:1}: gstcuda_interop, sink"
+      CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="elements:gstcuda_interop elements:sink" \
+        timeout 330 scripts/gpu-host/tests.sh --gst$v "$out/logs/t$v" 2>&1 | tail -40 ;;
+    all126|all128)
+      v=${step#all}
+      echo "== GStreamer ${v:0:1}.${v:1}: every test binary"
+      CUDAIPC_TEST_TIMEOUT=300 timeout 520 scripts/gpu-host/tests.sh --gst$v "$out/logs/a$v" 2>&1 | tail -60 ;;
+    nvdec122*|nvdec126*|nvdec128*)
+      [ "$rows" != "$step" ] || rows=10
+      v=${step%%=*}; v=${v#nvdec}
+      runtime=--gst$v; [ "$v" = 122 ] && runtime=
+      test=frames_nvdec_decodes_reach_another_process_unchanged
+      echo "== GStreamer ${v:0:1}.${v:1}: $test, $rows times"
+      passed=0
+      for i in $(seq "$rows"); do
+        # Passed: exactly this test ran and passed (a skip fails under
+        # CUDAIPC_REQUIRE_GPU).
+        if CUDAIPC_TEST_TIMEOUT=120 CUDAIPC_TEST_ONLY=elements \
+            scripts/gpu-host/tests.sh $runtime "$out/logs/nvdec$v-$i" "$test" >"$out/logs/nvdec$v-$i.txt" 2>&1 \
+            && grep -q "1 passed; 0 failed" "$out/logs/nvdec$v-$i.txt"; then
+          passed=$((passed + 1))
+        else
+          echo "run $i failed:"; grep -E "rc=|panicked|SKIPPED" "$out/logs/nvdec$v-$i.txt" | sed -n 1,6p
+        fi
+      done
+      echo "nvdec on ${v:0:1}.${v:1}: $passed of $rows passed" ;;
+    fd122)
+      echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, descriptor_channels, faults)"
+      CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport processes_and_channels:descriptor_channels hostile_and_faults:faults" \
+        timeout 400 scripts/gpu-host/tests.sh "$out/logs/fd122" 2>&1 | tail -30
+      grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log | sort | uniq -c ;;
+    tests122)
+      echo "== GStreamer 1.22: gstcuda_interop, ipc_elements, cross_process"
+      CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="elements:gstcuda_interop elements:ipc_elements processes_and_channels:cross_process" \
+        timeout 330 scripts/gpu-host/tests.sh "$out/logs/t122" 2>&1 | tail -20 ;;
+    bench126*|bench128*)
+      [ "$rows" != "$step" ] || rows=13a,13b
+      v=${step%%=*}; v=${v#bench}
+      echo "== bench rows $rows on ${v:0:1}.${v:1} (MPS off, on)"
+      timeout 300 scripts/gpu-host/bench.sh "${v:0:1}.${v:1}" --rows "$rows" --mps both --gst-cuda-seconds 2 \
+        --out "$out/bench$v" 2>&1 | grep -E "^\| *1|^1[0-9]|x upstream" | cut -c1-220 ;;
+    bench122*)
+      [ "$rows" != "$step" ] || rows=5,5d
+      echo "== bench rows $rows on 1.22 (MPS off, on)"
+      # BENCH_MPS=off for rows with a consumer of another user (5u, 5du): an
+      # MPS server serves one user, and another user's client waits for it.
+      mkdir -p "$out/logs"
+      ( source .gpu-host/env.sh >/dev/null; timeout 280 .gpu-host/build/bench --rows "$rows" \
+          --frames "${BENCH_FRAMES:-20000}" --mps "${BENCH_MPS:-both}" --out "$out/bench122-$rows" 2>&1 \
+          | tee "$out/logs/bench122-$rows.log" | grep -E "^\| *[0-9]" | cut -c1-220 ) ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo quit | nvidia-cuda-mps-control 2>/dev/null
+(cd "$out" && tar czf "logs-$(date +%s).tgz" logs && rm -rf logs)

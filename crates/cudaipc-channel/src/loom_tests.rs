@@ -21,7 +21,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::AtomicU64;
 use loom::thread;
 
-use crate::layout::{SEQ_WRITING, queue_entry_kind, queue_entry_seq};
+use crate::layout::{SEQ_WRITING, queue_entry, queue_entry_kind, queue_entry_seq};
 use crate::protocol::{
     Word, claim_slot, hold_slot, load_published, load_queue_entry, publish_frame, read_seqlocked,
     release_slot, write_seqlocked,
@@ -179,50 +179,110 @@ fn loom_seqlock_without_fences_tears() {
     assert!(message.contains("torn"), "{message}");
 }
 
-/// One slot of a channel: its record's words and its contents.
-struct Slot<W> {
+/// A slot record (`size` stands for every metadata word) and the slot's
+/// contents.
+struct Record<W> {
     seq: W,
     holders: W,
     size: W,
-    queue_entry: W,
-    published: W,
     contents: UnsafeCell<u64>,
 }
 
-impl<W: ModelWord> Slot<W> {
-    /// A slot whose record holds item `seq`, `published` items so far.
-    fn new(seq: u64, contents: u64, published: u64) -> Self {
-        Slot {
-            seq: W::new(seq),
-            holders: W::new(0),
-            size: W::new(contents),
-            queue_entry: W::new(0),
-            published: W::new(published),
-            contents: UnsafeCell::new(contents),
+/// A channel reduced to what the steps touch: slot records, the queue and
+/// `published`.
+struct Channel<W> {
+    records: Vec<Record<W>>,
+    queue: Vec<W>,
+    published: W,
+}
+
+/// Queue entries of the models: more than any model publishes, so an entry
+/// is never overwritten.
+const MODEL_QUEUE_LEN: u64 = 4;
+
+impl<W: ModelWord> Channel<W> {
+    /// `slots` empty slots; with `frame_one`, items 0 and 1 published, item
+    /// 1 (contents 1) still in slot 0.
+    fn new(slots: usize, frame_one: bool) -> Self {
+        let records = (0..slots)
+            .map(|i| {
+                let (seq, contents) = match (i, frame_one) {
+                    (0, true) => (1, 1),
+                    _ => (SEQ_WRITING, 0),
+                };
+                Record {
+                    seq: W::new(seq),
+                    holders: W::new(0),
+                    size: W::new(contents),
+                    contents: UnsafeCell::new(contents),
+                }
+            })
+            .collect();
+        Channel {
+            records,
+            queue: (0..MODEL_QUEUE_LEN)
+                .map(|seq| {
+                    W::new(if frame_one && seq < 2 {
+                        queue_entry(seq, 0)
+                    } else {
+                        0
+                    })
+                })
+                .collect(),
+            published: W::new(if frame_one { 2 } else { 0 }),
         }
     }
 
-    /// The producer's part of a frame: contents and metadata (`size` stands
-    /// for every metadata word), then the publication of item `seq`.
-    fn write_and_publish(&self, seq: u64, contents: u64) {
+    /// The producer's side of item `seq`: claims a slot (from `first` on;
+    /// none free: the frame is dropped), writes contents and metadata
+    /// (both `seq`), publishes.
+    fn produce(&self, seq: u64, first: usize) -> bool {
+        let count = self.records.len();
+        let Some(slot) = (0..count).map(|k| (first + k) % count).find(|&i| {
+            let record = &self.records[i];
+            claim_slot(&record.seq, &record.holders, record.seq.load(SeqCst))
+        }) else {
+            return false;
+        };
+        let record = &self.records[slot];
         // SAFETY: loom's cell; loom fails the model if a consumer's read
         // of it is not ordered with this write.
-        self.contents.with_mut(|p| unsafe { *p = contents });
-        self.size.store(contents, Relaxed);
-        publish_frame(&self.seq, &self.queue_entry, &self.published, seq, 0);
+        record.contents.with_mut(|p| unsafe { *p = seq });
+        record.size.store(seq, Relaxed);
+        publish_frame(
+            &record.seq,
+            &self.queue[(seq % MODEL_QUEUE_LEN) as usize],
+            &self.published,
+            seq,
+            slot as u64,
+        );
+        true
     }
 
-    /// A consumer's read of a held slot: metadata and contents agree.
-    fn read_held(&self) -> u64 {
+    /// A consumer's take of item `target` (below `published`), as
+    /// `Consumer::take` does it: the queue entry, hold, read, release.
+    /// `Some(contents)`: taken; `None`: missed (claimed or overwritten).
+    fn take(&self, target: u64, bit: u64) -> Option<u64> {
+        let entry = load_queue_entry(&self.queue[(target % MODEL_QUEUE_LEN) as usize]);
+        assert_eq!(
+            queue_entry_seq(entry),
+            target,
+            "a queue entry of another item"
+        );
+        let record = &self.records[queue_entry_kind(entry) as usize];
+        if !hold_slot(&record.holders, &record.seq, bit, target) {
+            return None;
+        }
         // SAFETY: loom's cell; loom fails the model if the producer's write
         // of it is not ordered with this read.
-        let contents = self.contents.with(|p| unsafe { *p });
-        let size = self.size.load(Relaxed);
+        let contents = record.contents.with(|p| unsafe { *p });
         assert_eq!(
-            size, contents,
+            record.size.load(Relaxed),
+            contents,
             "metadata of another frame than the contents"
         );
-        contents
+        release_slot(&record.holders, bit);
+        Some(contents)
     }
 }
 
@@ -230,25 +290,14 @@ impl<W: ModelWord> Slot<W> {
 /// for it: a consumer that sees it published reads its contents and
 /// metadata, all of them.
 fn publish_model<W: ModelWord>() {
-    let slot = Arc::new(Slot::<W>::new(SEQ_WRITING, 0, 0));
+    let channel = Arc::new(Channel::<W>::new(1, false));
     let producer = {
-        let slot = slot.clone();
-        thread::spawn(move || slot.write_and_publish(0, 7))
+        let channel = channel.clone();
+        thread::spawn(move || assert!(channel.produce(0, 0)))
     };
-    if load_published(&slot.published) > 0 {
-        let entry = load_queue_entry(&slot.queue_entry);
-        assert_eq!(
-            queue_entry_seq(entry),
-            0,
-            "a queue entry older than published"
-        );
-        assert_eq!(queue_entry_kind(entry), 0);
-        assert!(
-            hold_slot(&slot.holders, &slot.seq, 1, 0),
-            "a published frame that is not in its slot"
-        );
-        assert_eq!(slot.read_held(), 7);
-        release_slot(&slot.holders, 1);
+    if load_published(&channel.published) > 0 {
+        let taken = channel.take(0, 1);
+        assert_eq!(taken, Some(0), "a published frame that is not in its slot");
     }
     producer.join().unwrap();
 }
@@ -263,7 +312,8 @@ fn loom_publish_with_relaxed_orderings_shows_stale_frames() {
     let message = check_fails(publish_model::<Weakened<ALL_RELAXED>>);
     assert!(
         message.contains("Causality violation")
-            || message.contains("metadata of another frame")
+            || message.contains("another item")
+            || message.contains("another frame")
             || message.contains("not in its slot"),
         "{message}"
     );
@@ -274,23 +324,18 @@ fn loom_publish_with_relaxed_orderings_shows_stale_frames() {
 /// producer never writes while a consumer reads, and reads released before
 /// a claim are ordered before the write.
 fn claim_model<W: ModelWord>(consumers: u64) {
-    let slot = Arc::new(Slot::<W>::new(1, 1, 2));
+    let channel = Arc::new(Channel::<W>::new(1, true));
     let readers: Vec<_> = (0..consumers)
         .map(|index| {
-            let slot = slot.clone();
+            let channel = channel.clone();
             thread::spawn(move || {
-                let bit = 1 << index;
-                if hold_slot(&slot.holders, &slot.seq, bit, 1) {
-                    assert_eq!(slot.read_held(), 1, "read a frame being written");
-                    release_slot(&slot.holders, bit);
+                if let Some(contents) = channel.take(1, 1 << index) {
+                    assert_eq!(contents, 1, "read a frame being written");
                 }
             })
         })
         .collect();
-    let old_seq = slot.seq.load(SeqCst);
-    if claim_slot(&slot.seq, &slot.holders, old_seq) {
-        slot.write_and_publish(2, 2);
-    }
+    channel.produce(2, 0);
     for reader in readers {
         reader.join().unwrap();
     }
@@ -320,6 +365,52 @@ fn loom_claim_with_relaxed_orderings_writes_under_a_reader() {
     let message = check_fails(|| claim_model::<Weakened<ALL_RELAXED>>(1));
     assert!(
         message.contains("Causality violation") || message.contains("being written"),
+        "{message}"
+    );
+}
+
+/// A ring of two slots: the producer publishes items 0, 1, 2, taking any
+/// slot nobody holds (as with `when-full=drop`), while a consumer of the
+/// latest frame takes the newest item twice. Whatever it takes is whole:
+/// the contents and metadata of the item it asked for, never a slot being
+/// written, never an older frame left in a reused slot.
+fn ring_model<W: ModelWord>() {
+    let channel = Arc::new(Channel::<W>::new(2, false));
+    let producer = {
+        let channel = channel.clone();
+        thread::spawn(move || {
+            let mut seq = 0;
+            for first in 0..3 {
+                if channel.produce(seq, first % 2) {
+                    seq += 1;
+                }
+            }
+        })
+    };
+    for _ in 0..2 {
+        let published = load_published(&channel.published);
+        if published > 0 {
+            let target = published - 1;
+            if let Some(contents) = channel.take(target, 1) {
+                assert_eq!(contents, target, "took another item than asked");
+            }
+        }
+    }
+    producer.join().unwrap();
+}
+
+#[test]
+fn loom_ring_latest_consumer_takes_whole_frames() {
+    check(ring_model::<AtomicU64>);
+}
+
+#[test]
+fn loom_ring_with_relaxed_orderings_takes_broken_frames() {
+    let message = check_fails(ring_model::<Weakened<ALL_RELAXED>>);
+    assert!(
+        message.contains("Causality violation")
+            || message.contains("another item")
+            || message.contains("another frame"),
         "{message}"
     );
 }

@@ -104,8 +104,9 @@ pub(crate) fn publish_frame<W: Word>(
 /// at its queue entry.
 pub(crate) fn publish_entry<W: Word>(queue_entry: &W, published: &W, seq: u64, kind: u64) {
     queue_entry.store(crate::layout::queue_entry(seq, kind), Ordering::Release);
-    // SeqCst, not just Release: `wait::notify` then reads the sleeper count,
-    // and a consumer going to sleep announces itself before it reads this.
+    // SeqCst, not just Release: a consumer attaching stores its record's
+    // state, then reads this; the producer stores this, then reads the
+    // states (docs/protocol.md, `consumers[].state`).
     published.store(seq + 1, Ordering::SeqCst);
 }
 

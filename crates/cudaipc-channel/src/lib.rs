@@ -12,12 +12,15 @@ pub mod directory;
 pub mod layout;
 pub mod mapping;
 mod producer;
+mod protocol;
 pub mod shm;
 pub mod socket;
 pub mod stats;
 pub mod wait;
 
 use std::fmt;
+
+use protocol::{read_seqlocked, write_seqlocked};
 
 pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
@@ -383,39 +386,8 @@ impl std::error::Error for ChannelError {
     }
 }
 
-/// Reads fields guarded by a seqlock; `read` must only do loads.
-fn read_seqlocked<T>(
-    lock: &std::sync::atomic::AtomicU64,
-    mut read: impl FnMut() -> T,
-) -> Option<T> {
-    use std::sync::atomic::{Ordering, fence};
-    for attempt in 0..10_000u32 {
-        let before = lock.load(Ordering::Acquire);
-        if before % 2 == 0 {
-            let value = read();
-            fence(Ordering::Acquire);
-            if lock.load(Ordering::Relaxed) == before {
-                return Some(value);
-            }
-        }
-        if attempt > 100 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    None
-}
-
-/// Runs `write` with the seqlock held (odd).
-fn write_seqlocked(lock: &std::sync::atomic::AtomicU64, write: impl FnOnce()) {
-    use std::sync::atomic::{Ordering, fence};
-    lock.fetch_add(1, Ordering::Relaxed);
-    fence(Ordering::Release);
-    write();
-    lock.fetch_add(1, Ordering::Release);
-}
-
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

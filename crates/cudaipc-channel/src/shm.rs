@@ -304,6 +304,39 @@ impl SharedFile {
         }
     }
 
+    /// Like [`create_exclusive`](Self::create_exclusive), but in `dir` and
+    /// without a name (O_TMPFILE) until [`link_unnamed`] gives it one: a
+    /// process killed meanwhile leaves nothing behind. `label` names it in
+    /// messages. `Ok(None)` where the folder's file system has no O_TMPFILE
+    /// or /proc, through which it is linked, is not mounted.
+    pub fn create_unnamed(
+        dir: &Path,
+        label: &Path,
+        size: usize,
+        mode: u32,
+    ) -> io::Result<Option<Self>> {
+        use rustix::fs::{Mode, OFlags};
+        use rustix::io::Errno;
+        if !Path::new("/proc/self/fd").is_dir() {
+            return Ok(None);
+        }
+        let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+        let file = match rustix::fs::open(dir, flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => File::from(fd),
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        // The umask may have cleared bits the caller asked for.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        reserve_space(&file, label, size)?;
+        let map = SharedMapping::map(&file, None, true)?;
+        Ok(Some(Self {
+            file,
+            map,
+            path: label.to_owned(),
+        }))
+    }
+
     /// Anonymous shared memory (a memfd) of `size` bytes, reserved and
     /// zeroed, then sealed so that nobody can shrink or grow it; `label`
     /// names it in messages.
@@ -391,6 +424,22 @@ impl SharedFile {
 pub fn link_exclusive(from: &Path, to: &Path) -> io::Result<()> {
     // link(2) never follows `from` if it is a symbolic link.
     std::fs::hard_link(from, to)
+}
+
+/// Gives a file of [`SharedFile::create_unnamed`] its name atomically;
+/// fails with AlreadyExists.
+pub fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
+    // linkat of the descriptor itself (AT_EMPTY_PATH) needs a capability;
+    // through /proc any process may link a file it holds open.
+    let by_descriptor = format!("/proc/self/fd/{}", file.as_raw_fd());
+    rustix::fs::linkat(
+        rustix::fs::CWD,
+        by_descriptor.as_str(),
+        rustix::fs::CWD,
+        to,
+        rustix::fs::AtFlags::SYMLINK_FOLLOW,
+    )?;
+    Ok(())
 }
 
 // Open-file-description locks on single bytes stay with libc's fcntl:

@@ -769,3 +769,25 @@ fn a_taken_frame_keeps_its_pool_and_caps_when_both_are_replaced_at_once() {
     );
     assert_eq!(c.frames_missed(), 0);
 }
+
+#[test]
+fn a_control_block_has_no_name_until_it_is_linked() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = shm::shm_dir().join(unique_channel("unnamed"));
+    std::fs::create_dir(&dir).unwrap();
+    let name = dir.join("cudaipc-block");
+    let block = shm::SharedFile::create_unnamed(&dir, &name, control_size(), 0o640)
+        .unwrap()
+        .expect("the shm folder's file system (tmpfs) has O_TMPFILE");
+    // A producer killed now would leave nothing in the folder.
+    let names = || std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(names(), 0, "a block under construction has a name");
+    shm::link_unnamed(&block.file, &name).unwrap();
+    assert!(block.is_linked_at_path(), "the name is not the block's");
+    let mode = std::fs::metadata(&name).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o640);
+    let again = shm::link_unnamed(&block.file, &name).unwrap_err();
+    assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+    assert_eq!(names(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,8 +10,8 @@ use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
 use super::{
-    ChannelError, ConsumerMode, Corruption, IpcMode, ProducerGone, Seqlocked, read_seqlocked,
-    write_seqlocked,
+    ChannelError, ConsumerMode, Corruption, IpcMode, ProducerGone, Seqlocked, protocol,
+    read_seqlocked, write_seqlocked,
 };
 
 mod attach;
@@ -138,7 +138,7 @@ impl ReleaseHandle {
             return;
         }
         let h = control_header(&self.shared);
-        h.slots[slot].holders.fetch_and(!self.bit, Ordering::SeqCst);
+        protocol::release_slot(&h.slots[slot].holders, self.bit);
         wait::notify(&h.release_futex, &h.producer_sleepers);
     }
 }
@@ -418,7 +418,7 @@ impl Consumer {
     pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
         loop {
             self.check_intact()?;
-            let published = self.header().published.load(Ordering::Acquire);
+            let published = protocol::load_published(&self.header().published);
             if published <= self.cursor {
                 self.validate_published(published)?;
                 return Ok(None);
@@ -450,7 +450,7 @@ impl Consumer {
         if !self.config.refuse_self_wait || self.slot_count == 0 {
             return Ok(());
         }
-        if self.header().published.load(Ordering::Acquire) > self.cursor {
+        if protocol::load_published(&self.header().published) > self.cursor {
             return Ok(());
         }
         let held = self.held_count();
@@ -517,7 +517,7 @@ impl Consumer {
                 if shared.is_broken() {
                     return Err(ChannelError::Truncated(shared.path.clone()));
                 }
-                let p = h.published.load(Ordering::Acquire);
+                let p = protocol::load_published(&h.published);
                 // Going backwards is returned too, to be reported as corruption.
                 Ok((p > cursor || p < last_published).then_some(p))
             },
@@ -549,7 +549,7 @@ impl Consumer {
             target = published - 1;
         }
         let skipped = target - self.cursor;
-        let entry = h.queue[target as usize % QUEUE_LEN].load(Ordering::Acquire);
+        let entry = protocol::load_queue_entry(&h.queue[target as usize % QUEUE_LEN]);
         let entry_seq = queue_entry_seq(entry);
         if entry_seq != target {
             if entry_seq < target {
@@ -579,9 +579,7 @@ impl Consumer {
             }));
         }
         let slot_record = &h.slots[slot];
-        slot_record.holders.fetch_or(self.bit, Ordering::SeqCst);
-        if slot_record.seq.load(Ordering::SeqCst) != target {
-            slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
+        if !protocol::hold_slot(&slot_record.holders, &slot_record.seq, self.bit, target) {
             wait::notify(&h.release_futex, &h.producer_sleepers);
             self.advance(target + 1, skipped + 1);
             return Ok(None);
@@ -598,13 +596,13 @@ impl Consumer {
             Ok(Some(frame)) => frame,
             Ok(None) => {
                 // Its pool was replaced under it: gone like an overwritten one.
-                slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
+                protocol::release_slot(&slot_record.holders, self.bit);
                 wait::notify(&h.release_futex, &h.producer_sleepers);
                 self.advance(target + 1, skipped + 1);
                 return Ok(None);
             }
             Err(e) => {
-                slot_record.holders.fetch_and(!self.bit, Ordering::SeqCst);
+                protocol::release_slot(&slot_record.holders, self.bit);
                 return Err(e);
             }
         };

@@ -21,18 +21,67 @@ impl Producer {
         }
         let path = shm::control_path(&config.channel);
         let session = shm::random_u64();
-        // Built under a private name, then linked to the public one, so no
-        // one ever sees a half-initialised or unlocked control block. The
-        // name is random; if another user took it anyway, a fresh one.
+        // Built without a name (or under a private one), then linked to the
+        // public one, so no one ever sees a half-initialised or unlocked
+        // control block.
+        let (mut shared, temp) = Self::create_private_block(&path, &config)?;
+        let remove_temp = || {
+            if let Some(temp) = &temp {
+                let _ = std::fs::remove_file(temp);
+            }
+        };
+        let locked = shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE);
+        if !matches!(locked, Ok(true)) {
+            remove_temp();
+            return Err(match locked {
+                Err(e) => ChannelError::io("cannot lock the control block", e),
+                Ok(_) => ChannelError::Corrupt(crate::Corruption::FreshBlockLocked),
+            });
+        }
+        init_header(control_header(&shared), &config, session);
+        let claimed = Self::claim_name(
+            || match &temp {
+                Some(temp) => shm::link_exclusive(temp, &path),
+                None => shm::link_unnamed(&shared.file, &path),
+            },
+            &path,
+            &config.channel,
+        );
+        remove_temp();
+        claimed?;
+        shared.path = path;
+        Ok(Self::with_block(shared, config, session, None))
+    }
+
+    /// A control block not yet under its public name `path`: a file without
+    /// a name (O_TMPFILE), which a producer killed before linking it leaves
+    /// nowhere; where the shm folder's file system cannot, a file under a
+    /// random private name, returned too (left behind by such a kill).
+    fn create_private_block(
+        path: &std::path::Path,
+        config: &ProducerConfig,
+    ) -> Result<(SharedFile, Option<std::path::PathBuf>), ChannelError> {
+        let dir = shm::shm_dir();
+        match SharedFile::create_unnamed(&dir, path, control_size(), config.permissions) {
+            Ok(Some(shared)) => return Ok((shared, None)),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(ChannelError::io(
+                    format!("cannot create a control block in {}", dir.display()),
+                    e,
+                ));
+            }
+        }
+        // The name is random; if another user took it anyway, a fresh one.
         let mut attempt = 0;
-        let (temp, mut shared) = loop {
-            let temp = shm::shm_dir().join(format!(
+        loop {
+            let temp = dir.join(format!(
                 ".cudaipc-new-{}-{:016x}",
                 std::process::id(),
                 shm::random_u64()
             ));
             match SharedFile::create_exclusive(&temp, control_size(), config.permissions) {
-                Ok(shared) => break (temp, shared),
+                Ok(shared) => return Ok((shared, Some(temp))),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
                     attempt += 1;
                 }
@@ -43,21 +92,7 @@ impl Producer {
                     ));
                 }
             }
-        };
-        let locked = shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE);
-        if !matches!(locked, Ok(true)) {
-            let _ = std::fs::remove_file(&temp);
-            return Err(match locked {
-                Err(e) => ChannelError::io("cannot lock the control block", e),
-                Ok(_) => ChannelError::Corrupt(crate::Corruption::FreshBlockLocked),
-            });
         }
-        init_header(control_header(&shared), &config, session);
-        let claimed = Self::claim_name(&temp, &path, &config.channel);
-        let _ = std::fs::remove_file(&temp);
-        claimed?;
-        shared.path = path;
-        Ok(Self::with_block(shared, config, session, None))
     }
 
     fn with_block(
@@ -139,12 +174,12 @@ impl Producer {
     }
 
     fn claim_name(
-        temp: &std::path::Path,
+        link: impl Fn() -> std::io::Result<()>,
         path: &std::path::Path,
         channel: &str,
     ) -> Result<(), ChannelError> {
         for _ in 0..16 {
-            match shm::link_exclusive(temp, path) {
+            match link() {
                 Ok(()) => {
                     // Data files of earlier producers of this name are orphans now.
                     shm::remove_data_files(channel);

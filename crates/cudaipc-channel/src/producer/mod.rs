@@ -7,7 +7,7 @@ use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
-use super::{ChannelError, IpcMode, write_seqlocked};
+use super::{ChannelError, IpcMode, protocol, write_seqlocked};
 
 mod create;
 
@@ -526,11 +526,7 @@ impl Producer {
             return false;
         }
         let slot = &self.header().slots[i];
-        // Mark first, then look at holders; consumers set their bit first,
-        // then look at the mark. One of the two sides sees the other.
-        slot.seq.store(SEQ_WRITING, Ordering::SeqCst);
-        if slot.holders.load(Ordering::SeqCst) != 0 {
-            slot.seq.store(old_seq, Ordering::SeqCst);
+        if !protocol::claim_slot(&slot.seq, &slot.holders, old_seq) {
             self.reserved.fetch_and(!bit, Ordering::SeqCst);
             return false;
         }
@@ -594,9 +590,13 @@ impl Producer {
         record
             .publish_time_ns
             .store(shm::monotonic_ns(), Ordering::Relaxed);
-        record.seq.store(seq, Ordering::SeqCst);
-        h.queue[seq as usize % QUEUE_LEN].store(queue_entry(seq, slot as u64), Ordering::Release);
-        h.published.store(seq + 1, Ordering::SeqCst);
+        protocol::publish_frame(
+            &record.seq,
+            &h.queue[seq as usize % QUEUE_LEN],
+            &h.published,
+            seq,
+            slot as u64,
+        );
         h.frames_published.fetch_add(1, Ordering::Relaxed);
         self.reserved.fetch_and(!(1u64 << slot), Ordering::SeqCst);
         drop(next_seq);
@@ -610,8 +610,12 @@ impl Producer {
         let mut next_seq = self.publish.lock().unwrap();
         let seq = *next_seq;
         *next_seq += 1;
-        h.queue[seq as usize % QUEUE_LEN].store(queue_entry(seq, QUEUE_EOS), Ordering::Release);
-        h.published.store(seq + 1, Ordering::SeqCst);
+        protocol::publish_entry(
+            &h.queue[seq as usize % QUEUE_LEN],
+            &h.published,
+            seq,
+            QUEUE_EOS,
+        );
         wait::notify(&h.publish_futex, &h.consumer_sleepers);
     }
 

@@ -63,7 +63,13 @@ fn main() {
     let code = match args.get(1).map(String::as_str) {
         Some("--role") => roles::run_role(&args[2..]),
         Some("--replot") => report::replot(&args[2..]),
-        _ => run::run_benchmark(&options::Options::parse(&args[1..])),
+        _ => match options::Options::parse(&args[1..]) {
+            Ok(options) => run::run_benchmark(&options),
+            Err(problem) => {
+                eprintln!("bench: {problem}\n{}", options::USAGE);
+                2
+            }
+        },
     };
     std::process::exit(code);
 }

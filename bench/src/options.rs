@@ -61,7 +61,9 @@ pub fn left_out(config: &str) -> bool {
 }
 
 impl Options {
-    pub fn parse(args: &[String]) -> Self {
+    /// The options of `args`, or what is wrong with them (the caller prints
+    /// it with the usage).
+    pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut o = Options {
             frames: 20_000,
             warmup: 2_000,
@@ -84,35 +86,31 @@ impl Options {
         while i < args.len() {
             let value = args.get(i + 1).cloned().unwrap_or_default();
             match args[i].as_str() {
-                "--frames" => o.frames = value.parse().expect("--frames N"),
-                "--warmup" => o.warmup = value.parse().expect("--warmup N"),
+                "--frames" => o.frames = number("--frames", &value)?,
+                "--warmup" => o.warmup = number("--warmup", &value)?,
                 "--out" => o.out = PathBuf::from(value),
-                "--rows" => rows = Some(value.split(',').map(names::as_id).collect()),
-                "--gst-cuda-seconds" => {
-                    o.gst_cuda_seconds = value.parse().expect("--gst-cuda-seconds S")
-                }
+                "--rows" => rows = Some(row_ids(&value)?),
+                "--gst-cuda-seconds" => o.gst_cuda_seconds = number("--gst-cuda-seconds", &value)?,
                 "--pairs" => o.pairs = value.split(',').map(str::to_string).collect(),
-                "--max-streams" => o.max_streams = value.parse().expect("--max-streams N"),
-                "--streams-seconds" => {
-                    o.streams_seconds = value.parse().expect("--streams-seconds S")
-                }
-                "--live-frames" => o.live_frames = value.parse().expect("--live-frames N"),
-                "--paced-seconds" => o.paced_seconds = value.parse().expect("--paced-seconds N"),
+                "--max-streams" => o.max_streams = number("--max-streams", &value)?,
+                "--streams-seconds" => o.streams_seconds = number("--streams-seconds", &value)?,
+                "--live-frames" => o.live_frames = number("--live-frames", &value)?,
+                "--paced-seconds" => o.paced_seconds = number("--paced-seconds", &value)?,
                 "--consumer-device" => {
-                    o.consumer_device = Some(value.parse().expect("--consumer-device N"))
+                    o.consumer_device = Some(number("--consumer-device", &value)?)
                 }
                 "--slots" => {
                     o.slots = value
                         .split(',')
-                        .map(|s| s.parse().expect("--slots 1,2,4"))
-                        .collect()
+                        .map(|s| number("--slots", s))
+                        .collect::<Result<_, _>>()?
                 }
                 "--mps" => {
                     o.mps = match value.as_str() {
                         "off" => vec![false],
                         "on" => vec![true],
                         "both" => vec![false, true],
-                        _ => panic!("--mps off|on|both"),
+                        _ => return Err(format!("--mps {value}: off, on or both")),
                     }
                 }
                 "--smoke" | "--two-gpu" | "--gst-cuda" => {
@@ -123,18 +121,10 @@ impl Options {
                     continue;
                 }
                 "--help" | "-h" => {
-                    println!(
-                        "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v|NAME,...] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--streams-seconds S] [--live-frames N] [--out DIR] [--smoke]\n\
-                         --rows: row ids or names (bench/src/names.rs, docs/performance.md)\n\
-                         --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
-                         --pairs: in rows 13, only the producer alone, alone with a queue of 32 frames before the consumer's half (queued, not run by default), our pair or upstream's\n\
-                         --rows 9: a slow latest-frame viewer beside four verifying consumers (9a without, 9b with)\n\
-                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)\n\
-                         --rows 16: consumers at their own pace: 16a a live 60 FPS producer and a frames=every consumer, 16b the same and a consumer taking 20 ms a frame, 16r/16c the Python consumer one frame at a time and in batches of 8 (hold=7); --live-frames: frames of 16a/16b after their warm-up of 60 (600)"
-                    );
+                    println!("{USAGE}");
                     std::process::exit(0);
                 }
-                other => panic!("unknown option {other}"),
+                other => return Err(format!("unknown option {other}")),
             }
             i += 2;
         }
@@ -147,7 +137,9 @@ impl Options {
             let _ = ROWS.set(rows);
         }
         if o.streams_seconds <= STREAMS_SETTLE_S {
-            panic!("--streams-seconds must be more than {STREAMS_SETTLE_S}");
+            return Err(format!(
+                "--streams-seconds must be more than {STREAMS_SETTLE_S}"
+            ));
         }
         if o.smoke {
             o.frames = 60;
@@ -157,6 +149,77 @@ impl Options {
             o.gst_cuda_seconds = 0.5;
             o.live_frames = 30;
         }
-        o
+        Ok(o)
+    }
+}
+
+/// A number option's value, or an error naming the option.
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{flag} {value:?}: not a number"))
+}
+
+/// Ids that name a family of rows: `--rows 9` runs 9a and 9b.
+const ROW_FAMILIES: [&str; 2] = ["9", "16"];
+
+/// `--rows`: each an id or a name of `names::ROW_NAMES`, or a family.
+fn row_ids(value: &str) -> Result<Vec<String>, String> {
+    value
+        .split(',')
+        .map(|row| {
+            let id = names::as_id(row);
+            let known = ROW_FAMILIES.contains(&id.as_str())
+                || names::ROW_NAMES.iter().any(|(known, _)| *known == id);
+            match known {
+                true => Ok(id),
+                false => Err(format!(
+                    "--rows: no row {row:?} (the ids and names: docs/performance.md)"
+                )),
+            }
+        })
+        .collect()
+}
+
+pub const USAGE: &str = "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v|NAME,...] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--streams-seconds S] [--live-frames N] [--out DIR] [--smoke]\n\
+                         --rows: row ids or names (bench/src/names.rs, docs/performance.md)\n\
+                         --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
+                         --pairs: in rows 13, only the producer alone, alone with a queue of 32 frames before the consumer's half (queued, not run by default), our pair or upstream's\n\
+                         --rows 9: a slow latest-frame viewer beside four verifying consumers (9a without, 9b with)\n\
+                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)\n\
+                         --rows 16: consumers at their own pace: 16a a live 60 FPS producer and a frames=every consumer, 16b the same and a consumer taking 20 ms a frame, 16r/16c the Python consumer one frame at a time and in batches of 8 (hold=7); --live-frames: frames of 16a/16b after their warm-up of 60 (600)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &str) -> Result<Options, String> {
+        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
+        Options::parse(&args)
+    }
+
+    #[test]
+    fn bad_options_are_named_not_panicked_on() {
+        for (args, named) in [
+            ("--frames many", "--frames \"many\""),
+            ("--slots 2,x", "--slots \"x\""),
+            ("--mps sometimes", "--mps sometimes"),
+            ("--rows 5,nonesuch", "no row \"nonesuch\""),
+            ("--fast", "unknown option --fast"),
+        ] {
+            match parse(args) {
+                Err(problem) => assert!(problem.contains(named), "{args}: {problem}"),
+                Ok(_) => panic!("{args} was accepted"),
+            }
+        }
+    }
+
+    #[test]
+    fn rows_are_taken_by_id_name_or_family() {
+        let o = parse("--rows 5,9,16,1q --slots 2,64 --mps both").unwrap();
+        assert_eq!(o.slots, vec![2, 64]);
+        assert_eq!(o.mps, vec![false, true]);
+        let (id, name) = names::ROW_NAMES[0];
+        assert_eq!(row_ids(name).unwrap(), vec![id.to_string()]);
     }
 }

@@ -10,11 +10,10 @@ mod control_block;
 mod corruption;
 pub mod directory;
 pub mod layout;
-pub mod mapping;
+pub mod platform;
 mod producer;
 mod protocol;
 pub mod shm;
-pub mod socket;
 pub mod stats;
 pub mod wait;
 
@@ -27,6 +26,7 @@ pub use consumer::{
 };
 pub use control_block::ControlBlock;
 pub use corruption::{Corruption, Requested, Seqlocked};
+pub use platform::{mapping, socket};
 pub use producer::{
     Blocker, ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
 };

@@ -1,15 +1,19 @@
-// Shared files: naming, exclusive creation, mapping, liveness locks and the
-// identity of processes.
+// Shared files: naming, exclusive creation and mapping. The calls into the
+// operating system (locks, owners, the identity of processes) are the
+// platform layer's, re-exported here for the channel code.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::ChannelError;
 use super::mapping::SharedMapping;
+use super::platform::{self, reserve_space};
+pub use super::platform::{
+    byte_is_locked, effective_uid, free_bytes, link_exclusive, link_unnamed, monotonic_ns,
+    open_regular, own_start_time, owner_uid, pid_namespace, process_runs, process_start_time,
+    random_u64, try_lock_byte, unlock_byte,
+};
 
 /// Longest accepted channel name.
 pub const MAX_CHANNEL_NAME: usize = 64;
@@ -18,11 +22,12 @@ pub const MAX_CHANNEL_NAME: usize = 64;
 /// `cudaipc-<channel>@` and more.
 pub const FILE_PREFIX: &str = "cudaipc-";
 
-/// Folder of the shared files: `$CUDAIPC_SHM_DIR`, else /dev/shm.
+/// Folder of the shared files: `$CUDAIPC_SHM_DIR`, else the platform's
+/// (/dev/shm on Linux; see docs/windows.md for Windows).
 pub fn shm_dir() -> PathBuf {
     std::env::var_os("CUDAIPC_SHM_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+        .unwrap_or_else(platform::default_shm_dir)
 }
 
 /// Channel names become file names, so they are restricted to a safe set.
@@ -122,7 +127,7 @@ pub fn count_live_waiters_of(channel: &str, other_users: bool) -> usize {
     };
     let mut live = 0;
     for entry in entries.flatten() {
-        if !entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
             continue;
         }
         let Ok(file) = open_regular(&entry.path(), false) else {
@@ -158,62 +163,15 @@ fn remove_owned_with_prefix(prefix: &str) {
         return;
     };
     for entry in entries.flatten() {
-        if !entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
+        if !entry.file_name().to_string_lossy().starts_with(prefix) {
             continue;
         }
-        // lstat: the name itself, never what a link points to.
-        let ours =
-            std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.uid() == effective_uid());
+        // The name itself, never what a link points to.
+        let ours = platform::path_owner_uid(&entry.path()).is_ok_and(|uid| uid == effective_uid());
         if ours {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-}
-
-pub fn effective_uid() -> u32 {
-    rustix::process::geteuid().as_raw()
-}
-
-pub fn owner_uid(file: &File) -> io::Result<u32> {
-    Ok(file.metadata()?.uid())
-}
-
-/// How every name in the shm folder is opened: never through a symbolic
-/// link, never blocking (a FIFO opens at once), not inherited by children.
-const SHARED_NAME_FLAGS: i32 = (rustix::fs::OFlags::CLOEXEC.bits()
-    | rustix::fs::OFlags::NOFOLLOW.bits()
-    | rustix::fs::OFlags::NONBLOCK.bits()) as i32;
-
-/// Opens a name in the shm folder the only way a name there is opened: no
-/// link followed (O_NOFOLLOW), never blocking (O_NONBLOCK: a FIFO opens at
-/// once), and then only if it is a regular file (fstat). The owner is the
-/// caller's to check (`owner_uid`).
-pub fn open_regular(path: &Path, write: bool) -> io::Result<File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(write)
-        .custom_flags(SHARED_NAME_FLAGS)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} is a symbolic link, which is never followed",
-                        path.display()
-                    ),
-                )
-            } else {
-                e
-            }
-        })?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file", path.display()),
-        ));
-    }
-    Ok(file)
 }
 
 /// The error for a file that another user created under one of our names.
@@ -226,42 +184,6 @@ pub fn foreign_owner_error(path: &Path, uid: u32) -> io::Error {
             effective_uid()
         ),
     )
-}
-
-/// Bytes free for unprivileged users in the folder holding `path`.
-pub fn free_bytes(dir: &Path) -> Option<u64> {
-    let stats = rustix::fs::statvfs(dir).ok()?;
-    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
-}
-
-/// Reserves `size` bytes for `file` (tmpfs allocates the pages now), so a
-/// full shm folder is a clear error here instead of SIGBUS at the first
-/// write.
-fn reserve_space(file: &File, path: &Path, size: usize) -> io::Result<()> {
-    if size == 0 {
-        return Ok(());
-    }
-    use rustix::io::Errno;
-    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size as u64) {
-        Ok(()) => Ok(()),
-        Err(Errno::NOSPC | Errno::FBIG) => {
-            let dir = path.parent().unwrap_or(Path::new("/"));
-            let free = free_bytes(dir)
-                .map(|b| format!("{b} bytes are free"))
-                .unwrap_or_else(|| "the free space is unknown".into());
-            Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!(
-                    "not enough space in {}: {size} bytes needed, {free}; enlarge it (in Docker: docker run --shm-size=...; elsewhere: mount -o remount,size=... {}) or use fewer or smaller slots",
-                    dir.display(),
-                    dir.display()
-                ),
-            ))
-        }
-        // Filesystems without fallocate: size it sparsely, as before.
-        Err(Errno::OPNOTSUPP | Errno::INVAL) => file.set_len(size as u64),
-        Err(other) => Err(other.into()),
-    }
 }
 
 /// A file in the shm folder, mapped shared (read-write unless opened with
@@ -278,16 +200,8 @@ impl SharedFile {
     /// existing file) with exactly `mode`, `size` bytes reserved and zeroed.
     /// Nothing is left behind on failure.
     pub fn create_exclusive(path: &Path, size: usize, mode: u32) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(SHARED_NAME_FLAGS)
-            .open(path)?;
+        let file = platform::create_new_file(path, mode)?;
         let prepared = (|| {
-            // The umask may have cleared bits the caller asked for.
-            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
             reserve_space(&file, path, size)?;
             SharedMapping::map(&file, None, true)
         })();
@@ -315,19 +229,9 @@ impl SharedFile {
         size: usize,
         mode: u32,
     ) -> io::Result<Option<Self>> {
-        use rustix::fs::{Mode, OFlags};
-        use rustix::io::Errno;
-        if !Path::new("/proc/self/fd").is_dir() {
+        let Some(file) = platform::create_unnamed_file(dir, mode)? else {
             return Ok(None);
-        }
-        let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
-        let file = match rustix::fs::open(dir, flags, Mode::from_raw_mode(mode)) {
-            Ok(fd) => File::from(fd),
-            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(None),
-            Err(e) => return Err(e.into()),
         };
-        // The umask may have cleared bits the caller asked for.
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         reserve_space(&file, label, size)?;
         let map = SharedMapping::map(&file, None, true)?;
         Ok(Some(Self {
@@ -341,13 +245,7 @@ impl SharedFile {
     /// zeroed, then sealed so that nobody can shrink or grow it; `label`
     /// names it in messages.
     pub fn create_sealed(name: &str, label: &Path, size: usize) -> io::Result<Self> {
-        use rustix::fs::{MemfdFlags, SealFlags};
-        let file = File::from(rustix::fs::memfd_create(
-            name,
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?);
-        reserve_space(&file, label, size)?;
-        rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let file = platform::create_sealed_file(name, label, size)?;
         let map = SharedMapping::map(&file, None, true)?;
         Ok(Self {
             file,
@@ -406,160 +304,18 @@ impl SharedFile {
         self.map.is_empty()
     }
 
+    /// The file's identity (device and inode, or volume and file index).
     pub fn inode(&self) -> io::Result<(u64, u64)> {
-        let meta = self.file.metadata()?;
-        Ok((meta.dev(), meta.ino()))
+        platform::file_identity(&self.file)
     }
 
     /// Whether `self.path` still names this very file.
     pub fn is_linked_at_path(&self) -> bool {
-        match (self.inode(), std::fs::symlink_metadata(&self.path)) {
-            (Ok(ours), Ok(meta)) => ours == (meta.dev(), meta.ino()),
+        match (self.inode(), platform::path_identity(&self.path)) {
+            (Ok(ours), Ok(theirs)) => ours == theirs,
             _ => false,
         }
     }
-}
-
-/// Gives a file its public name atomically; fails with AlreadyExists.
-pub fn link_exclusive(from: &Path, to: &Path) -> io::Result<()> {
-    // link(2) never follows `from` if it is a symbolic link.
-    std::fs::hard_link(from, to)
-}
-
-/// Gives a file of [`SharedFile::create_unnamed`] its name atomically;
-/// fails with AlreadyExists.
-pub fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
-    // linkat of the descriptor itself (AT_EMPTY_PATH) needs a capability;
-    // through /proc any process may link a file it holds open.
-    let by_descriptor = format!("/proc/self/fd/{}", file.as_raw_fd());
-    rustix::fs::linkat(
-        rustix::fs::CWD,
-        by_descriptor.as_str(),
-        rustix::fs::CWD,
-        to,
-        rustix::fs::AtFlags::SYMLINK_FOLLOW,
-    )?;
-    Ok(())
-}
-
-// Open-file-description locks on single bytes stay with libc's fcntl:
-// rustix offers whole-file locks only.
-fn ofd_lock_struct(kind: libc::c_int, byte: i64) -> libc::flock {
-    // SAFETY: flock is a plain C struct; all-zero is a valid value.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = kind as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = byte as libc::off_t;
-    lock.l_len = 1;
-    lock
-}
-
-/// Takes an exclusive open-file-description lock on one byte, without
-/// waiting. `Ok(false)` means someone else holds it.
-pub fn try_lock_byte(file: &File, byte: i64) -> io::Result<bool> {
-    let lock = ofd_lock_struct(libc::F_WRLCK, byte);
-    // SAFETY: valid fd and a properly initialised flock struct.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
-        _ => Err(err),
-    }
-}
-
-pub fn unlock_byte(file: &File, byte: i64) {
-    let lock = ofd_lock_struct(libc::F_UNLCK, byte);
-    // SAFETY: valid fd and a properly initialised flock struct.
-    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
-}
-
-/// Whether some open file description other than ours holds a lock on `byte`.
-pub fn byte_is_locked(file: &File, byte: i64) -> io::Result<bool> {
-    let mut lock = ofd_lock_struct(libc::F_WRLCK, byte);
-    // SAFETY: valid fd and a properly initialised flock struct, which the
-    // kernel overwrites with the conflicting lock, if any.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
-}
-
-/// State (field 3) and start time in clock ticks since boot (field 22) of
-/// process `pid`, from the stat file of its main thread,
-/// /proc/PID/task/PID/stat: natively the same fields as /proc/PID/stat, but
-/// qemu-user answers a process's reads of its own /proc/PID/stat itself,
-/// with a start time of its own making (often one tick off the kernel's),
-/// and leaves the task entry to the kernel. Every reader, the process
-/// itself included, then gets the one value.
-fn process_stat(pid: u32) -> Option<(char, u64)> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?)
-}
-
-/// State and start time from the text of a stat file.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    // The command name may hold spaces and parentheses: skip past the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let start_time = fields.nth(18)?.parse().ok()?;
-    Some((state, start_time))
-}
-
-/// Start time of a process in clock ticks since boot: with the pid, it
-/// names a process even after pid reuse.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    process_stat(pid).map(|(_, start_time)| start_time)
-}
-
-/// This process's start time as others read it ([`process_start_time`]):
-/// what a producer records for itself in its control block.
-pub fn own_start_time() -> Option<u64> {
-    process_start_time(std::process::id())
-}
-
-/// Whether process `pid` of this PID namespace runs and is the one that
-/// started at `start_time` (0: not known): false for a process that is
-/// gone, a zombie, or another process under a reused pid. True where /proc
-/// cannot tell (not mounted).
-pub fn process_runs(pid: u32, start_time: u64) -> bool {
-    match process_stat(pid) {
-        Some((state, started)) => {
-            !matches!(state, 'Z' | 'X' | 'x') && (start_time == 0 || started == start_time)
-        }
-        None => std::fs::metadata("/proc/self/stat").is_err(),
-    }
-}
-
-/// Inode of this process's PID namespace.
-pub fn pid_namespace() -> u64 {
-    std::fs::metadata("/proc/self/ns/pid")
-        .map(|m| m.ino())
-        .unwrap_or(0)
-}
-
-/// A random 64-bit value for session identifiers.
-pub fn random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::NONBLOCK);
-    let mut value = u64::from_ne_bytes(bytes);
-    if filled.ok() != Some(8) {
-        // No entropy yet: fall back to time and pid, still unique enough.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        value = nanos ^ ((std::process::id() as u64) << 32);
-    }
-    value | 1
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: comparable between processes of one host.
-pub fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]
@@ -567,113 +323,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_process_runs_until_it_is_a_zombie_and_its_pid_names_only_it() {
-        let me = std::process::id();
-        let started = process_start_time(me).unwrap();
-        assert!(process_runs(me, started));
-        assert!(process_runs(me, 0), "start time not known");
-        assert!(
-            !process_runs(me, started + 1),
-            "another process under a reused pid"
-        );
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        let child_started = process_start_time(pid).unwrap_or(0);
-        // Exited but not reaped: a zombie, which holds nothing any more.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while process_stat(pid).is_some_and(|(state, _)| state != 'Z') {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the child never exited"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(!process_runs(pid, child_started), "a zombie");
-        child.wait().unwrap();
-        assert!(!process_runs(pid, child_started), "gone");
-    }
-
-    /// The start time this process reads for itself is the one another
-    /// process (a `cat`, reading the kernel's) reads for its pid: else
-    /// consumers take a live producer for a dead one whose pid was reused.
-    /// Natively /proc/self/stat agrees too; under qemu-user it is qemu's
-    /// own answer, which is why the task entry is read.
-    #[test]
-    fn own_start_time_is_what_another_process_reads() {
-        let me = std::process::id();
-        let read_by_another = |path: String| {
-            let out = std::process::Command::new("cat").arg(&path).output();
-            let out = out.expect("cat runs");
-            assert!(out.status.success(), "cat {path}");
-            parse_stat(&String::from_utf8_lossy(&out.stdout))
-                .unwrap_or_else(|| panic!("{path} parses"))
-                .1
-        };
-        let outside = read_by_another(format!("/proc/{me}/stat"));
-        assert_eq!(own_start_time(), Some(outside));
-        assert_eq!(
-            read_by_another(format!("/proc/{me}/task/{me}/stat")),
-            outside
-        );
-        // `uname` is a binary of the host: under qemu-user it runs natively
-        // and names another architecture than this test's.
-        let uname = std::process::Command::new("uname").arg("-m").output();
-        let host_arch = String::from_utf8_lossy(&uname.expect("uname runs").stdout)
-            .trim()
-            .to_owned();
-        if host_arch == std::env::consts::ARCH {
-            let own = std::fs::read_to_string("/proc/self/stat").unwrap();
-            assert_eq!(parse_stat(&own).map(|(_, t)| t), Some(outside));
-        } else {
-            eprintln!(
-                "emulated ({} on {host_arch}): /proc/self/stat is the emulator's, not compared",
-                std::env::consts::ARCH
-            );
-        }
-    }
-
-    #[test]
     fn channel_names_are_restricted() {
         assert!(validate_channel_name("cam0").is_ok());
         assert!(validate_channel_name("a-b_C9").is_ok());
-        for bad in ["", "a/b", "../x", "a.b", "spa ce", &"x".repeat(65)] {
-            assert!(validate_channel_name(bad).is_err(), "{bad:?} accepted");
+        for bad in [
+            "",
+            "a/b",
+            "../x",
+            "..",
+            "a\\b",
+            "Local\\x",
+            "Global\\x",
+            "a.b",
+            "spa ce",
+            &"x".repeat(65),
+        ] {
+            let message = validate_channel_name(bad).expect_err(bad).to_string();
+            assert!(message.contains("A-Z, a-z, 0-9"), "{bad:?}: {message}");
         }
-    }
-
-    #[test]
-    fn own_start_time_is_known() {
-        let me = std::process::id();
-        let t = process_start_time(me).expect("own start time");
-        assert_eq!(process_start_time(me), Some(t));
-        assert!(pid_namespace() != 0);
-    }
-
-    #[test]
-    fn ofd_locks_conflict_between_descriptions() {
-        let dir = std::env::temp_dir().join(format!("cudaipc-lock-{}", random_u64()));
-        let a = SharedFile::create_exclusive(&dir, 4096, 0o600).unwrap();
-        let b = SharedFile::open(&dir).unwrap();
-        assert!(!byte_is_locked(&b.file, 3).unwrap());
-        assert!(try_lock_byte(&a.file, 3).unwrap());
-        assert!(byte_is_locked(&b.file, 3).unwrap());
-        assert!(!try_lock_byte(&b.file, 3).unwrap());
-        // Other bytes are independent.
-        assert!(try_lock_byte(&b.file, 4).unwrap());
-        drop(a);
-        // Closing the description drops its locks, as death does.
-        assert!(try_lock_byte(&b.file, 3).unwrap());
-        std::fs::remove_file(&dir).unwrap();
-    }
-
-    #[test]
-    fn exclusive_creation_sets_the_exact_mode() {
-        let path = std::env::temp_dir().join(format!("cudaipc-mode-{}", random_u64()));
-        let f = SharedFile::create_exclusive(&path, 64, 0o640).unwrap();
-        assert_eq!(f.file.metadata().unwrap().mode() & 0o777, 0o640);
-        assert!(SharedFile::create_exclusive(&path, 64, 0o600).is_err());
-        assert!(f.is_linked_at_path());
-        std::fs::remove_file(&path).unwrap();
-        assert!(!f.is_linked_at_path());
     }
 }

@@ -50,26 +50,12 @@ const FUTEX_SLICE: Duration = Duration::from_millis(50);
 /// How often a waiter runs its liveness check.
 pub const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
 
-/// Sleeps while `word` holds `expected`, at most `timeout` (a shared futex:
-/// it works across processes on a shared mapping). Spurious wake-ups,
-/// interruptions and a changed value return at once; callers re-check.
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let timeout = rustix::thread::futex::Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: timeout.subsec_nanos() as _,
-    };
-    let _ = rustix::thread::futex::wait(
-        word,
-        rustix::thread::futex::Flags::empty(),
-        expected,
-        Some(&timeout),
-    );
-}
+pub use super::platform::futex_wait;
 
-/// Wakes every process sleeping on `word`.
+/// Wakes every process sleeping on `word` (closing and stopping, where the
+/// sleepers are not counted).
 pub fn futex_wake_all(word: &AtomicU32) {
-    let _ =
-        rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+    super::platform::futex_wake(word, u32::MAX);
 }
 
 /// Where a waiter sleeps and how it announces itself.
@@ -187,8 +173,9 @@ pub fn wait_for<T>(
 /// Bumps `futex` and wakes its sleepers, if any.
 pub fn notify(futex: &AtomicU32, sleepers: &AtomicU32) {
     futex.fetch_add(1, Ordering::SeqCst);
-    if sleepers.load(Ordering::SeqCst) != 0 {
-        futex_wake_all(futex);
+    let sleeping = sleepers.load(Ordering::SeqCst);
+    if sleeping != 0 {
+        super::platform::futex_wake(futex, sleeping);
     }
 }
 

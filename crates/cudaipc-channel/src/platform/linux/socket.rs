@@ -34,8 +34,8 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
-use super::ChannelError;
-use super::shm;
+use crate::ChannelError;
+use crate::shm;
 
 /// First word of every request: the protocol of this module.
 const MAGIC: &str = "CUDAIPC1";
@@ -653,7 +653,7 @@ pub fn receive_control_block(
     let fd = request(channel, Request::Control, producers)?
         .pop()
         .ok_or(ChannelError::Corrupt(crate::Corruption::NoControlBlock))?;
-    check_sealed(&fd, super::layout::control_size() as u64)?;
+    check_sealed(&fd, crate::layout::control_size() as u64)?;
     let file = if write {
         reopen(&fd, true)
             .map_err(|e| ChannelError::io("cannot open the received control block", e))?

@@ -244,8 +244,7 @@ mod tests {
 
     #[test]
     fn truncation_breaks_the_mapping_instead_of_killing() {
-        let path =
-            std::env::temp_dir().join(format!("cudaipc-trunc-{}", super::super::shm::random_u64()));
+        let path = std::env::temp_dir().join(format!("cudaipc-trunc-{}", crate::shm::random_u64()));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

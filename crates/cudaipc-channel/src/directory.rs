@@ -112,10 +112,7 @@ fn inspect(name: &str) -> ChannelEntry {
     let shared = match SharedFile::open_read_only(&path) {
         Ok(shared) => shared,
         Err(e) => {
-            entry.owner_uid = std::fs::symlink_metadata(&path).ok().map(|m| {
-                use std::os::unix::fs::MetadataExt;
-                m.uid()
-            });
+            entry.owner_uid = crate::platform::path_owner_uid(&path).ok();
             entry.state = ChannelState::Unreadable(e.to_string());
             return entry;
         }
@@ -126,10 +123,9 @@ fn inspect(name: &str) -> ChannelEntry {
 /// A descriptor channel, through its socket: only one of this user (asking
 /// another user's socket could be made to wait), like a consumer would.
 fn inspect_descriptor_channel(name: &str) -> ChannelEntry {
-    use std::os::unix::fs::MetadataExt;
     let path = socket::socket_path(name);
     let mut entry = empty_entry(name, path.clone());
-    entry.owner_uid = std::fs::symlink_metadata(&path).ok().map(|m| m.uid());
+    entry.owner_uid = crate::platform::path_owner_uid(&path).ok();
     if entry.owner_uid != Some(shm::effective_uid()) {
         entry.state = ChannelState::Unreadable("a descriptor channel of another user".into());
         return entry;
@@ -281,7 +277,7 @@ pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
     }
     let session = header(&shared).map(|h| h.producer_session.load(Ordering::Relaxed));
     if shared.is_linked_at_path() {
-        std::fs::remove_file(&path)?;
+        shm::remove_name(&path)?;
     }
     // Only that dead producer's data files: a new producer may already
     // have created its own under the name we just freed.
@@ -363,6 +359,7 @@ mod tests {
         assert!(!dead.exists());
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_descriptor_channel_is_listed_through_its_socket_and_a_dead_ones_removed() {
         let name = format!("listedfd-{:x}", shm::random_u64());

@@ -10,6 +10,7 @@ mod control_block;
 mod corruption;
 pub mod directory;
 pub mod layout;
+mod peers;
 pub mod platform;
 mod producer;
 mod protocol;

@@ -12,7 +12,7 @@ use super::platform::{self, reserve_space};
 pub use super::platform::{
     byte_is_locked, effective_uid, free_bytes, link_exclusive, link_unnamed, monotonic_ns,
     open_regular, own_start_time, owner_uid, pid_namespace, process_runs, process_start_time,
-    random_u64, try_lock_byte, unlock_byte,
+    random_u64, remove_name, try_lock_byte, unlock_byte,
 };
 
 /// Longest accepted channel name.
@@ -107,7 +107,7 @@ impl WaiterMarker {
 
 impl Drop for WaiterMarker {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file.path);
+        let _ = remove_name(&self.file.path);
     }
 }
 
@@ -169,7 +169,7 @@ fn remove_owned_with_prefix(prefix: &str) {
         // The name itself, never what a link points to.
         let ours = platform::path_owner_uid(&entry.path()).is_ok_and(|uid| uid == effective_uid());
         if ours {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = remove_name(&entry.path());
         }
     }
 }

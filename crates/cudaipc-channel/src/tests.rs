@@ -567,6 +567,7 @@ fn consumers_accept_every_gpu_sync_a_producer_announces() {
 /// The recorded producer process counts only where it can be checked: a
 /// dead one of our namespace and user marks the block dead; another user's
 /// block keeps to its lock (/proc may hide that user's processes).
+#[cfg(unix)]
 #[test]
 fn a_recorded_producer_is_checked_only_where_proc_can_tell() {
     let channel = unique_channel("recorded");
@@ -770,6 +771,8 @@ fn a_taken_frame_keeps_its_pool_and_caps_when_both_are_replaced_at_once() {
     assert_eq!(c.frames_missed(), 0);
 }
 
+// O_TMPFILE and /proc: Linux only (Windows falls back to a private name).
+#[cfg(unix)]
 #[test]
 fn a_control_block_has_no_name_until_it_is_linked() {
     use std::os::unix::fs::PermissionsExt;

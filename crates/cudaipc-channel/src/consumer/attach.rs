@@ -57,10 +57,7 @@ impl Consumer {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                        let owner = std::fs::metadata(&path).ok().map(|m| {
-                            use std::os::unix::fs::MetadataExt;
-                            (m.uid(), m.mode() & 0o777)
-                        });
+                        let owner = crate::platform::path_owner_and_mode(&path).ok();
                         return Err(ChannelError::NoAccess {
                             channel: config.channel.clone(),
                             endpoint: crate::Endpoint::File(path),
@@ -198,12 +195,8 @@ impl Consumer {
 /// file, not of the path, which may have been replaced since) must be a
 /// trusted producer. Data files are checked against the same owner.
 fn check_owner(shared: &SharedFile, channel: &str, producers: &Peers) -> Result<(), ChannelError> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = shared
-        .file
-        .metadata()
+    let (uid, gid) = crate::platform::owner_ids(&shared.file)
         .map_err(|e| ChannelError::io("cannot inspect the control block", e))?;
-    let (uid, gid) = (meta.uid(), meta.gid());
     if producers.allows(uid, gid) {
         return Ok(());
     }

@@ -52,8 +52,16 @@ fn exclusive_creation_refuses_a_taken_name_and_links_atomically() {
     assert_eq!(taken.kind(), std::io::ErrorKind::AlreadyExists);
     assert_eq!(path_identity(&public).unwrap(), f.inode().unwrap());
     std::fs::remove_file(&public).unwrap();
-    std::fs::remove_file(&path).unwrap();
+    assert!(f.is_linked_at_path());
+    // The name goes at once, though the file is open and mapped, and a new
+    // file can take it.
+    crate::shm::remove_name(&path).unwrap();
     assert!(!f.is_linked_at_path());
+    let successor = SharedFile::create_exclusive(&path, 64, 0o600).unwrap();
+    assert!(!f.is_linked_at_path());
+    assert!(successor.is_linked_at_path());
+    drop(successor);
+    crate::shm::remove_name(&path).unwrap();
 }
 
 #[test]

@@ -167,7 +167,7 @@ impl Producer {
 
     /// A descriptor channel's host slot memory of pool `generation`, handed
     /// to its consumers from now on. Nothing for other channels.
-    pub fn offer_pool(&self, generation: u64, fds: Vec<std::os::fd::OwnedFd>) {
+    pub fn offer_pool(&self, generation: u64, fds: Vec<crate::platform::Shareable>) {
         if let Some(listener) = self.listener.lock().unwrap().as_ref() {
             listener.offer_pool(generation, fds);
         }
@@ -253,7 +253,7 @@ impl Producer {
             // contender can decide the same; remove it only if it is still
             // the file at that name.
             if existing.is_linked_at_path() {
-                let _ = std::fs::remove_file(path);
+                let _ = shm::remove_name(path);
             }
         }
         Err(ChannelError::Io {

@@ -769,7 +769,7 @@ impl Producer {
         h.publish_futex.fetch_add(1, Ordering::SeqCst);
         wait::futex_wake_all(&h.publish_futex);
         if self.shared.is_linked_at_path() {
-            let _ = std::fs::remove_file(&self.shared.path);
+            let _ = shm::remove_name(&self.shared.path);
         }
         // A descriptor channel's name goes with its socket.
         let listener = self.listener.lock().unwrap().take();

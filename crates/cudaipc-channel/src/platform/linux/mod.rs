@@ -315,6 +315,28 @@ pub fn path_owner_uid(path: &Path) -> io::Result<u32> {
     Ok(std::fs::symlink_metadata(path)?.uid())
 }
 
+/// Removes the name `path` (the file lives on while mapped).
+pub fn remove_name(path: &Path) -> io::Result<()> {
+    std::fs::remove_file(path)
+}
+
+/// Owner and permission bits of `path` (followed), for messages.
+pub fn path_owner_and_mode(path: &Path) -> io::Result<(u32, u32)> {
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.uid(), meta.mode() & 0o777))
+}
+
+/// Owner and group of an open file: a producer is trusted by them.
+pub fn owner_ids(file: &File) -> io::Result<(u32, u32)> {
+    let meta = file.metadata()?;
+    Ok((meta.uid(), meta.gid()))
+}
+
+/// A user or group id as a user writes it: a number.
+pub fn parse_user_id(text: &str) -> Option<u32> {
+    text.parse().ok()
+}
+
 /// Sleeps while `word` holds `expected`, at most `timeout` (a shared futex:
 /// it works across processes on a shared mapping). Spurious wake-ups,
 /// interruptions and a changed value return at once; callers re-check.

@@ -58,31 +58,7 @@ pub fn socket_path(channel: &str) -> PathBuf {
     shm::shm_dir().join(format!("cudaipc-{channel}@socket"))
 }
 
-/// The processes allowed on the other end: the own user always, and these
-/// users and (primary) groups.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Peers {
-    pub uids: Vec<u32>,
-    pub gids: Vec<u32>,
-}
-
-impl Peers {
-    pub fn allows(&self, uid: u32, gid: u32) -> bool {
-        uid == shm::effective_uid() || self.uids.contains(&uid) || self.gids.contains(&gid)
-    }
-
-    /// `"1000,1001"` (empty: nobody beside the own user).
-    pub fn parse_ids(text: &str) -> Result<Vec<u32>, ChannelError> {
-        text.split(',')
-            .map(str::trim)
-            .filter(|id| !id.is_empty())
-            .map(|id| {
-                id.parse::<u32>()
-                    .map_err(|_| ChannelError::NotAnId(id.to_owned()))
-            })
-            .collect()
-    }
-}
+pub use crate::peers::Peers;
 
 /// What a consumer asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

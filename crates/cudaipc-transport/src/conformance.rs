@@ -33,7 +33,7 @@ use cudaipc_channel::{Consumer, ConsumerConfig, FrameMeta, Item, ProducerConfig}
 /// cover every composition.
 #[macro_export]
 macro_rules! conformance_suite {
-    ($($test:ident: $slots:expr;)*) => {
+    ($($(#[$attr:meta])* $test:ident: $slots:expr;)*) => {
         #[test]
         #[ignore = "entry point of the conformance suite's consumer processes"]
         fn conformance_consumer_process() {
@@ -42,6 +42,7 @@ macro_rules! conformance_suite {
 
         $(
             #[test]
+            $(#[$attr])*
             fn $test() {
                 $crate::conformance::run(stringify!($test), $slots);
             }

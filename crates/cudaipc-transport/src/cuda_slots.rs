@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use std::os::fd::OwnedFd;
+use cudaipc_channel::platform::Shareable;
 
 use super::timeline::Timeline;
 use super::{
@@ -487,7 +487,7 @@ impl ProducerSlots for CudaProducerSlots {
         }
     }
 
-    fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
+    fn shareables(&self) -> Result<Vec<Shareable>, TransportError> {
         // A legacy channel names its memory and timeline block in the
         // control block.
         let ProducerMemory::Shared { allocations, .. } = &self.memory else {

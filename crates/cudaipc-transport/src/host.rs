@@ -2,8 +2,8 @@
 // and reads are ordered by the channel's own atomics, so the ordering hooks
 // have nothing to do.
 
+use cudaipc_channel::platform::Shareable;
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -230,7 +230,7 @@ impl ProducerSlots for HostProducerSlots {
         Ok(())
     }
 
-    fn shareables(&self) -> Result<Vec<OwnedFd>, TransportError> {
+    fn shareables(&self) -> Result<Vec<Shareable>, TransportError> {
         if self.path.is_some() {
             return Ok(Vec::new());
         }
@@ -238,7 +238,7 @@ impl ProducerSlots for HostProducerSlots {
             .file
             .try_clone()
             .map_err(|e| TransportError::io("cannot share the slots' memory", e))?;
-        Ok(vec![OwnedFd::from(file)])
+        Ok(vec![Shareable::from(file)])
     }
 }
 
@@ -262,10 +262,11 @@ impl HostConsumerSlots {
         super::check_pool_received(pool)?;
         let (count, size, needed) = pool_extent(pool)?;
         let fd = super::request_pool(channel, pool.generation, producers)?;
-        let [fd] = <[OwnedFd; 1]>::try_from(fd).map_err(|fds| TransportError::DescriptorCount {
-            received: fds.len(),
-            expected: 1,
-        })?;
+        let [fd] =
+            <[Shareable; 1]>::try_from(fd).map_err(|fds| TransportError::DescriptorCount {
+                received: fds.len(),
+                expected: 1,
+            })?;
         socket::check_sealed(&fd, needed as u64).map_err(TransportError::Channel)?;
         let path = socket::socket_path(channel);
         Self::map_slots(File::from(fd), path, count, size, needed)

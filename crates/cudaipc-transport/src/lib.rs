@@ -60,7 +60,9 @@ impl TransportKind {
     pub fn resolve(choice: Option<TransportKind>) -> Self {
         match choice {
             Some(kind) => kind,
-            None if crate::cuda::is_available() => Self::Cuda,
+            // On Windows the CUDA transport has not run on a GPU yet
+            // (docs/windows.md): `auto` takes host memory there.
+            None if cfg!(unix) && crate::cuda::is_available() => Self::Cuda,
             None => Self::Host,
         }
     }
@@ -634,7 +636,7 @@ pub trait ProducerSlots: Send + Sync {
     /// consumers (`IpcMode::Fd`: the host slots' memfd; the cuda slots'
     /// timeline block, if any, then one allocation per slot); empty where
     /// consumers find the memory otherwise.
-    fn shareables(&self) -> Result<Vec<std::os::fd::OwnedFd>, TransportError> {
+    fn shareables(&self) -> Result<Vec<cudaipc_channel::platform::Shareable>, TransportError> {
         Ok(Vec::new())
     }
 }
@@ -725,7 +727,7 @@ fn request_pool(
     channel: &str,
     generation: u64,
     producers: &cudaipc_channel::socket::Peers,
-) -> Result<Vec<std::os::fd::OwnedFd>, TransportError> {
+) -> Result<Vec<cudaipc_channel::platform::Shareable>, TransportError> {
     use cudaipc_channel::socket::{self, RequestError};
     socket::request(channel, socket::Request::Pool(generation), producers).map_err(|e| match e {
         RequestError::Channel(e) => TransportError::Channel(e),

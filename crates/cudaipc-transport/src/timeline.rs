@@ -20,8 +20,8 @@
 //! (`cuStreamWaitValue64`) under MPS, else on the host, like the event
 //! waits (see `waits_on_host`).
 
+use cudaipc_channel::platform::Shareable;
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,7 +90,7 @@ impl Timeline {
 
     /// A consumer's view of the block the producer sent: sealed, large
     /// enough, and marked as a timeline block.
-    pub fn receive(device: &Arc<Device>, fd: OwnedFd) -> Result<Self, TransportError> {
+    pub fn receive(device: &Arc<Device>, fd: Shareable) -> Result<Self, TransportError> {
         let size = timeline_size();
         socket::check_sealed(&fd, size as u64).map_err(TransportError::Channel)?;
         Self::map_received(device, File::from(fd))
@@ -229,8 +229,8 @@ impl Timeline {
     }
 
     /// A new descriptor of the block, for a consumer.
-    pub fn export(&self) -> std::io::Result<OwnedFd> {
-        self.file.try_clone().map(OwnedFd::from)
+    pub fn export(&self) -> std::io::Result<Shareable> {
+        self.file.try_clone().map(Shareable::from)
     }
 
     // Producer side.

@@ -28,7 +28,7 @@ pub const IPC_HANDLE_BYTES: usize = 64;
 
 #[derive(Debug, Clone)]
 pub enum CudaError {
-    /// No driver library (libcuda.so.1) could be loaded.
+    /// No driver library (libcuda.so.1, nvcuda.dll) could be loaded.
     NoDriver,
     /// The driver is there but reports no usable device.
     NoDevice(String),
@@ -42,12 +42,19 @@ pub enum CudaError {
     Nvrtc(String),
 }
 
+/// The file name of the driver library that cudarc loads.
+const DRIVER_LIBRARY: &str = if cfg!(windows) {
+    "nvcuda.dll"
+} else {
+    "libcuda.so.1"
+};
+
 impl fmt::Display for CudaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CudaError::NoDriver => write!(
                 f,
-                "the CUDA driver library (libcuda.so.1) was not found: install the NVIDIA driver"
+                "the CUDA driver library ({DRIVER_LIBRARY}) was not found: install the NVIDIA driver"
             ),
             CudaError::NoDevice(msg) => write!(f, "no usable CUDA device: {msg}"),
             CudaError::Call {

@@ -3,11 +3,18 @@
 //! as POSIX file descriptors, which cross PID namespaces and go only to whom
 //! the descriptor is given, and host memory registered for the GPU (the
 //! timeline words that `cuStreamWriteValue64`/`cuStreamWaitValue64` use).
+//!
+//! On Windows the allocations are exported as NT handles
+//! (`CU_MEM_HANDLE_TYPE_WIN32`, NVIDIA's recommendation for IPC there) with
+//! an owner-only security descriptor; a handle reaches a consumer only
+//! duplicated into it. Written to NVIDIA's documentation, never run on a
+//! Windows GPU (docs/windows.md).
 
 use std::ffi::c_void;
 use std::fmt;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
+
+use cudaipc_channel::platform::Shareable;
 
 use cudarc::driver::sys;
 
@@ -25,10 +32,88 @@ fn allocation_properties(device: &Device) -> sys::CUmemAllocationProp {
     // metadata pointer); the fields that matter are set below.
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes =
-        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.requestedHandleTypes = HANDLE_TYPE;
+    #[cfg(windows)]
+    {
+        prop.win32HandleMetaData = win32::object_attributes();
+    }
     prop.location = location(device);
     prop
+}
+
+#[cfg(unix)]
+const HANDLE_TYPE: sys::CUmemAllocationHandleType =
+    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+#[cfg(windows)]
+const HANDLE_TYPE: sys::CUmemAllocationHandleType =
+    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_WIN32;
+
+/// The "OS handle" the driver reads for `shareable`: a descriptor's number
+/// on Linux, the NT handle itself on Windows.
+fn os_handle(shareable: &Shareable) -> *mut c_void {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        shareable.as_raw_fd() as isize as *mut c_void
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::io::AsRawHandle;
+        shareable.as_raw_handle()
+    }
+}
+
+#[cfg(windows)]
+mod win32 {
+    use std::ffi::c_void;
+    use std::sync::OnceLock;
+
+    /// OBJECT_ATTRIBUTES as the driver reads it for `win32HandleMetaData`.
+    #[repr(C)]
+    struct ObjectAttributes {
+        length: u32,
+        root_directory: *mut c_void,
+        object_name: *mut c_void,
+        attributes: u32,
+        security_descriptor: *mut c_void,
+        security_quality_of_service: *mut c_void,
+    }
+
+    struct Shared {
+        attributes: ObjectAttributes,
+        /// What `attributes` points to, kept alive with it.
+        _descriptor: cudaipc_channel::platform::SecurityDescriptor,
+    }
+    // SAFETY: built once and only read afterwards (by the driver).
+    unsafe impl Send for Shared {}
+    // SAFETY: as above.
+    unsafe impl Sync for Shared {}
+
+    /// Attributes that let only this user open the exported handles (a
+    /// consumer gets them duplicated by the producer); null, the driver's
+    /// default security, if the descriptor cannot be built.
+    pub fn object_attributes() -> *mut c_void {
+        static ATTRIBUTES: OnceLock<Option<Shared>> = OnceLock::new();
+        ATTRIBUTES
+            .get_or_init(|| {
+                let descriptor = cudaipc_channel::platform::owner_only_descriptor().ok()?;
+                Some(Shared {
+                    attributes: ObjectAttributes {
+                        length: std::mem::size_of::<ObjectAttributes>() as u32,
+                        root_directory: std::ptr::null_mut(),
+                        object_name: std::ptr::null_mut(),
+                        attributes: 0,
+                        security_descriptor: descriptor.as_ptr(),
+                        security_quality_of_service: std::ptr::null_mut(),
+                    },
+                    _descriptor: descriptor,
+                })
+            })
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |shared| {
+                &shared.attributes as *const ObjectAttributes as *mut c_void
+            })
+    }
 }
 
 /// `size` rounded up to the device's allocation granularity: the bytes a
@@ -89,18 +174,14 @@ impl SharedDeviceMemory {
     /// Maps the allocation a producer exported as `fd`, `size` bytes
     /// (its `shareable_size`; the driver refuses a larger mapping than the
     /// allocation), for reading only where the driver allows it.
-    pub fn import(device: &Arc<Device>, fd: &OwnedFd, size: usize) -> Result<Self> {
+    pub fn import(device: &Arc<Device>, fd: &Shareable, size: usize) -> Result<Self> {
         device.bind()?;
         let mut handle = 0;
-        // SAFETY: valid out pointer; for POSIX descriptors the "OS handle"
-        // is the descriptor's number itself, which the driver only reads
-        // (it takes its own reference to the allocation).
+        // SAFETY: valid out pointer; the "OS handle" is the descriptor's
+        // number (or the NT handle) itself, which the driver only reads (it
+        // takes its own reference to the allocation).
         check("cuMemImportFromShareableHandle", unsafe {
-            sys::cuMemImportFromShareableHandle(
-                &mut handle,
-                fd.as_raw_fd() as isize as *mut c_void,
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
+            sys::cuMemImportFromShareableHandle(&mut handle, os_handle(fd), HANDLE_TYPE)
         })?;
         Self::map(device, handle, size, true)
     }
@@ -154,20 +235,40 @@ impl SharedDeviceMemory {
     }
 
     /// A new descriptor of the allocation, for another process to import.
-    pub fn export(&self) -> Result<OwnedFd> {
+    pub fn export(&self) -> Result<Shareable> {
         self.device.bind()?;
-        let mut fd: std::ffi::c_int = -1;
-        // SAFETY: for POSIX descriptors the driver writes an int.
-        check("cuMemExportToShareableHandle", unsafe {
-            sys::cuMemExportToShareableHandle(
-                (&mut fd as *mut std::ffi::c_int).cast(),
-                self.handle,
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                0,
-            )
-        })?;
-        // SAFETY: a descriptor the driver just opened for us.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        #[cfg(unix)]
+        {
+            use std::os::fd::FromRawFd;
+            let mut fd: std::ffi::c_int = -1;
+            // SAFETY: for POSIX descriptors the driver writes an int.
+            check("cuMemExportToShareableHandle", unsafe {
+                sys::cuMemExportToShareableHandle(
+                    (&mut fd as *mut std::ffi::c_int).cast(),
+                    self.handle,
+                    HANDLE_TYPE,
+                    0,
+                )
+            })?;
+            // SAFETY: a descriptor the driver just opened for us.
+            Ok(unsafe { Shareable::from_raw_fd(fd) })
+        }
+        #[cfg(windows)]
+        {
+            use std::os::windows::io::FromRawHandle;
+            let mut handle: *mut c_void = std::ptr::null_mut();
+            // SAFETY: for NT handles the driver writes a HANDLE.
+            check("cuMemExportToShareableHandle", unsafe {
+                sys::cuMemExportToShareableHandle(
+                    (&mut handle as *mut *mut c_void).cast(),
+                    self.handle,
+                    HANDLE_TYPE,
+                    0,
+                )
+            })?;
+            // SAFETY: a handle the driver just opened for us.
+            Ok(unsafe { Shareable::from_raw_handle(handle) })
+        }
     }
 
     pub fn size(&self) -> usize {

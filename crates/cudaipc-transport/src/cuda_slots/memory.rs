@@ -4,8 +4,8 @@
 // over (IPC handles in the control block, or descriptors over the socket)
 // follows from the kind.
 
+use cudaipc_channel::platform::Shareable;
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use super::super::timeline::Timeline;
@@ -173,7 +173,7 @@ impl ProducerMemory {
 /// allocation per slot).
 pub(super) enum PoolAccess<'a> {
     Named { channel: &'a str, producer_uid: u32 },
-    HandedOver(std::vec::IntoIter<OwnedFd>),
+    HandedOver(std::vec::IntoIter<Shareable>),
 }
 
 impl<'a> PoolAccess<'a> {

@@ -37,6 +37,7 @@ mod security;
 pub mod socket;
 mod wake;
 
+pub use security::{SecurityDescriptor, owner_only_descriptor};
 pub use wake::{futex_wait, futex_wake};
 
 /// What a process hands to another (a duplicated handle).

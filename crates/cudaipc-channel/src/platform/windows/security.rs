@@ -159,6 +159,12 @@ pub fn file_sddl(mode: u32) -> String {
     sddl
 }
 
+/// Only this user may open (and duplicate) the object (exported CUDA
+/// memory handles, before they are duplicated into a consumer).
+pub fn owner_only_descriptor() -> io::Result<SecurityDescriptor> {
+    SecurityDescriptor::from_sddl(&format!("D:P(A;;GA;;;{})", user_sid()))
+}
+
 /// A self-relative security descriptor, freed on drop.
 pub struct SecurityDescriptor(PSECURITY_DESCRIPTOR);
 
@@ -180,6 +186,11 @@ impl SecurityDescriptor {
             return Err(io::Error::last_os_error());
         }
         Ok(Self(descriptor))
+    }
+
+    /// The descriptor itself, valid while `self` lives.
+    pub fn as_ptr(&self) -> *mut std::ffi::c_void {
+        self.0
     }
 
     /// Attributes for a Create* call, valid while `self` lives; not inherited.

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use cudaipc::{
-    Error, Frames, IpcMode, Plane, Published, Publisher, PublisherOptions, Subscriber,
-    SubscriberOptions, Transport, VideoFormat, VideoLayout, WhenFull,
+    Error, Frames, Plane, Published, Publisher, PublisherOptions, Subscriber, SubscriberOptions,
+    Transport, VideoFormat, VideoLayout, WhenFull,
 };
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(5));
@@ -238,14 +238,14 @@ fn a_latest_frame_subscriber_gets_the_newest_frame() {
 fn a_descriptor_channel_works_like_a_named_one() {
     let channel = unique_channel("fd");
     let options = PublisherOptions {
-        ipc_mode: IpcMode::Fd,
+        ipc_mode: cudaipc::IpcMode::Fd,
         ..host(2, WhenFull::Block)
     };
     let publisher = Publisher::create(&channel, layout(), options).unwrap();
     let mut subscriber = Subscriber::attach(
         &channel,
         SubscriberOptions {
-            ipc_mode: Some(IpcMode::Fd),
+            ipc_mode: Some(cudaipc::IpcMode::Fd),
             ..Default::default()
         },
     )

@@ -13,9 +13,7 @@
 //! plugin's. The `rs` names always work. `CUDAIPC_ELEMENT_NAMES=bare` or
 //! `=rs` overrides the choice.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gst::prelude::*;
 
@@ -59,10 +57,17 @@ fn nvcodec_provides_cudaipc() -> bool {
     (major, minor) >= (1, 24) && nvcodec_installed() && cudaipc_transport::cuda::is_available()
 }
 
+/// The file of nvcodec's plugin.
+const NVCODEC_FILE: &str = if cfg!(windows) {
+    "gstnvcodec.dll"
+} else {
+    "libgstnvcodec.so"
+};
+
 fn nvcodec_installed() -> bool {
     plugin_dirs()
         .iter()
-        .any(|dir| dir.join("libgstnvcodec.so").is_file())
+        .any(|dir| dir.join(NVCODEC_FILE).is_file())
 }
 
 /// The folders GStreamer scans for plugins: the two environment paths, and
@@ -83,15 +88,55 @@ fn plugin_dirs() -> Vec<PathBuf> {
         }
     }
     if !system_set && let Some(lib) = libgstreamer_path() {
-        if let Some(parent) = lib.parent() {
-            dirs.push(parent.join("gstreamer-1.0"));
-        }
+        // Linux: <libdir>/gstreamer-1.0 beside the library; Windows:
+        // <prefix>\lib\gstreamer-1.0, the DLL being in <prefix>\bin.
+        let system_dir = if cfg!(windows) {
+            lib.parent()
+                .and_then(|bin| bin.parent())
+                .map(|prefix| prefix.join("lib").join("gstreamer-1.0"))
+        } else {
+            lib.parent().map(|parent| parent.join("gstreamer-1.0"))
+        };
+        dirs.extend(system_dir);
     }
     dirs
 }
 
-/// Where the libgstreamer-1.0 this process runs is.
+/// Where the gstreamer-1.0 DLL this process runs is.
+#[cfg(windows)]
 fn libgstreamer_path() -> Option<PathBuf> {
+    use std::os::windows::ffi::OsStringExt;
+    use windows_sys::Win32::System::LibraryLoader::{
+        GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS, GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+        GetModuleFileNameW, GetModuleHandleExW,
+    };
+    let symbol = gst::ffi::gst_init as *const u16;
+    let mut module = std::ptr::null_mut();
+    // SAFETY: `symbol` is the address of a function of a loaded DLL and
+    // `module` an out parameter; the reference count is left unchanged.
+    let found = unsafe {
+        GetModuleHandleExW(
+            GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+            symbol,
+            &mut module,
+        )
+    } != 0;
+    if !found {
+        return None;
+    }
+    let mut name = vec![0u16; 32 * 1024];
+    // SAFETY: a loaded module and a buffer of the length given.
+    let len = unsafe { GetModuleFileNameW(module, name.as_mut_ptr(), name.len() as u32) } as usize;
+    (len > 0 && len < name.len())
+        .then(|| PathBuf::from(std::ffi::OsString::from_wide(&name[..len])))
+}
+
+/// Where the libgstreamer-1.0 this process runs is.
+#[cfg(unix)]
+fn libgstreamer_path() -> Option<PathBuf> {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
     // SAFETY: all-zero is a valid Dl_info (null pointers).
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let symbol = gst::ffi::gst_init as *const libc::c_void;

@@ -400,6 +400,7 @@ fn gst_cuda_pool(
 /// What a user who mistyped a channel name needs: the live channels there are.
 /// Where GStreamer's own `cudaipcsink` (nvcodec, 1.24+) listens unless given
 /// an `address`; `CUDAIPC_UPSTREAM_ADDRESS` names another (tests).
+#[cfg(unix)]
 fn upstream_sink_address() -> PathBuf {
     std::env::var_os("CUDAIPC_UPSTREAM_ADDRESS")
         .map(PathBuf::from)
@@ -408,6 +409,7 @@ fn upstream_sink_address() -> PathBuf {
 
 /// The address of a GStreamer (nvcodec) `cudaipcsink` that runs at its
 /// default address: a unix socket there that accepts a connection.
+#[cfg(unix)]
 fn live_upstream_sink() -> Option<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
     let address = upstream_sink_address();
@@ -415,6 +417,14 @@ fn live_upstream_sink() -> Option<PathBuf> {
     // Never a blocking connect: a listener that does not accept would hold
     // this source for good.
     (is_socket && cudaipc_channel::socket::connect(&address).is_ok()).then_some(address)
+}
+
+/// On Windows nvcodec's `cudaipcsink` listens on a named pipe
+/// (`\\.\pipe\gst.cuda.ipc`), which is not probed: connecting would take
+/// one of its instances.
+#[cfg(windows)]
+fn live_upstream_sink() -> Option<PathBuf> {
+    None
 }
 
 /// What to say about the other cudaipc protocol when `channel` has no

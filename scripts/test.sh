@@ -32,6 +32,8 @@ echo "== the same tests on GStreamer 1.28 (Debian testing packages, the same bin
 scripts/test-gst-runtime.sh 1.28
 echo "== aarch64: cross-built, its tests, gst-launch-1.0 pairs and the Python wheel under qemu-user"
 scripts/test-arm64.sh
+echo "== Windows: cross-built (x86_64-pc-windows-gnu), the crates' tests and gst-launch-1.0.exe pairs under Wine"
+scripts/test-windows.sh
 echo "== loom: the channel's memory orderings model-checked (seqlock, publish/take, slot claim/release)"
 scripts/test-loom.sh
 echo "== scripts/install.sh: into a temporary prefix, found there by gst-inspect-1.0, uninstalled"

@@ -91,6 +91,13 @@ struct Library {
     _library: libloading::Library,
 }
 
+/// The file of GStreamer's CUDA library (gst-plugins-bad).
+const GSTCUDA_LIBRARY: &str = if cfg!(windows) {
+    "gstcuda-1.0-0.dll"
+} else {
+    "libgstcuda-1.0.so.0"
+};
+
 /// Which `libgstcuda-1.0` this process loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ApiLevel {
@@ -120,7 +127,7 @@ impl Library {
         }
         // SAFETY: loading libgstcuda runs no code beyond its constructors,
         // which only register nothing (GTypes are registered on first use).
-        let library = match unsafe { libloading::Library::new("libgstcuda-1.0.so.0") } {
+        let library = match unsafe { libloading::Library::new(GSTCUDA_LIBRARY) } {
             Ok(l) => l,
             Err(e) => {
                 gst::info!(CAT, "GStreamer's CUDA library is not available: {e}");
@@ -583,7 +590,7 @@ mod tests {
         // scripts/setup.sh installs libgstreamer-plugins-bad1.0, which holds
         // libgstcuda-1.0; CUDAIPC_GSTCUDA=0 turns it off.
         // SAFETY: loading it runs only its library constructors.
-        let installed = unsafe { libloading::Library::new("libgstcuda-1.0.so.0") }.is_ok();
+        let installed = unsafe { libloading::Library::new(GSTCUDA_LIBRARY) }.is_ok();
         let disabled = std::env::var_os("CUDAIPC_GSTCUDA").is_some_and(|v| v == "0");
         assert_eq!(library_loaded(), installed && !disabled);
         if library_loaded() {

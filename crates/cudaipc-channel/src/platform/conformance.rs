@@ -157,3 +157,15 @@ fn a_wake_reaches_a_sleeper_through_another_mapping() {
     drop(b);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn the_own_user_is_named_as_users_write_it() {
+    #[cfg(unix)]
+    assert_eq!(
+        parse_user_id(&effective_uid().to_string()),
+        Some(effective_uid())
+    );
+    #[cfg(windows)]
+    assert_eq!(parse_user_id(user_sid()), Some(effective_uid()));
+    assert_eq!(parse_user_id("not-a-user"), None);
+}

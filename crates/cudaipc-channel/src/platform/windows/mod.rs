@@ -415,3 +415,6 @@ pub fn monotonic_ns() -> u64 {
     }
     (counter as u128 * 1_000_000_000 / frequency.max(1) as u128) as u64
 }
+
+#[cfg(test)]
+mod tests;

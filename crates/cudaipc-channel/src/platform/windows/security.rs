@@ -209,3 +209,52 @@ impl Drop for SecurityDescriptor {
         unsafe { LocalFree(self.0) };
     }
 }
+
+/// The DACL of an open file in SDDL (tests: what a file really grants).
+#[cfg(test)]
+pub fn dacl_sddl(file: &impl AsRawHandle) -> io::Result<String> {
+    use windows_sys::Win32::Security::Authorization::ConvertSecurityDescriptorToStringSecurityDescriptorW;
+    use windows_sys::Win32::Security::DACL_SECURITY_INFORMATION;
+    let mut descriptor: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    // SAFETY: a valid file handle; `descriptor` is LocalAlloc'ed and freed below.
+    let rc = unsafe {
+        GetSecurityInfo(
+            file.as_raw_handle(),
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut descriptor,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc as i32));
+    }
+    let mut text: *mut u16 = std::ptr::null_mut();
+    // SAFETY: a valid descriptor; on success `text` is LocalAlloc'ed.
+    let ok = unsafe {
+        ConvertSecurityDescriptorToStringSecurityDescriptorW(
+            descriptor,
+            SDDL_REVISION_1,
+            DACL_SECURITY_INFORMATION,
+            &mut text,
+            std::ptr::null_mut(),
+        )
+    };
+    let result = if ok == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        // SAFETY: NUL-terminated; read up to the NUL, then freed.
+        let len = (0..).take_while(|&i| unsafe { *text.add(i) } != 0).count();
+        // SAFETY: `len` u16s at `text` were just read.
+        let string = String::from_utf16_lossy(unsafe { std::slice::from_raw_parts(text, len) });
+        // SAFETY: allocated by the conversion with LocalAlloc.
+        unsafe { LocalFree(text.cast()) };
+        Ok(string)
+    };
+    // SAFETY: allocated by GetSecurityInfo with LocalAlloc.
+    unsafe { LocalFree(descriptor) };
+    result
+}

@@ -47,7 +47,9 @@ need=()
 command -v x86_64-w64-mingw32-gcc >/dev/null || need+=(gcc-mingw-w64-x86-64)
 command -v wine >/dev/null || need+=(wine wine64)
 if [ ${#need[@]} -gt 0 ]; then
-  $sudo apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null ||
+  # With recommends, as the recipe was checked (about 200 MB down, 1 GB on disk).
+  $sudo apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null ||
     skip "apt-get install ${need[*]} failed"
 fi
 rustup target list --installed | grep -qx $T || rustup target add $T >/dev/null
@@ -175,11 +177,16 @@ wine "${launch[@]}" -q videotestsrc is-live=true pattern=ball ! $caps \
   ! rscudaipcsink channel=$ch transport=host >"$runs/kill-producer.txt" 2>&1 &
 producer=$!
 started+=("$producer")
-wine "${launch[@]}" -q rscudaipcsrc channel=$ch connect-timeout=20000 on-producer-lost=eos ! fakesink \
-  >"$runs/kill-consumer.txt" 2>&1 &
+wine "${launch[@]}" -q rscudaipcsrc channel=$ch connect-timeout=20000 on-producer-lost=eos \
+  ! filesink location=$(in_pipeline "$runs/kill.raw") >"$runs/kill-consumer.txt" 2>&1 &
 consumer=$!
 started+=("$consumer")
-sleep 4
+# Frames arriving: the consumer is attached and streaming.
+for _ in $(seq 200); do
+  [ -s "$runs/kill.raw" ] && break
+  sleep 0.1
+done
+[ -s "$runs/kill.raw" ] || fail "the consumer of the live producer got no frame in 20 s" "$runs/kill-consumer.txt"
 if wine "${launch[@]}" -q videotestsrc num-buffers=5 ! $caps ! rscudaipcsink channel=$ch transport=host \
   >"$runs/second-producer.txt" 2>&1; then
   fail "a second producer on a live channel was not refused" "$runs/second-producer.txt"

@@ -16,8 +16,9 @@
 # against a DLL). Rust's std imports ProcessPrng, which Wine 8.0 lacks: a
 # ten-line stand-in (scripts/windows/bcryptprimitives.c) goes into the Wine
 # prefix. Where Wine cannot run, this prints a SKIPPED line and exits 0
-# (CUDAIPC_REQUIRE_WINDOWS=1: fails). docs/windows.md says what Wine does
-# not show.
+# (CUDAIPC_REQUIRE_WINDOWS=1: fails). The Wine prefix (700 MB) is removed
+# at the end unless CUDAIPC_KEEP_WINE_PREFIX=1. docs/windows.md says what
+# Wine does not show.
 # usage (repo root): scripts/test-windows.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,12 +96,14 @@ fi
 # one's connection. It is this prefix's own, stopped at the end.
 wineserver -w
 wineserver -p
-trap 'wineserver -k 2>/dev/null || true' EXIT
+trap 'wineserver -k 2>/dev/null || true; [ "${CUDAIPC_KEEP_WINE_PREFIX:-}" = 1 ] || rm -rf "$WINEPREFIX"' EXIT
 wine cmd /c exit 0 >/dev/null 2>&1 || skip "wine does not run Windows programs here"
 stage setup
 
 # --- build --------------------------------------------------------------------
 export PKG_CONFIG_ALLOW_CROSS=1 PKG_CONFIG_PATH_x86_64_pc_windows_gnu=$cache/pc
+# Built once per run: no incremental state (it would triple the disk used).
+export CARGO_INCREMENTAL=0
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 cargo clippy --quiet --target $T -p cudaipc-channel -p cudaipc-transport -p cudaipc --all-targets -- -D warnings
 cargo clippy --quiet --target $T -p gst-plugin-cudaipc --lib -- -D warnings
@@ -129,6 +132,8 @@ cleanup() {
   for pid in "${started[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   rm -rf "$runs"
   wineserver -k 2>/dev/null || true
+  # The prefix is 700 MB and made again in about 15 s.
+  [ "${CUDAIPC_KEEP_WINE_PREFIX:-}" = 1 ] || rm -rf "$WINEPREFIX"
 }
 trap cleanup EXIT
 failed=0

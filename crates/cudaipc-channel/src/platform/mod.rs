@@ -7,10 +7,12 @@
 //! - **shared files**: `default_shm_dir`, `create_new_file` (exclusive, with
 //!   access for the owner, group and others as a unix mode says; SIDs on
 //!   Windows), `open_regular` (never through a link), `reserve_space`,
-//!   `free_bytes`, `link_exclusive` (an atomic public name), `file_identity`,
-//!   `path_identity`, and `mapping::SharedMapping`;
-//! - **credentials**: `effective_uid`, `owner_uid`, `path_owner_uid` (a uid
-//!   on Linux; on Windows a digest of the user's SID, see docs/windows.md);
+//!   `free_bytes`, `link_exclusive` (an atomic public name), `remove_name`
+//!   (at once, even while mapped), `file_identity`, `path_identity`, and
+//!   `mapping::SharedMapping`;
+//! - **credentials**: `effective_uid`, `owner_uid`, `owner_ids`,
+//!   `path_owner_uid`, `path_owner_and_mode`, `parse_user_id` (a uid on
+//!   Linux; on Windows a digest of the user's SID, see docs/windows.md);
 //! - **liveness**: `try_lock_byte`, `unlock_byte`, `byte_is_locked` (a lock
 //!   on one byte of a shared file, held through one handle, dropped by the
 //!   kernel when the process dies), and `process_start_time`,

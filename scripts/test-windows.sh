@@ -3,8 +3,8 @@
 # cross-builds the channel and Rust API crates' tests and the plugin against
 # GStreamer's official 1.28.8 Windows wheels, then runs under Wine
 #   - the channel, transport and API crates' tests that apply to Windows;
-#   - a two-process gst-launch-1.0.exe pair on the host transport, every
-#     frame's checksum equal to what the producer published;
+#   - a two-process gst-launch-1.0.exe pair on the host transport in each
+#     ipc-mode, every frame's checksum equal to what the producer published;
 #   - a producer killed mid-stream: its consumer (on-producer-lost=eos)
 #     ends within a second, and a new producer takes the name;
 #   - a second producer refused on a live channel.
@@ -152,27 +152,31 @@ wine "${launch[@]}" --version >/dev/null 2>&1 || fail "gst-launch-1.0.exe does n
 wine "$G/bin/gst-inspect-1.0.exe" rscudaipcsink >"$runs/inspect.txt" 2>&1 ||
   fail "gst-inspect-1.0.exe cannot load the plugin" "$runs/inspect.txt"
 
-# A pair: every frame arrives, as the producer published it (a tee writes
+# A pair in each ipc-mode (named files; a named pipe handing duplicated
+# handles): every frame arrives, as the producer published it (a tee writes
 # what it sent to a file beside the sink). The sink paces by the clock, a
 # live channel: frames=every, else a consumer still starting under Wine
 # misses frames, as a slow one should.
-ch=$(channel pair)
-wine "${launch[@]}" -q rscudaipcsrc channel=$ch frames=every ! filesink location=$(in_pipeline "$runs/consumer.raw") \
-  >"$runs/pair-consumer.txt" 2>&1 &
-consumer=$!
-started+=("$consumer")
-wine "${launch[@]}" -q videotestsrc num-buffers=60 pattern=ball ! $caps ! tee name=t \
-  ! queue ! rscudaipcsink channel=$ch transport=host wait-for-connection=1 \
-  t. ! queue ! filesink location=$(in_pipeline "$runs/producer.raw") >"$runs/pair-producer.txt" 2>&1 ||
-  fail "pair: the producer failed" "$runs/pair-producer.txt"
-wait "$consumer" || fail "pair: the consumer failed" "$runs/pair-consumer.txt"
-started=()
-if [ -s "$runs/producer.raw" ] && [ "$(checksums "$runs/producer.raw")" = "$(checksums "$runs/consumer.raw")" ]; then
-  echo "windows: pair: 60 of 60 frames arrived, each with the producer's checksum"
-else
-  fail "pair: the frames differ (frames, leftover bytes): producer $(checksums "$runs/producer.raw" | head -1), consumer $(checksums "$runs/consumer.raw" 2>/dev/null | head -1)" \
-    "$runs/pair-producer.txt" "$runs/pair-consumer.txt"
-fi
+for mode in legacy fd; do
+  ch=$(channel pair-$mode)
+  rm -f "$runs/producer.raw" "$runs/consumer.raw"
+  wine "${launch[@]}" -q rscudaipcsrc channel=$ch ipc-mode=$mode frames=every \
+    ! filesink location=$(in_pipeline "$runs/consumer.raw") >"$runs/pair-consumer.txt" 2>&1 &
+  consumer=$!
+  started+=("$consumer")
+  wine "${launch[@]}" -q videotestsrc num-buffers=60 pattern=ball ! $caps ! tee name=t \
+    ! queue ! rscudaipcsink channel=$ch transport=host ipc-mode=$mode wait-for-connection=1 \
+    t. ! queue ! filesink location=$(in_pipeline "$runs/producer.raw") >"$runs/pair-producer.txt" 2>&1 ||
+    fail "pair ($mode): the producer failed" "$runs/pair-producer.txt"
+  wait "$consumer" || fail "pair ($mode): the consumer failed" "$runs/pair-consumer.txt"
+  started=()
+  if [ -s "$runs/producer.raw" ] && [ "$(checksums "$runs/producer.raw")" = "$(checksums "$runs/consumer.raw")" ]; then
+    echo "windows: pair (ipc-mode=$mode): 60 of 60 frames arrived, each with the producer's checksum"
+  else
+    fail "pair ($mode): the frames differ (frames, leftover bytes): producer $(checksums "$runs/producer.raw" | head -1), consumer $(checksums "$runs/consumer.raw" 2>/dev/null | head -1)" \
+      "$runs/pair-producer.txt" "$runs/pair-consumer.txt"
+  fi
+done
 stage pair
 
 # A live producer: a second one is refused; killed, its consumer ends within

@@ -22,21 +22,16 @@ pub(crate) fn unique_channel(tag: &str) -> String {
 crate::conformance_suite! {
     host_transport_meets_the_contract: Slots::Host(IpcMode::Legacy);
     // The consumer processes find the channel's socket and receive the
-    // control block and the slots' memory. Descriptor channels are not on
-    // Windows yet (docs/windows.md).
-    #[cfg(unix)]
+    // control block and the slots' memory.
     host_transport_meets_the_contract_over_descriptors: Slots::Host(IpcMode::Fd);
     // Own memory: a legacy channel, IPC handles.
     cuda_own_memory_by_events_meets_the_contract: Slots::cuda(MemoryKind::Own, GpuSync::Event);
     cuda_own_memory_by_host_meets_the_contract: Slots::cuda(MemoryKind::Own, GpuSync::Host);
     cuda_own_memory_by_timeline_meets_the_contract: Slots::cuda(MemoryKind::Own, GpuSync::Timeline);
     // Shared memory: a descriptor channel, allocations handed over the
-    // socket (the timeline's block too); not on Windows yet.
-    #[cfg(unix)]
+    // socket (the timeline's block too).
     cuda_shared_memory_by_events_meets_the_contract: Slots::cuda(MemoryKind::Shared, GpuSync::Event);
-    #[cfg(unix)]
     cuda_shared_memory_by_host_meets_the_contract: Slots::cuda(MemoryKind::Shared, GpuSync::Host);
-    #[cfg(unix)]
     cuda_shared_memory_by_timeline_meets_the_contract: Slots::cuda(MemoryKind::Shared, GpuSync::Timeline);
     // Lent memory: a legacy channel, allocations made here.
     cuda_lent_memory_by_events_meets_the_contract: Slots::cuda(MemoryKind::Lent, GpuSync::Event);

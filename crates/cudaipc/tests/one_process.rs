@@ -232,8 +232,6 @@ fn a_latest_frame_subscriber_gets_the_newest_frame() {
     assert!(frame.host_bytes().unwrap().iter().all(|&b| b == 2));
 }
 
-// Descriptor channels are not on Windows yet (docs/windows.md).
-#[cfg(unix)]
 #[test]
 fn a_descriptor_channel_works_like_a_named_one() {
     let channel = unique_channel("fd");

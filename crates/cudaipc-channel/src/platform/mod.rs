@@ -19,8 +19,9 @@
 //!   `own_start_time`, `process_runs`, `pid_namespace` (a pid with its start
 //!   time names one process even after the pid is reused);
 //! - **waits**: `futex_wait` and `futex_wake` on a word in a shared mapping;
-//! - **handle passing**: `Shareable` and `socket` (the descriptor channel;
-//!   on Windows not yet available, with a clear error);
+//! - **handle passing**: `Shareable` and `socket` (the descriptor channel:
+//!   a unix socket with SCM_RIGHTS on Linux, a named pipe with
+//!   DuplicateHandle on Windows);
 //! - `random_u64` and `monotonic_ns` (one clock for all processes of a host).
 //!
 //! `conformance` runs one suite over whichever implementation is built.

@@ -2,7 +2,8 @@
 // a shared folder (%ProgramData%\cudaipc), created with a security
 // descriptor of SIDs; byte-range locks (LockFileEx, dropped by the kernel
 // with the handle, so at death) for liveness; named semaphores for waits;
-// process handles and creation times for the identity of processes.
+// process handles and creation times for the identity of processes; named
+// pipes and DuplicateHandle for descriptor channels (socket.rs).
 // docs/windows.md says why files, not pagefile-backed named sections.
 
 use std::fs::File;
@@ -163,6 +164,10 @@ pub fn open_regular(path: &Path, write: bool) -> io::Result<File> {
 /// Creates `path` exclusively with the access rights of unix `mode` in SIDs
 /// (see `security::file_sddl`); a temporary file, kept in memory where it fits.
 pub fn create_new_file(path: &Path, mode: u32) -> io::Result<File> {
+    create_file(path, mode, FILE_ATTRIBUTE_TEMPORARY)
+}
+
+fn create_file(path: &Path, mode: u32, flags: u32) -> io::Result<File> {
     let descriptor = security::SecurityDescriptor::from_sddl(&security::file_sddl(mode))?;
     let attributes = descriptor.attributes();
     let name = wide(path);
@@ -174,7 +179,7 @@ pub fn create_new_file(path: &Path, mode: u32) -> io::Result<File> {
             SHARE_ALL,
             &attributes,
             CREATE_NEW,
-            FILE_ATTRIBUTE_TEMPORARY,
+            flags,
             std::ptr::null_mut(),
         )
     };
@@ -195,16 +200,20 @@ pub fn link_unnamed(_file: &File, _to: &Path) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
-/// Anonymous shared memory is handed over descriptor channels only, which
-/// Windows does not have yet.
-pub fn create_sealed_file(_name: &str, label: &Path, _size: usize) -> io::Result<File> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        format!(
-            "{}: descriptor channels (ipc-mode=fd) are not available on Windows yet",
-            label.display()
-        ),
-    ))
+/// Shared memory for descriptor channels, owner-only: a file that Windows
+/// deletes with its last handle, under a random name no one else is told
+/// (the handle goes to consumers duplicated). Windows refuses to shrink it
+/// while the producer keeps it mapped. `label` names it in messages.
+pub fn create_sealed_file(_name: &str, label: &Path, size: usize) -> io::Result<File> {
+    use windows_sys::Win32::Storage::FileSystem::FILE_FLAG_DELETE_ON_CLOSE;
+    let path = crate::shm::shm_dir().join(format!(".cudaipc-anon-{:016x}", random_u64()));
+    let file = create_file(
+        &path,
+        0o600,
+        FILE_ATTRIBUTE_TEMPORARY | FILE_FLAG_DELETE_ON_CLOSE,
+    )?;
+    reserve_space(&file, label, size)?;
+    Ok(file)
 }
 
 pub fn free_bytes(dir: &Path) -> Option<u64> {

@@ -39,9 +39,21 @@ fn sid_string(sid: PSID) -> io::Result<String> {
 
 /// A SID of this process's token: its user or its primary group.
 fn token_sid(user: bool) -> io::Result<String> {
+    // SAFETY: the current-process pseudo handle needs no closing.
+    token_sid_of(unsafe { GetCurrentProcess() }, user)
+}
+
+/// The user and primary group SIDs of the process behind `process` (a
+/// handle with query rights): who is at the other end of a pipe.
+pub fn process_sids(process: HANDLE) -> io::Result<(String, String)> {
+    Ok((token_sid_of(process, true)?, token_sid_of(process, false)?))
+}
+
+/// A SID of `process`'s token: its user or its primary group.
+fn token_sid_of(process: HANDLE, user: bool) -> io::Result<String> {
     let mut token: HANDLE = std::ptr::null_mut();
-    // SAFETY: the current-process pseudo handle and an out pointer.
-    if unsafe { OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &mut token) } == 0 {
+    // SAFETY: a process handle with query rights and an out pointer.
+    if unsafe { OpenProcessToken(process, TOKEN_QUERY, &mut token) } == 0 {
         return Err(io::Error::last_os_error());
     }
     let class = if user { TokenUser } else { TokenPrimaryGroup };
@@ -202,6 +214,10 @@ impl SecurityDescriptor {
         }
     }
 }
+
+// SAFETY: LocalAlloc'ed memory, read only after it was built, and freed
+// once (Drop): usable from any thread.
+unsafe impl Send for SecurityDescriptor {}
 
 impl Drop for SecurityDescriptor {
     fn drop(&mut self) {

@@ -186,7 +186,8 @@ wine "${launch[@]}" -q videotestsrc is-live=true pattern=ball ! $caps \
   ! rscudaipcsink channel=$ch transport=host >"$runs/kill-producer.txt" 2>&1 &
 producer=$!
 started+=("$producer")
-wine "${launch[@]}" -q rscudaipcsrc channel=$ch connect-timeout=20000 on-producer-lost=eos \
+# Wine's own errors (a crash's report) go to this consumer's log too.
+WINEDEBUG=fixme-all,warn-all wine "${launch[@]}" -q rscudaipcsrc channel=$ch connect-timeout=20000 on-producer-lost=eos \
   ! filesink location=$(in_pipeline "$runs/kill.raw") >"$runs/kill-consumer.txt" 2>&1 &
 consumer=$!
 started+=("$consumer")
@@ -218,7 +219,7 @@ if wait "$consumer"; then
     fail "the consumer ended $ms ms after its producer was killed (over 1.5 s)" "$runs/kill-consumer.txt"
   fi
 else
-  fail "the consumer of a killed producer failed instead of taking EOS" "$runs/kill-consumer.txt"
+  fail "the consumer of a killed producer failed (exit $?) instead of taking EOS" "$runs/kill-consumer.txt"
 fi
 started=()
 if wine "${launch[@]}" -q videotestsrc num-buffers=5 ! $caps ! rscudaipcsink channel=$ch transport=host \

@@ -5,8 +5,10 @@
 # without a GPU), a producer and a consumer under valgrind, the commands of
 # README.md and docs/ (run, or parsed where they need a GPU), the same tests
 # again on GStreamer 1.26 and 1.28, an aarch64 cross-build whose tests run
-# under qemu-user, an install into a temporary prefix and back out, and a
-# short benchmark run on the host transport.
+# under qemu-user, a Windows cross-build whose tests and gst-launch-1.0.exe
+# pairs run under Wine, the loom model check of the channel's protocol, an
+# install into a temporary prefix and back out, and a short benchmark run on
+# the host transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -179,6 +179,37 @@ for mode in legacy fd; do
 done
 stage pair
 
+# Every format the elements take, to two consumers at once (frames=every):
+# each gets the producer's bytes, frame for frame, and EOS.
+formats_ok=0
+for format in RGB RGBA BGRA RGBx BGRx GRAY8 NV12 I420; do
+  ch=$(channel fmt-$format)
+  rm -f "$runs"/fmt-*.raw
+  for i in 1 2; do
+    wine "${launch[@]}" -q rscudaipcsrc channel=$ch frames=every \
+      ! filesink location=$(in_pipeline "$runs/fmt-$i.raw") >"$runs/fmt-consumer$i.txt" 2>&1 &
+    started+=("$!")
+  done
+  wine "${launch[@]}" -q videotestsrc num-buffers=20 pattern=smpte \
+    ! video/x-raw,format=$format,width=320,height=240,framerate=30/1 ! tee name=t \
+    ! queue ! rscudaipcsink channel=$ch transport=host wait-for-connection=2 \
+    t. ! queue ! filesink location=$(in_pipeline "$runs/fmt-producer.raw") >"$runs/fmt-producer.txt" 2>&1 ||
+    fail "$format: the producer failed" "$runs/fmt-producer.txt"
+  for i in 1 2; do
+    wait "${started[$((i - 1))]}" || fail "$format: consumer $i failed" "$runs/fmt-consumer$i.txt"
+  done
+  started=()
+  if [ -s "$runs/fmt-producer.raw" ] && cmp -s "$runs/fmt-producer.raw" "$runs/fmt-1.raw" \
+    && cmp -s "$runs/fmt-producer.raw" "$runs/fmt-2.raw"; then
+    formats_ok=$((formats_ok + 1))
+  else
+    fail "$format: a consumer's frames differ from the producer's ($(wc -c <"$runs/fmt-producer.raw") bytes sent; got $(wc -c <"$runs/fmt-1.raw" 2>/dev/null) and $(wc -c <"$runs/fmt-2.raw" 2>/dev/null))" \
+      "$runs/fmt-consumer1.txt" "$runs/fmt-consumer2.txt"
+  fi
+done
+echo "windows: $formats_ok of 8 formats: two consumers each got the producer's 20 frames, byte for byte, and EOS"
+stage formats
+
 # A live producer: a second one is refused; killed, its consumer ends within
 # a second (on-producer-lost=eos); a new producer then takes the name.
 # $1: the attempt; returns 2 for a consumer that ended silently (see below).

@@ -210,6 +210,43 @@ done
 echo "windows: $formats_ok of 8 formats: two consumers each got the producer's 20 frames, byte for byte, and EOS"
 stage formats
 
+# A consumer joining a live producer late: from its first frame on it gets
+# every frame the producer published, in order, through to EOS.
+ch=$(channel late)
+rm -f "$runs"/late-*.raw
+wine "${launch[@]}" -q videotestsrc is-live=true num-buffers=150 pattern=ball ! $caps ! tee name=t \
+  ! queue ! rscudaipcsink channel=$ch transport=host \
+  t. ! queue ! filesink location=$(in_pipeline "$runs/late-producer.raw") >"$runs/late-producer.txt" 2>&1 &
+producer=$!
+started+=("$producer")
+for _ in $(seq 200); do
+  [ -s "$runs/late-producer.raw" ] && break
+  sleep 0.1
+done
+sleep 1
+wine "${launch[@]}" -q rscudaipcsrc channel=$ch frames=every \
+  ! filesink location=$(in_pipeline "$runs/late-consumer.raw") >"$runs/late-consumer.txt" 2>&1 ||
+  fail "late join: the consumer failed" "$runs/late-consumer.txt"
+wait "$producer" || fail "late join: the producer failed" "$runs/late-producer.txt"
+started=()
+late=$(python3 - "$runs/late-producer.raw" "$runs/late-consumer.raw" $frame_bytes <<'PY'
+import hashlib, sys
+n = int(sys.argv[3])
+def frames(path):
+    data = open(path, "rb").read()
+    return [hashlib.sha1(data[i:i + n]).digest() for i in range(0, len(data) - len(data) % n, n)]
+sent, got = frames(sys.argv[1]), frames(sys.argv[2])
+# got: a run of sent, in order, ending with sent's last frame (EOS).
+ok = 0 < len(got) < len(sent) and sent[-len(got):] == got
+print(f"{'ok' if ok else 'bad'} {len(got)} {len(sent)}")
+PY
+)
+case $late in
+  ok*) read -r _ got sent <<<"$late"; echo "windows: late join: the consumer got the last $got of the producer's $sent frames, in order, then EOS" ;;
+  *) fail "late join: the consumer's frames are not the producer's last ones in order ($late)" "$runs/late-consumer.txt" ;;
+esac
+stage late
+
 # A live producer: a second one is refused; killed, its consumer ends within
 # a second (on-producer-lost=eos); a new producer then takes the name.
 # $1: the attempt; returns 2 for a consumer that ended silently (see below).

@@ -39,6 +39,10 @@ use crate::video;
 pub mod kernels;
 mod reference;
 pub use reference::*;
+#[doc(hidden)]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 /// What `cudatestsrc` draws (its `pattern` property).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, glib::Enum)]

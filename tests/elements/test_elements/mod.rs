@@ -16,7 +16,7 @@ mod verify;
 use reference::Op;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gst::glib;
 use gst::prelude::*;
@@ -28,6 +28,7 @@ use common::*;
 use cudaipc_transport::cuda::Device;
 use gstcudaipc::FORMATS;
 use gstcudaipc::memory::{self, CudaAllocator};
+use gstcudaipc::pattern::testing::{self, Random};
 use gstcudaipc::pattern::{self, Pattern, PlaneLayout};
 
 fn video_info(format: VideoFormat, width: u32, height: u32) -> gst_video::VideoInfo {
@@ -38,30 +39,6 @@ fn video_info(format: VideoFormat, width: u32, height: u32) -> gst_video::VideoI
 
 fn cuda_caps(info: &gst_video::VideoInfo) -> gst::Caps {
     memory::with_cuda_feature(&info.to_caps().unwrap())
-}
-
-/// xorshift64*: fresh random bytes per run, the seed printed on failure.
-struct Random(u64);
-
-impl Random {
-    fn fresh() -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        Random(nanos | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
 }
 
 /// A frame layout: (offset, stride) per plane and the bytes it spans.
@@ -82,20 +59,12 @@ impl Layout {
         }
     }
 
-    /// Every plane at a 16-byte aligned offset with a stride of 16 bytes
-    /// more than its row rounded up to 16: wide accesses with partial last
-    /// chunks, and padding that must stay untouched.
+    /// `pattern::testing::padded_planes`, carried in a GstVideoMeta.
     fn padded(info: &gst_video::VideoInfo) -> Self {
-        let mut planes = Vec::new();
-        let mut offset = 0;
-        for plane in plane_layouts(info, &Layout::default_for(info)) {
-            let stride = plane.row_bytes.next_multiple_of(16) + 16;
-            planes.push((offset, stride));
-            offset = (offset + stride * plane.rows).next_multiple_of(16) + 16;
-        }
+        let (planes, size) = testing::padded_planes(info);
         Layout {
             planes,
-            size: offset,
+            size,
             meta: true,
         }
     }

@@ -114,7 +114,7 @@ fn push_counter_frames(
         pattern::fill_frame(Pattern::Counter, number, &info, &layout.planes, &mut frame).unwrap();
         if corrupt.contains(&i) {
             // Past the header of a random row.
-            let at = random.next() as usize % (layout.size - 8) + 8;
+            let at = random.next_u64() as usize % (layout.size - 8) + 8;
             frame[at] ^= 0x10;
         }
         let (buffer, _memory) = upload(device, &info, &layout, &frame, readonly);

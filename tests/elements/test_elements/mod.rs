@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! `cudatestsrc` and `cudaprocess`: properties, caps negotiation, errors,
-//! the CPU pattern reference everywhere; on a GPU host the pixel values of
+//! `cudatestsrc` and `cudaprocess`: properties, caps negotiation, errors
+//! (the CPU pattern reference is tested in src/pattern); on a GPU host the pixel values of
 //! every operation against a CPU reference over fresh random frames, the
 //! generator's frames checked on the CPU, and `verify` catching planted
 //! corrupt frames, gaps and stale frames.

@@ -8,6 +8,7 @@
 mod consumer;
 mod control_block;
 mod corruption;
+mod descriptor_wire;
 pub mod directory;
 pub mod layout;
 mod peers;

@@ -35,10 +35,11 @@ use rustix::net::{
 };
 
 use crate::ChannelError;
+use crate::descriptor_wire::{MAX_HANDLERS, Offer, refused};
+pub use crate::descriptor_wire::{Request, RequestError, receive_control_block, socket_path};
+pub use crate::peers::Peers;
 use crate::shm;
 
-/// First word of every request: the protocol of this module.
-const MAGIC: &str = "CUDAIPC1";
 /// Longest request or reply line.
 const MAX_LINE: usize = 128;
 /// Most descriptors one reply carries (the control block, or a pool's
@@ -46,57 +47,6 @@ const MAX_LINE: usize = 128;
 const MAX_FDS: usize = crate::layout::MAX_SLOTS + 1;
 /// How long either side waits for the other's line.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
-/// Connections served at once; more are closed at once.
-const MAX_HANDLERS: usize = 16;
-/// Pools whose memory is still handed out (consumers that read a pool's
-/// frames late ask for it after the next one is published).
-const KEPT_POOLS: usize = 2;
-
-/// The socket of `channel`'s descriptor channel. `@` cannot occur in channel
-/// names, so no file of one channel matches another channel's names.
-pub fn socket_path(channel: &str) -> PathBuf {
-    shm::shm_dir().join(format!("cudaipc-{channel}@socket"))
-}
-
-pub use crate::peers::Peers;
-
-/// What a consumer asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
-    Control,
-    Pool(u64),
-}
-
-impl Request {
-    fn line(self) -> String {
-        match self {
-            Request::Control => format!("{MAGIC} CONTROL\n"),
-            Request::Pool(generation) => format!("{MAGIC} POOL {generation}\n"),
-        }
-    }
-
-    fn parse(line: &str) -> Option<Request> {
-        let mut words = line.split_whitespace();
-        if words.next()? != MAGIC {
-            return None;
-        }
-        let request = match (words.next()?, words.next()) {
-            ("CONTROL", None) => Request::Control,
-            ("POOL", Some(generation)) => Request::Pool(generation.parse().ok()?),
-            _ => return None,
-        };
-        words.next().is_none().then_some(request)
-    }
-}
-
-/// What the producer hands out.
-struct Offer {
-    /// The control block, opened apart from the producer's own descriptor
-    /// (whose locks say the producer is alive: a consumer must not share
-    /// them).
-    control: File,
-    pools: Vec<(u64, Vec<OwnedFd>)>,
-}
 
 /// The producer's end: the bound socket and the thread serving it. Dropping
 /// it stops the thread and removes the socket's name.
@@ -155,11 +105,7 @@ impl Listener {
     /// Hands out `fds` for pool `generation` from now on (with the previous
     /// pool's, for consumers still reading it).
     pub fn offer_pool(&self, generation: u64, fds: Vec<OwnedFd>) {
-        let mut offer = self.offer.lock().unwrap();
-        offer.pools.retain(|(g, _)| *g != generation);
-        offer.pools.push((generation, fds));
-        let excess = offer.pools.len().saturating_sub(KEPT_POOLS);
-        offer.pools.drain(..excess);
+        self.offer.lock().unwrap().keep_pool(generation, fds);
     }
 }
 
@@ -442,22 +388,6 @@ fn send_with_fds(stream: &UnixStream, line: &str, fds: &[OwnedFd]) -> io::Result
     Ok(())
 }
 
-/// Why a consumer's request got no descriptors.
-#[derive(Debug)]
-pub enum RequestError {
-    /// Nobody listens on the channel's socket (yet): no producer.
-    NoProducer,
-    /// The producer has no such pool (any more).
-    Gone,
-    Channel(ChannelError),
-}
-
-impl From<ChannelError> for RequestError {
-    fn from(e: ChannelError) -> Self {
-        RequestError::Channel(e)
-    }
-}
-
 /// The consumer's end: asks `channel`'s producer, which must be one of
 /// `producers`, for `request`; the descriptors of the reply.
 pub fn request(
@@ -552,13 +482,7 @@ fn exchange(
     match (words.next(), words.next(), words.next()) {
         (Some("OK"), Some(n), None) if n.parse() == Ok(fds.len()) => {}
         (Some("GONE"), None, None) if fds.is_empty() => return Err(RequestError::Gone),
-        (Some("DENIED"), ..) if fds.is_empty() => {
-            return Err(ChannelError::Refused {
-                channel: channel.to_owned(),
-                reason: line.trim_start_matches("DENIED").trim().to_owned(),
-            }
-            .into());
-        }
+        (Some("DENIED"), ..) if fds.is_empty() => return Err(refused(channel, &line)),
         _ => {
             return Err(corrupt(crate::Corruption::SocketReply {
                 line: line.chars().take(MAX_LINE).collect(),
@@ -566,21 +490,7 @@ fn exchange(
             }));
         }
     }
-    // The control block is one descriptor; a pool's memory at least one
-    // (its receiver checks how many its transport needs).
-    let fits = match request {
-        Request::Control => fds.len() == 1,
-        Request::Pool(_) => !fds.is_empty(),
-    };
-    if !fits {
-        return Err(corrupt(crate::Corruption::DescriptorCount {
-            found: fds.len(),
-            requested: match request {
-                Request::Control => crate::Requested::ControlBlock,
-                Request::Pool(_) => crate::Requested::Pool,
-            },
-        }));
-    }
+    request.check_count(fds.len())?;
     Ok(fds)
 }
 
@@ -615,31 +525,6 @@ fn receive_with_fds(stream: &UnixStream) -> io::Result<(String, Vec<OwnedFd>)> {
         .filter(|line| !line.contains('\n'))
         .ok_or_else(|| io::Error::other(format!("a cut or malformed reply {text:?}")))?;
     Ok((line.to_owned(), fds))
-}
-
-/// `channel`'s control block, from its producer (one of `producers`):
-/// sealed, whole, and mapped read-write through an open file description of
-/// our own (a consumer's record lock must be its own, not the producer's),
-/// or read-only (to look at it).
-pub fn receive_control_block(
-    channel: &str,
-    producers: &Peers,
-    write: bool,
-) -> Result<shm::SharedFile, RequestError> {
-    let fd = request(channel, Request::Control, producers)?
-        .pop()
-        .ok_or(ChannelError::Corrupt(crate::Corruption::NoControlBlock))?;
-    check_sealed(&fd, crate::layout::control_size() as u64)?;
-    let file = if write {
-        reopen(&fd, true)
-            .map_err(|e| ChannelError::io("cannot open the received control block", e))?
-    } else {
-        File::from(fd)
-    };
-    Ok(
-        shm::SharedFile::from_file(file, &socket_path(channel), write)
-            .map_err(|e| ChannelError::io("cannot map the received control block", e))?,
-    )
 }
 
 /// Opens the file behind `file` again: a descriptor of its own (its own

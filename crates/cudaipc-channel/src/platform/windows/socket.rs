@@ -34,61 +34,16 @@ use windows_sys::Win32::System::Threading::{
 use super::security::{self, SecurityDescriptor, uid_of_sid};
 use super::{SHARE_ALL, Shareable, wide};
 use crate::ChannelError;
+use crate::descriptor_wire::{MAX_HANDLERS, Offer, refused};
+pub use crate::descriptor_wire::{Request, RequestError, receive_control_block, socket_path};
 use crate::shm;
 
 pub use crate::peers::Peers;
 
-/// First word of every request: the protocol of this module.
-const MAGIC: &str = "CUDAIPC1";
 /// Longest request or reply line.
 const MAX_LINE: usize = 1024;
-/// Connections served at once; more wait for the pipe.
-const MAX_HANDLERS: usize = 16;
-/// Pools whose memory is still handed out.
-const KEPT_POOLS: usize = 2;
 /// The marker's lock byte: past its text, which a lock would make unreadable.
 const MARKER_LOCK_BYTE: i64 = 1 << 20;
-
-/// The marker of `channel`'s descriptor channel. `@` cannot occur in
-/// channel names, so no file of one channel matches another channel's.
-pub fn socket_path(channel: &str) -> PathBuf {
-    shm::shm_dir().join(format!("cudaipc-{channel}@socket"))
-}
-
-/// What a consumer asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
-    Control,
-    Pool(u64),
-}
-
-impl Request {
-    fn line(self) -> String {
-        match self {
-            Request::Control => format!("{MAGIC} CONTROL\n"),
-            Request::Pool(generation) => format!("{MAGIC} POOL {generation}\n"),
-        }
-    }
-
-    fn parse(line: &str) -> Option<Request> {
-        let mut words = line.split_whitespace();
-        if words.next()? != MAGIC {
-            return None;
-        }
-        let request = match (words.next()?, words.next()) {
-            ("CONTROL", None) => Request::Control,
-            ("POOL", Some(generation)) => Request::Pool(generation.parse().ok()?),
-            _ => return None,
-        };
-        words.next().is_none().then_some(request)
-    }
-}
-
-/// What the producer hands out.
-struct Offer {
-    control: File,
-    pools: Vec<(u64, Vec<Shareable>)>,
-}
 
 /// A handle closed on drop (a pipe instance or a process).
 struct Handle(HANDLE);
@@ -162,11 +117,7 @@ impl Listener {
     /// Hands out `handles` for pool `generation` from now on (with the
     /// previous pool's, for consumers still reading it).
     pub fn offer_pool(&self, generation: u64, handles: Vec<Shareable>) {
-        let mut offer = self.offer.lock().unwrap();
-        offer.pools.retain(|(g, _)| *g != generation);
-        offer.pools.push((generation, handles));
-        let excess = offer.pools.len().saturating_sub(KEPT_POOLS);
-        offer.pools.drain(..excess);
+        self.offer.lock().unwrap().keep_pool(generation, handles);
     }
 }
 
@@ -500,22 +451,6 @@ pub fn remove_if_dead(channel: &str) -> io::Result<Option<u32>> {
     }
 }
 
-/// Why a consumer's request got no handles.
-#[derive(Debug)]
-pub enum RequestError {
-    /// No producer serves the channel (yet).
-    NoProducer,
-    /// The producer has no such pool (any more).
-    Gone,
-    Channel(ChannelError),
-}
-
-impl From<ChannelError> for RequestError {
-    fn from(e: ChannelError) -> Self {
-        RequestError::Channel(e)
-    }
-}
-
 /// The consumer's end: asks `channel`'s producer, which must be one of
 /// `producers`, for `request`; the handles of the reply, duplicated into
 /// this process by the producer.
@@ -572,13 +507,7 @@ pub fn request(
     match words.next() {
         Some("OK") => {}
         Some("GONE") => return Err(RequestError::Gone),
-        Some("DENIED") => {
-            return Err(ChannelError::Refused {
-                channel: channel.to_owned(),
-                reason: line.trim_start_matches("DENIED").trim().to_owned(),
-            }
-            .into());
-        }
+        Some("DENIED") => return Err(refused(channel, &line)),
         _ => return Err(corrupt()),
     }
     let count: usize = words
@@ -598,45 +527,8 @@ pub fn request(
         .into_iter()
         .map(|v| unsafe { OwnedHandle::from_raw_handle(v as HANDLE) })
         .collect();
-    let fits = match request {
-        Request::Control => handles.len() == 1,
-        Request::Pool(_) => !handles.is_empty(),
-    };
-    if !fits {
-        return Err(ChannelError::Corrupt(crate::Corruption::DescriptorCount {
-            found: handles.len(),
-            requested: match request {
-                Request::Control => crate::Requested::ControlBlock,
-                Request::Pool(_) => crate::Requested::Pool,
-            },
-        })
-        .into());
-    }
+    request.check_count(handles.len())?;
     Ok(handles)
-}
-
-/// `channel`'s control block, from its producer (one of `producers`),
-/// mapped through a file object of our own (a consumer's record lock must
-/// be its own), read-write or read-only.
-pub fn receive_control_block(
-    channel: &str,
-    producers: &Peers,
-    write: bool,
-) -> Result<shm::SharedFile, RequestError> {
-    let handle = request(channel, Request::Control, producers)?
-        .pop()
-        .ok_or(ChannelError::Corrupt(crate::Corruption::NoControlBlock))?;
-    check_sealed(&handle, crate::layout::control_size() as u64)?;
-    let file = if write {
-        reopen(&handle, true)
-            .map_err(|e| ChannelError::io("cannot open the received control block", e))?
-    } else {
-        File::from(handle)
-    };
-    Ok(
-        shm::SharedFile::from_file(file, &socket_path(channel), write)
-            .map_err(|e| ChannelError::io("cannot map the received control block", e))?,
-    )
 }
 
 /// Opens the file behind `file` again: a file object of its own (so its

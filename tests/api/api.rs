@@ -76,7 +76,7 @@ fn api_publish_to_cudaipcsrc(case: PublishCase) {
         case.padding
     );
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=30000 num-buffers={FRAMES} ! video/x-raw ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 num-buffers={FRAMES} ! video/x-raw ! checksumsink"
     ));
     let size = format!("{}x{}", case.size.0, case.size.1);
     let frames = FRAMES.to_string();

@@ -71,11 +71,14 @@ pub fn wait_for_channel(channel: &str, limit: Duration) -> bool {
 
 /// Waits until `n` consumers wait for a producer on `channel` (they have
 /// started and announced themselves), so a producer started now owes them
-/// every frame from the first.
+/// every frame from the first. Consumers started this way wait longer than
+/// `limit` (`connect-timeout=120000`): under emulation their starts can take
+/// tens of seconds, and the first must not give up before the last is there.
 pub fn wait_for_waiting_consumers(channel: &str, n: usize, limit: Duration) {
     assert!(
         consumers_wait(channel, n, limit),
-        "{n} consumers did not start waiting on '{channel}' within {limit:?}"
+        "{n} consumers did not start waiting on '{channel}' within {limit:?} ({} did)",
+        cudaipc_channel::shm::count_live_waiters(channel)
     );
 }
 

@@ -150,7 +150,7 @@ fn wait_for_connection_holds_the_first_frame_until_a_consumer_process_attaches()
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(stats(&producer).get::<u64>("frames").unwrap(), 0);
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     let (done, _) = run_to_eos(&producer, consumer);
     assert_eq!(done.checksums(), expected, "every frame from the first");
@@ -203,7 +203,7 @@ fn a_frame_pushed_again_is_published_again_without_a_copy() {
     ));
     producer.set_state(gst::State::Playing).unwrap();
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     let (done, stats) = run_to_eos(&producer, consumer);
     assert_eq!(done.checksums(), vec![expected[0].clone(); PUSHES]);
@@ -232,7 +232,7 @@ fn the_stats_say_how_long_the_producer_waited_for_a_slow_consumer() {
     ));
     producer.set_state(gst::State::Playing).unwrap();
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=20000 ! identity sleep-time=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! identity sleep-time=20000 ! checksumsink"
     ));
     let (done, stats) = run_to_eos(&producer, consumer);
     assert_eq!(done.checksums().len(), FRAMES as usize);

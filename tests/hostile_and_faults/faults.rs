@@ -81,7 +81,7 @@ fn producer_killed(t: Transport) {
             (
                 mode,
                 launch(&format!(
-                    "rscudaipcsrc channel={channel} on-producer-lost={mode} connect-timeout=30000 ! checksumsink"
+                    "rscudaipcsrc channel={channel} on-producer-lost={mode} connect-timeout=120000 ! checksumsink"
                 )),
             )
         })
@@ -159,7 +159,7 @@ fn cuda_producer_killed_consumers_follow_their_policy() {
 fn restarted_producers(t: Transport, host: bool) {
     let channel = unique_channel("restart");
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} on-producer-lost=wait connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} on-producer-lost=wait connect-timeout=120000 ! checksumsink"
     ));
     let pid = consumer.pid();
     let mut fds = Vec::new();
@@ -231,10 +231,10 @@ fn consumer_killed(t: Transport) {
     let src = source(t, frames);
     let expected = reference_checksums(&src);
     let slow = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=30000 ! identity sleep-time=100000 ! fakesink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! identity sleep-time=100000 ! fakesink"
     ));
     let fast = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 2, LIMIT);
     let producer = PipelineChild::spawn(
@@ -304,7 +304,7 @@ fn stopped_consumer_block(t: Transport) {
     let src = source(t, frames);
     let expected = reference_checksums(&src);
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut producer = PipelineChild::spawn(
@@ -384,7 +384,7 @@ fn reporting_pair(
 ) -> (PipelineChild, PipelineChild) {
     let consumer = PipelineChild::spawn(
         &format!(
-            "rscudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=30000 ! fakesink"
+            "rscudaipcsrc name=src channel={channel} on-producer-lost=eos connect-timeout=120000 ! fakesink"
         ),
         &["src"],
     );
@@ -518,7 +518,7 @@ fn stale_channel_replaced(t: Transport) {
     let consumer = launch_with(
         &[],
         &[("GST_DEBUG", "cudaipcsrc:6,cudaipc*:5")],
-        &format!("rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"),
+        &format!("rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"),
     );
     if !consumers_wait(&channel, 1, LIMIT) {
         let done = consumer.finish(Duration::from_secs(1));
@@ -599,7 +599,7 @@ fn a_recorded_live_pid_does_not_keep_a_channel_alive() {
     drop(copy);
     assert_no_producer_appears(&channel);
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=30000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let src = source(HOST, 10);

@@ -111,7 +111,7 @@ impl Hostile {
     /// next reaches it.
     fn consumer(&self) -> Launch {
         let consumer = launch(&format!(
-            "rscudaipcsrc channel={} {LIVE} connect-timeout=20000 ! fakesink",
+            "rscudaipcsrc channel={} {LIVE} connect-timeout=120000 ! fakesink",
             self.channel
         ));
         let pid = consumer.pid();
@@ -336,7 +336,7 @@ fn a_queue_entry_from_the_past_is_refused() {
 fn tampering_with_a_live_producer_is_caught() {
     let channel = unique_channel("live");
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} {LIVE} connect-timeout=20000 ! fakesink"
+        "rscudaipcsrc channel={channel} {LIVE} connect-timeout=120000 ! fakesink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(

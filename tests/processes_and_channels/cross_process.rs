@@ -86,7 +86,7 @@ fn content_timestamps_caps_and_eos_travel() {
     let channel = unique_channel("travel");
     // The consumer starts first and waits for the producer.
     let consumer = launch(&format!(
-        "-v rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "-v rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut all = frames("RGB", 320, 240, 12, 0);
@@ -117,7 +117,7 @@ fn content_timestamps_caps_and_eos_travel() {
 fn caps_with_a_multiview_flag_set_reach_a_fresh_process() {
     let channel = unique_channel("multiview");
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let mut all = frames("NV12", 320, 240, 4, 0);
@@ -143,7 +143,7 @@ fn every_format_arrives_byte_identical() {
     ] {
         let channel = unique_channel("format");
         let consumer = launch(&format!(
-            "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+            "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! checksumsink"
         ));
         wait_for_waiting_consumers(&channel, 1, LIMIT);
         let all = frames(format, 176, 144, 5, 0);
@@ -161,7 +161,7 @@ fn a_consumer_started_first_gets_every_frame_of_gst_launch_producer() {
     let expected = reference_checksums(source);
     assert_eq!(expected.len(), 40);
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(
@@ -181,7 +181,7 @@ fn two_consumers_both_receive_everything() {
     let consumers: Vec<_> = (0..2)
         .map(|_| {
             launch(&format!(
-                "rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"
+                "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
             ))
         })
         .collect();
@@ -328,7 +328,7 @@ fn a_closed_channel_error_names_on_producer_lost_and_the_producers_dash_e() {
     for (flags, ends_cleanly) in [("", false), ("-e ", true)] {
         let channel = unique_channel("closed");
         let consumer = launch(&format!(
-            "rscudaipcsrc channel={channel} connect-timeout=30000 ! fakesink"
+            "rscudaipcsrc channel={channel} connect-timeout=120000 ! fakesink"
         ));
         wait_for_waiting_consumers(&channel, 1, LIMIT);
         let producer = launch(&producer_line(&channel, flags));
@@ -388,7 +388,7 @@ fn one_slot_and_a_sink_keeping_its_last_buffer_do_not_stall() {
     let source = "videotestsrc num-buffers=30 pattern=snow ! video/x-raw,format=RGBx,width=320,height=240,framerate=30/1";
     let expected = reference_checksums(source);
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} wait-mode=spin connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} wait-mode=spin connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = launch(&format!(

@@ -62,7 +62,7 @@ fn frames_cross_a_descriptor_channel_that_names_nothing_but_its_socket() {
     let consumer = launch_with(
         &[],
         &dir.env(),
-        &format!("rscudaipcsrc channel={channel} connect-timeout=20000 ! checksumsink"),
+        &format!("rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"),
     );
     let producer = producer(HOST, &dir, &channel, "");
     let socket = format!("cudaipc-{channel}@socket");
@@ -144,7 +144,7 @@ fn both_sides_check_the_others_credentials() {
         &OTHER_USER,
         &dir.env(),
         &format!(
-            "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 allowed-producers={me} ! checksumsink"
+            "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=120000 allowed-producers={me} ! checksumsink"
         ),
     );
     let producer = producer(
@@ -210,7 +210,9 @@ fn a_consumer_that_shares_only_the_sockets_folder_reads_a_descriptor_channel() {
     let consumer = launch_with(
         &namespaces.wrapper(),
         &namespaces.env(),
-        &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
+        &format!(
+            "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=120000 ! checksumsink"
+        ),
     );
     let producer = producer(HOST, &dir, &channel, "");
     producer.finish(LIMIT).assert_success("producer");
@@ -270,7 +272,9 @@ fn hostile_peers_on_a_producers_socket_hold_nothing_up() {
     let consumer = launch_with(
         &[],
         &dir.env(),
-        &format!("rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=20000 ! checksumsink"),
+        &format!(
+            "rscudaipcsrc channel={channel} ipc-mode=fd connect-timeout=120000 ! checksumsink"
+        ),
     );
     producer.finish(LIMIT).assert_success("producer");
     let done = consumer.finish(LIMIT);

@@ -128,7 +128,7 @@ fn caps(format: &str, width: u32, height: u32) -> String {
 fn caps_change(sink: &str, zero_copy: bool) {
     let channel = unique_channel("caps");
     let consumer = launch(&format!(
-        "-v rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "-v rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -180,7 +180,7 @@ fn cuda_caps_changes_mid_stream_reach_the_consumer() {
 fn eos_then_new_stream(sink: &str) {
     let channel = unique_channel("eos");
     let first = launch(&format!(
-        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -192,7 +192,7 @@ fn eos_then_new_stream(sink: &str) {
     assert_eq!(done.checksum_lines(), stream1);
 
     let second = launch(&format!(
-        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! checksumsink"
     ));
     let block = ControlBlock::open(&channel).expect("the channel stays open after EOS");
     let pid = second.pid();
@@ -233,7 +233,7 @@ fn cuda_eos_ends_a_session_and_a_new_one_gets_the_next_stream() {
 fn flushing_seeks(sink: &str) {
     let channel = unique_channel("seek");
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=20000 ! identity sleep-time=5000 ! checksumsink"
+        "rscudaipcsrc channel={channel} timestamp-mode=producer connect-timeout=120000 ! identity sleep-time=5000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -284,7 +284,7 @@ fn cuda_flushing_seeks_upstream_push_no_stale_frame() {
 fn live_consumer(sink: &str) {
     let channel = unique_channel("live");
     let consumer = launch(&format!(
-        "rscudaipcsrc channel={channel} is-live=true num-buffers=10 connect-timeout=20000 ! checksumsink"
+        "rscudaipcsrc channel={channel} is-live=true num-buffers=10 connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), sink);
@@ -316,7 +316,7 @@ fn latest_frame_consumer_copies(sink: &str) {
     let producer = Producer::start(&channel, &caps("RGB", 320, 240), &format!("{sink} slots=2"));
     let viewer = PipelineChild::spawn(
         &format!(
-            "rscudaipcsrc name=src channel={channel} frames=latest num-buffers=5 connect-timeout=20000 ! identity sleep-time=20000 ! fakesink sync=false"
+            "rscudaipcsrc name=src channel={channel} frames=latest num-buffers=5 connect-timeout=120000 ! identity sleep-time=20000 ! fakesink sync=false"
         ),
         &["src"],
     );
@@ -349,7 +349,7 @@ fn cuda_latest_frame_consumer_copies_its_frames_out_of_the_slots() {
 fn live_channel_consumers_keep_their_own_pace(sink: &str) {
     const FRAMES: usize = 60;
     let channel = unique_channel("pace");
-    let src = format!("rscudaipcsrc name=src channel={channel} connect-timeout=20000");
+    let src = format!("rscudaipcsrc name=src channel={channel} connect-timeout=120000");
     let fast = launch(&format!("{src} ! checksumsink"));
     let every = launch(&format!("{src} frames=every ! checksumsink"));
     let slow: Vec<PipelineChild> = [100_000, 500_000]
@@ -449,7 +449,7 @@ fn a_live_producer_names_the_consumer_that_holds_it_back(sink: &str) {
     let channel = unique_channel("held-back");
     let mut every = PipelineChild::spawn(
         &format!(
-            "rscudaipcsrc name=src channel={channel} frames=every connect-timeout=20000 ! identity sleep-time=100000 ! fakesink sync=false"
+            "rscudaipcsrc name=src channel={channel} frames=every connect-timeout=120000 ! identity sleep-time=100000 ! fakesink sync=false"
         ),
         &["src"],
     );

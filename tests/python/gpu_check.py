@@ -161,7 +161,7 @@ def release_gate(cp):
 
 def publish_to_verify(cp):
     channel = f"py-gpu-publish-{os.getpid()}"
-    consumer = gst(f"rscudaipcsrc channel={channel} connect-timeout=30000 ! "
+    consumer = gst(f"rscudaipcsrc channel={channel} connect-timeout=120000 ! "
                    "cudaprocess verify=true ! fakesink")
     stream = cp.cuda.Stream(non_blocking=True)
     with cudaipc.Publisher(channel, "RGB", WIDTH, HEIGHT, transport="cuda",
@@ -186,7 +186,7 @@ def gst_app_gate(cp):
     Gst.init(None)
     channel = f"py-gpu-appsink-{os.getpid()}"
     process = producer(channel, 40)
-    pipeline = Gst.parse_launch(f"rscudaipcsrc channel={channel} connect-timeout=30000 "
+    pipeline = Gst.parse_launch(f"rscudaipcsrc channel={channel} connect-timeout=120000 "
                                 "! appsink name=sink sync=false max-buffers=1")
     sink = pipeline.get_by_name("sink")
     pipeline.set_state(Gst.State.PLAYING)
@@ -298,7 +298,7 @@ def torch_checks():
           f"for {sorted(asked)} (max_version={asked.get('max_version')})")
 
     channel = f"py-gpu-torch-publish-{os.getpid()}"
-    consumer = gst(f"rscudaipcsrc channel={channel} connect-timeout=30000 ! "
+    consumer = gst(f"rscudaipcsrc channel={channel} connect-timeout=120000 ! "
                    "cudaprocess verify=true ! fakesink")
     with cudaipc.Publisher(channel, "RGB", WIDTH, HEIGHT, transport="cuda",
                            wait_for_consumers=1) as publisher:

@@ -162,7 +162,7 @@ def republish(Gst, channels, on_frame):
     import cudaipc
 
     # Every frame is checked: the producer is paced (a live channel).
-    pipeline = Gst.parse_launch(f"rscudaipcsrc channel={channels.a} connect-timeout=30000 "
+    pipeline = Gst.parse_launch(f"rscudaipcsrc channel={channels.a} connect-timeout=120000 "
                                 "frames=every ! appsink name=sink sync=false max-buffers=1")
     sink = pipeline.get_by_name("sink")
     pipeline.set_state(Gst.State.PLAYING)
@@ -194,7 +194,7 @@ def republish(Gst, channels, on_frame):
 def check(Gst, transport):
     channels = Channels(transport)
     reference = reference_checksums(channels) if transport == "host" else None
-    checker = gst(f"-v rscudaipcsrc channel={channels.b} connect-timeout=30000 ! {channels.checker}")
+    checker = gst(f"-v rscudaipcsrc channel={channels.b} connect-timeout=120000 ! {channels.checker}")
     producer = gst(f"-q {channels.source} ! rscudaipcsink channel={channels.a} "
                    f"wait-for-connection=1{channels.sink_options}")
     seen = []

@@ -42,7 +42,7 @@ def pull_all(channel, on_frame):
     """Runs rscudaipcsrc ! appsink until the end of the stream, handing each
     sample's frame to on_frame."""
     pipeline = Gst.parse_launch(
-        f"rscudaipcsrc channel={channel} connect-timeout=20000 "
+        f"rscudaipcsrc channel={channel} connect-timeout=120000 "
         "! appsink name=sink sync=false max-buffers=1")
     sink = pipeline.get_by_name("sink")
     pipeline.set_state(Gst.State.PLAYING)

@@ -87,7 +87,7 @@ def test_gst_producer_to_python_frames_intact_zero_copy_read_only(children, mode
 @pytest.mark.parametrize("mode", IPC_MODES)
 def test_python_producer_to_gst_checksums(children, mode):
     channel = unique_channel("publish")
-    consumer = children(gst(f"rscudaipcsrc channel={channel} connect-timeout=20000 ! "
+    consumer = children(gst(f"rscudaipcsrc channel={channel} connect-timeout=120000 ! "
                             "video/x-raw ! checksumsink"))
     sent = []
     # Rows from a wider array: strides other than the slot's.
@@ -108,7 +108,7 @@ def test_python_producer_to_gst_checksums(children, mode):
 @pytest.mark.parametrize("fmt", ["NV12", "I420"])
 def test_publish_example_to_gst_checksums(children, fmt):
     channel = unique_channel("example")
-    consumer = children(gst(f"rscudaipcsrc channel={channel} connect-timeout=20000 ! "
+    consumer = children(gst(f"rscudaipcsrc channel={channel} connect-timeout=120000 ! "
                             "video/x-raw ! checksumsink"))
     publisher = children(example("cudaipc_publish.py", "--channel", channel, "--format", fmt,
                                  "--width", "64", "--height", "48", "--frames", "5",

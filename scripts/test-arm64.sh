@@ -22,28 +22,12 @@
 # (docs/jetson.md).
 # usage (repo root): scripts/test-arm64.sh [test-name-filter]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
+step=arm64 skip_what="aarch64 tests under qemu-user" require_var=CUDAIPC_REQUIRE_ARM64
+source "$(dirname "$0")/lib/emulated-step.sh"
 filter=${1:-}
 T=aarch64-unknown-linux-gnu
-repo=$(pwd)
 cache=$repo/.cache/arm64
 S=$cache/sysroot
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo=sudo
-start=$SECONDS
-stage_start=$SECONDS
-timings=""
-stage() { timings="$timings $1 $((SECONDS - stage_start)) s,"; stage_start=$SECONDS; }
-
-skip() {
-  if [ "${CUDAIPC_REQUIRE_ARM64:-}" = 1 ]; then
-    echo "arm64: CUDAIPC_REQUIRE_ARM64=1 but $1" >&2
-    exit 1
-  fi
-  echo "SKIPPED: aarch64 tests under qemu-user: $1"
-  exit 0
-}
 
 # Tests that cannot hold under emulation, skipped by name (libtest --skip
 # matches substrings), with the reason.
@@ -217,7 +201,9 @@ want=$(checksums "$tests/gst-reference.txt")
 for mode in legacy fd; do
   channel=arm64-$mode-$$
   # The consumer first: the producer waits for it (wait-for-connection=1).
-  timeout -k 5 120 gst-launch-1.0 -q rscudaipcsrc channel=$channel ipc-mode=$mode connect-timeout=60000 \
+  # The sink syncs to the clock, so the channel is live: frames=every, or a
+  # consumer slowed by emulation takes the latest frame and misses some.
+  timeout -k 5 120 gst-launch-1.0 -q rscudaipcsrc channel=$channel ipc-mode=$mode connect-timeout=60000 frames=every \
     ! checksumsink >"$tests/gst-$mode-consumer.txt" 2>&1 &
   consumer=$!
   started+=("$consumer")
@@ -285,6 +271,5 @@ else
 fi
 stage wheel
 
-timings=${timings%,}
-echo "arm64: took $((SECONDS - start)) s (${timings# })"
+report_timings
 exit $failed

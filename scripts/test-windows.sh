@@ -21,27 +21,11 @@
 # Wine does not show.
 # usage (repo root): scripts/test-windows.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
+step=windows skip_what="Windows tests under Wine" require_var=CUDAIPC_REQUIRE_WINDOWS
+source "$(dirname "$0")/lib/emulated-step.sh"
 T=x86_64-pc-windows-gnu
-repo=$(pwd)
 cache=$repo/.cache/windows
 G=$cache/gstroot
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo=sudo
-start=$SECONDS
-stage_start=$SECONDS
-timings=""
-stage() { timings="$timings $1 $((SECONDS - stage_start)) s,"; stage_start=$SECONDS; }
-
-skip() {
-  if [ "${CUDAIPC_REQUIRE_WINDOWS:-}" = 1 ]; then
-    echo "windows: CUDAIPC_REQUIRE_WINDOWS=1 but $1" >&2
-    exit 1
-  fi
-  echo "SKIPPED: Windows tests under Wine: $1"
-  exit 0
-}
 
 # --- setup: toolchain, Wine, GStreamer's wheels, .pc files, Wine prefix ------
 need=()
@@ -312,6 +296,5 @@ else
 fi
 stage gst
 
-timings=${timings%,}
-echo "windows: took $((SECONDS - start)) s (${timings# })"
+report_timings
 exit $failed

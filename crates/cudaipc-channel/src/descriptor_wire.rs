@@ -4,7 +4,8 @@
 //! of a reply, and the control block a consumer receives.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use crate::peers::Peers;
 use crate::platform::Shareable;
@@ -143,4 +144,49 @@ pub fn receive_control_block(
         shm::SharedFile::from_file(file, &socket_path(channel), write)
             .map_err(|e| ChannelError::io("cannot map the received control block", e))?,
     )
+}
+
+/// Takes `path`, the name of `channel`'s descriptor channel (a socket on
+/// Linux, a marker file on Windows). `create` makes it, answering `None`
+/// while the name is taken; a dead producer's name is removed and the name
+/// tried again, while a live producer's or another user's is refused.
+pub(crate) fn claim_name<T>(
+    channel: &str,
+    path: &Path,
+    mut create: impl FnMut() -> Result<Option<T>, ChannelError>,
+    remove_if_dead: impl Fn(&str) -> io::Result<Option<u32>>,
+    owner_uid: impl Fn(&Path) -> Option<u32>,
+) -> Result<T, ChannelError> {
+    for _ in 0..8 {
+        if let Some(made) = create()? {
+            return Ok(made);
+        }
+        match remove_if_dead(channel) {
+            Ok(None) => {}
+            Ok(Some(pid)) => {
+                return Err(ChannelError::InUse {
+                    channel: channel.to_owned(),
+                    pid,
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(ChannelError::NameTaken {
+                    channel: channel.to_owned(),
+                    path: path.to_owned(),
+                    owner_uid: owner_uid(path),
+                    source: Some(e),
+                });
+            }
+            Err(e) => {
+                return Err(ChannelError::io(
+                    format!("cannot replace {}", path.display()),
+                    e,
+                ));
+            }
+        }
+    }
+    Err(ChannelError::Io {
+        context: format!("cannot claim channel '{channel}'"),
+        source: io::Error::other("its name kept changing hands"),
+    })
 }

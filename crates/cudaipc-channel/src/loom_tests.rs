@@ -24,25 +24,11 @@ use loom::thread;
 use crate::layout::{SEQ_WRITING, queue_entry, queue_entry_kind, queue_entry_seq};
 use crate::protocol::{
     Word, claim_slot, hold_slot, load_published, load_queue_entry, publish_frame, read_seqlocked,
-    release_slot, write_seqlocked,
+    release_slot, word_accesses, write_seqlocked,
 };
 
 impl Word for AtomicU64 {
-    fn load(&self, order: Ordering) -> u64 {
-        AtomicU64::load(self, order)
-    }
-    fn store(&self, value: u64, order: Ordering) {
-        AtomicU64::store(self, value, order)
-    }
-    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
-        AtomicU64::fetch_add(self, value, order)
-    }
-    fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
-        AtomicU64::fetch_or(self, value, order)
-    }
-    fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
-        AtomicU64::fetch_and(self, value, order)
-    }
+    word_accesses!(AtomicU64);
     fn fence(order: Ordering) {
         loom::sync::atomic::fence(order)
     }

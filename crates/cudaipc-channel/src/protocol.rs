@@ -27,22 +27,32 @@ pub(crate) trait Word {
     fn back_off(attempt: u32);
 }
 
+/// [`Word`]'s accesses for an atomic type with `AtomicU64`'s methods: std's
+/// and loom's differ only in their fence and back-off.
+macro_rules! word_accesses {
+    ($atomic:ty) => {
+        fn load(&self, order: Ordering) -> u64 {
+            <$atomic>::load(self, order)
+        }
+        fn store(&self, value: u64, order: Ordering) {
+            <$atomic>::store(self, value, order)
+        }
+        fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+            <$atomic>::fetch_add(self, value, order)
+        }
+        fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
+            <$atomic>::fetch_or(self, value, order)
+        }
+        fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
+            <$atomic>::fetch_and(self, value, order)
+        }
+    };
+}
+#[cfg(all(test, loom))]
+pub(crate) use word_accesses;
+
 impl Word for AtomicU64 {
-    fn load(&self, order: Ordering) -> u64 {
-        AtomicU64::load(self, order)
-    }
-    fn store(&self, value: u64, order: Ordering) {
-        AtomicU64::store(self, value, order)
-    }
-    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
-        AtomicU64::fetch_add(self, value, order)
-    }
-    fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
-        AtomicU64::fetch_or(self, value, order)
-    }
-    fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
-        AtomicU64::fetch_and(self, value, order)
-    }
+    word_accesses!(AtomicU64);
     fn fence(order: Ordering) {
         std::sync::atomic::fence(order)
     }

@@ -38,3 +38,17 @@ pub use windows::*;
 
 #[cfg(test)]
 mod conformance;
+pub mod mapped_file;
+
+/// A random odd 64-bit value for session identifiers and unique names.
+pub fn random_u64() -> u64 {
+    let value = os_random_u64().unwrap_or_else(|| {
+        // No entropy (yet): time and pid, still unique enough.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        nanos ^ (u64::from(std::process::id()) << 32)
+    });
+    value | 1
+}

@@ -16,7 +16,7 @@ use std::io;
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
-use memmap2::{MmapOptions, MmapRaw};
+use crate::platform::mapped_file::MappedFile;
 
 /// Mappings that can be registered at once; a channel end holds two.
 const MAX_MAPPINGS: usize = 1024;
@@ -49,19 +49,18 @@ static INSTALL: Once = Once::new();
 static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 
 /// A shared mapping of a file, read-only or read-write, whose truncation is
-/// turned into `is_broken()` instead of SIGBUS. Written only through
-/// `as_mut_ptr` of a writable mapping.
+/// turned into `is_broken()` instead of SIGBUS. Its bytes are those of the
+/// [`MappedFile`] it derefs to.
 pub struct SharedMapping {
-    map: MmapRaw,
+    file: MappedFile,
     entry: usize,
-    writable: bool,
 }
 
 impl std::fmt::Debug for SharedMapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedMapping")
-            .field("len", &self.map.len())
-            .field("writable", &self.writable)
+            .field("len", &self.len())
+            .field("writable", &self.is_writable())
             .field("broken", &self.is_broken())
             .finish()
     }
@@ -72,44 +71,23 @@ impl SharedMapping {
     /// `len` is `None`).
     pub fn map(file: &File, len: Option<usize>, writable: bool) -> io::Result<Self> {
         install_handler();
-        let mut options = MmapOptions::new();
-        if let Some(len) = len {
-            options.len(len);
-        }
-        let map = if writable {
-            options.map_raw(file)?
-        } else {
-            options.map_raw_read_only(file)?
-        };
-        let entry = register(map.as_ptr() as usize, map.len(), writable)?;
-        Ok(Self {
-            map,
-            entry,
-            writable,
-        })
-    }
-
-    pub fn as_ptr(&self) -> *const u8 {
-        self.map.as_ptr()
-    }
-
-    /// Pointer for writes; `None` for a read-only mapping.
-    pub fn as_mut_ptr(&self) -> Option<*mut u8> {
-        self.writable.then(|| self.map.as_mut_ptr())
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
+        let file = MappedFile::map(file, len, writable)?;
+        let entry = register(file.as_ptr() as usize, file.len(), writable)?;
+        Ok(Self { file, entry })
     }
 
     /// Whether another process truncated the file under this mapping (the
     /// mapping now holds private zero pages).
     pub fn is_broken(&self) -> bool {
         REGISTRY[self.entry].broken.load(Ordering::Acquire)
+    }
+}
+
+impl std::ops::Deref for SharedMapping {
+    type Target = MappedFile;
+
+    fn deref(&self) -> &MappedFile {
+        &self.file
     }
 }
 

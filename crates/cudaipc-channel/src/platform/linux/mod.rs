@@ -207,20 +207,11 @@ pub fn pid_namespace() -> u64 {
         .unwrap_or(0)
 }
 
-/// A random 64-bit value for session identifiers.
-pub fn random_u64() -> u64 {
+/// 64 random bits from the kernel; `None` before it has entropy.
+pub(crate) fn os_random_u64() -> Option<u64> {
     let mut bytes = [0u8; 8];
     let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::NONBLOCK);
-    let mut value = u64::from_ne_bytes(bytes);
-    if filled.ok() != Some(8) {
-        // No entropy yet: fall back to time and pid, still unique enough.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        value = nanos ^ ((std::process::id() as u64) << 32);
-    }
-    value | 1
+    (filled.ok() == Some(8)).then(|| u64::from_ne_bytes(bytes))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: comparable between processes of one host.

@@ -217,44 +217,16 @@ pub fn remove_if_dead(channel: &str) -> io::Result<Option<u32>> {
 
 /// Binds `path`, replacing the socket of a dead producer of ours.
 fn bind_claiming(channel: &str, path: &Path) -> Result<UnixListener, ChannelError> {
-    for _ in 0..8 {
-        match UnixListener::bind(path) {
-            Ok(listener) => return Ok(listener),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
-            Err(e) => {
-                return Err(ChannelError::io(
-                    format!("cannot create the socket {}", path.display()),
-                    e,
-                ));
-            }
-        }
-        match remove_if_dead(channel) {
-            Ok(None) => {}
-            Ok(Some(pid)) => {
-                return Err(ChannelError::InUse {
-                    channel: channel.to_owned(),
-                    pid,
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(ChannelError::NameTaken {
-                    channel: channel.to_owned(),
-                    path: path.to_owned(),
-                    owner_uid: std::fs::symlink_metadata(path).ok().map(|m| m.uid()),
-                    source: Some(e),
-                });
-            }
-            Err(e) => {
-                return Err(ChannelError::io(
-                    format!("cannot create channel '{channel}'"),
-                    e,
-                ));
-            }
-        }
-    }
-    Err(ChannelError::Io {
-        context: format!("cannot claim channel '{channel}'"),
-        source: io::Error::other("its socket kept changing hands"),
+    let bind = || match UnixListener::bind(path) {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(None),
+        Err(e) => Err(ChannelError::io(
+            format!("cannot create the socket {}", path.display()),
+            e,
+        )),
+    };
+    crate::descriptor_wire::claim_name(channel, path, bind, remove_if_dead, |path| {
+        std::fs::symlink_metadata(path).ok().map(|m| m.uid())
     })
 }
 

@@ -3,6 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 
 use super::*;
+use crate::platform::random_u64;
 use crate::shm::SharedFile;
 
 #[test]

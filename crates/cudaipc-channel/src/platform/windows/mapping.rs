@@ -7,20 +7,19 @@
 use std::fs::File;
 use std::io;
 
-use memmap2::{MmapOptions, MmapRaw};
+use crate::platform::mapped_file::MappedFile;
 
-/// A shared mapping of a file, read-only or read-write. Written only
-/// through `as_mut_ptr` of a writable mapping.
+/// A shared mapping of a file, read-only or read-write. Its bytes are those
+/// of the [`MappedFile`] it derefs to.
 pub struct SharedMapping {
-    map: MmapRaw,
-    writable: bool,
+    file: MappedFile,
 }
 
 impl std::fmt::Debug for SharedMapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedMapping")
-            .field("len", &self.map.len())
-            .field("writable", &self.writable)
+            .field("len", &self.len())
+            .field("writable", &self.is_writable())
             .finish()
     }
 }
@@ -29,36 +28,11 @@ impl SharedMapping {
     /// Maps the first `len` bytes of `file` shared (the whole file when
     /// `len` is `None`).
     pub fn map(file: &File, len: Option<usize>, writable: bool) -> io::Result<Self> {
-        let mut options = MmapOptions::new();
-        if let Some(len) = len {
-            options.len(len);
-        }
-        let map = if writable {
-            options.map_raw(file)?
-        } else {
-            options.map_raw_read_only(file)?
-        };
+        let mapped = MappedFile::map(file, len, writable)?;
         if let Ok(identity) = super::file_identity(file) {
-            super::wake::register(map.as_ptr() as usize, map.len(), identity);
+            super::wake::register(mapped.as_ptr() as usize, mapped.len(), identity);
         }
-        Ok(Self { map, writable })
-    }
-
-    pub fn as_ptr(&self) -> *const u8 {
-        self.map.as_ptr()
-    }
-
-    /// Pointer for writes; `None` for a read-only mapping.
-    pub fn as_mut_ptr(&self) -> Option<*mut u8> {
-        self.writable.then(|| self.map.as_mut_ptr())
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
+        Ok(Self { file: mapped })
     }
 
     /// Never: Windows does not truncate a mapped file.
@@ -67,8 +41,16 @@ impl SharedMapping {
     }
 }
 
+impl std::ops::Deref for SharedMapping {
+    type Target = MappedFile;
+
+    fn deref(&self) -> &MappedFile {
+        &self.file
+    }
+}
+
 impl Drop for SharedMapping {
     fn drop(&mut self) {
-        super::wake::unregister(self.map.as_ptr() as usize);
+        super::wake::unregister(self.file.as_ptr() as usize);
     }
 }

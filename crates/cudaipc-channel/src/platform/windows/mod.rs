@@ -33,6 +33,8 @@ use windows_sys::Win32::System::Threading::{
     PROCESS_SYNCHRONIZE, WaitForSingleObject,
 };
 
+use super::random_u64;
+
 pub mod mapping;
 mod security;
 pub mod socket;
@@ -392,7 +394,8 @@ pub fn pid_namespace() -> u64 {
     1
 }
 
-pub fn random_u64() -> u64 {
+/// 64 random bits from the system RNG; `None` if it fails.
+pub(crate) fn os_random_u64() -> Option<u64> {
     let mut bytes = [0u8; 8];
     // SAFETY: the system RNG (no algorithm handle) fills 8 bytes.
     let status = unsafe {
@@ -403,15 +406,7 @@ pub fn random_u64() -> u64 {
             BCRYPT_USE_SYSTEM_PREFERRED_RNG,
         )
     };
-    let mut value = u64::from_ne_bytes(bytes);
-    if status != 0 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        value = nanos ^ ((std::process::id() as u64) << 32);
-    }
-    value | 1
+    (status == 0).then(|| u64::from_ne_bytes(bytes))
 }
 
 /// The performance counter in nanoseconds: comparable between processes.

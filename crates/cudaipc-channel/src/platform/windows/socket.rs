@@ -145,51 +145,23 @@ impl Drop for Listener {
 
 /// Creates the marker at `path`, replacing a dead producer's of this user.
 fn claim_marker(channel: &str, path: &Path, mode: u32) -> Result<File, ChannelError> {
-    for _ in 0..8 {
-        match super::create_new_file(path, mode) {
-            Ok(marker) => {
-                if super::try_lock_byte(&marker, MARKER_LOCK_BYTE).unwrap_or(false) {
-                    return Ok(marker);
-                }
-                drop(marker);
-                let _ = super::remove_name(path);
-                return Err(ChannelError::Corrupt(crate::Corruption::FreshBlockLocked));
+    let create = || match super::create_new_file(path, mode) {
+        Ok(marker) => {
+            if super::try_lock_byte(&marker, MARKER_LOCK_BYTE).unwrap_or(false) {
+                return Ok(Some(marker));
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(ChannelError::io(
-                    format!("cannot create {}", path.display()),
-                    e,
-                ));
-            }
+            drop(marker);
+            let _ = super::remove_name(path);
+            Err(ChannelError::Corrupt(crate::Corruption::FreshBlockLocked))
         }
-        match remove_if_dead(channel) {
-            Ok(None) => {}
-            Ok(Some(pid)) => {
-                return Err(ChannelError::InUse {
-                    channel: channel.to_owned(),
-                    pid,
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(ChannelError::NameTaken {
-                    channel: channel.to_owned(),
-                    path: path.to_owned(),
-                    owner_uid: super::path_owner_uid(path).ok(),
-                    source: Some(e),
-                });
-            }
-            Err(e) => {
-                return Err(ChannelError::io(
-                    format!("cannot replace {}", path.display()),
-                    e,
-                ));
-            }
-        }
-    }
-    Err(ChannelError::Io {
-        context: format!("cannot claim channel '{channel}'"),
-        source: io::Error::other("the name kept changing hands"),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(ChannelError::io(
+            format!("cannot create {}", path.display()),
+            e,
+        )),
+    };
+    crate::descriptor_wire::claim_name(channel, path, create, remove_if_dead, |path| {
+        super::path_owner_uid(path).ok()
     })
 }
 

@@ -361,7 +361,23 @@ fn live_channel_consumers_keep_their_own_pace(sink: &str) {
             )
         })
         .collect();
-    wait_for_waiting_consumers(&channel, 4, LIMIT);
+    if !consumers_wait(&channel, 4, LIMIT) {
+        // Say what each consumer did: one that gave up, or one that never
+        // started.
+        let mut ends: Vec<String> = [fast, every]
+            .into_iter()
+            .map(|c| c.finish(Duration::ZERO))
+            .map(|end| format!("exit {:?}: {}", end.code, end.stderr))
+            .collect();
+        ends.extend(slow.into_iter().map(|c| {
+            let end = c.finish(Duration::ZERO);
+            format!("success {}: {}", end.success, end.stderr)
+        }));
+        panic!(
+            "4 consumers did not start waiting on '{channel}' within {LIMIT:?}:\n{}",
+            ends.join("\n")
+        );
+    }
     let producer = Producer::start_from(
         &format!(
             "videotestsrc is-live=true pattern=ball num-buffers={FRAMES} ! capsfilter caps={}",

@@ -231,9 +231,41 @@ case $late in
 esac
 stage late
 
+# A caps change mid-stream (concat: 320x240, then 160x120 from a second
+# source) with the producer's timestamps: the consumer renegotiates and gets
+# every frame with its size, timestamp and bytes as the producer sent them.
+# -v prints each fakesink buffer's size and pts.
+buffers() { tr -d '\r' <"$1" | grep -o '([0-9]* bytes, .*pts: [0-9:.]*' | sed -E 's/^\(([0-9]+) bytes.*pts: /\1 /'; }
+ch=$(channel caps)
+rm -f "$runs"/caps-*.raw
+wine "${launch[@]}" -v rscudaipcsrc channel=$ch frames=every timestamp-mode=producer ! tee name=t \
+  ! queue ! fakesink silent=false t. ! queue ! filesink location=$(in_pipeline "$runs/caps-consumer.raw") \
+  >"$runs/caps-consumer.txt" 2>&1 &
+consumer=$!
+started+=("$consumer")
+wine "${launch[@]}" -v concat name=c ! tee name=t ! queue ! rscudaipcsink channel=$ch transport=host wait-for-connection=1 \
+  t. ! queue ! fakesink silent=false t. ! queue ! filesink location=$(in_pipeline "$runs/caps-producer.raw") \
+  videotestsrc num-buffers=10 pattern=smpte ! $caps ! c. \
+  videotestsrc num-buffers=10 pattern=ball ! video/x-raw,format=RGBA,width=160,height=120,framerate=30/1 ! c. \
+  >"$runs/caps-producer.txt" 2>&1 || fail "caps change: the producer failed" "$runs/caps-producer.txt"
+wait "$consumer" || fail "caps change: the consumer failed" "$runs/caps-consumer.txt"
+started=()
+sent=$(buffers "$runs/caps-producer.txt")
+got=$(buffers "$runs/caps-consumer.txt")
+if [ "$(wc -l <<<"$sent")" = 20 ] && [ "$sent" = "$got" ] &&
+  [ "$(sha1sum <"$runs/caps-producer.raw")" = "$(sha1sum <"$runs/caps-consumer.raw")" ] &&
+  grep -q "width=(int)160, height=(int)120" "$runs/caps-consumer.txt"; then
+  echo "windows: caps change: the consumer renegotiated to 160x120 and got all 20 frames with the producer's sizes, timestamps and bytes"
+else
+  fail "caps change: the consumer's frames differ (producer: $(wc -l <<<"$sent") frames, consumer: $(wc -l <<<"$got"))" \
+    "$runs/caps-producer.txt" "$runs/caps-consumer.txt"
+fi
+stage caps
+
 # A live producer: a second one is refused; killed, its consumer ends within
 # a second (on-producer-lost=eos); a new producer then takes the name.
-# $1: the attempt; returns 2 for a consumer that ended silently (see below).
+# $1: the attempt; returns 2 for a consumer whose Wine process died as it
+# exited, after its pipeline had ended (see below).
 # Sets ch, the channel, for the new producer after it.
 killed_producer() {
   local attempt=$1 producer consumer killed ms code
@@ -243,7 +275,8 @@ killed_producer() {
   producer=$!
   started+=("$producer")
   # Wine's own errors (a crash's report) go to this consumer's log too.
-  WINEDEBUG=fixme-all,warn-all wine "${launch[@]}" -q rscudaipcsrc channel=$ch connect-timeout=20000 on-producer-lost=eos \
+  # Not quiet: its log says how far it got (EOS, the pipeline freed).
+  WINEDEBUG=fixme-all,warn-all wine "${launch[@]}" rscudaipcsrc channel=$ch connect-timeout=120000 on-producer-lost=eos \
     ! filesink location=$(in_pipeline "$runs/kill.raw") >"$runs/kill-consumer.txt" 2>&1 &
   consumer=$!
   started+=("$consumer")
@@ -265,25 +298,29 @@ killed_producer() {
   killed=$(date +%s%N)
   kill -9 "$producer"
   wait "$producer" 2>/dev/null || true
-  if wait "$consumer"; then
-    ms=$((($(date +%s%N) - killed) / 1000000))
-    # The limit holds Wine's own process teardown too (the channel's liveness
-    # check runs every 100 ms).
-    if [ $ms -le 1500 ]; then
-      echo "windows: producer killed mid-stream: its consumer took EOS and ended $ms ms later"
-    else
-      fail "the consumer ended $ms ms after its producer was killed (over 1.5 s)" "$runs/kill-consumer.txt"
-    fi
-  else
-    code=$?
-    # Once in about 14 runs (not reproduced in 9 more) the consumer ended with
-    # an error code and not a word, GStreamer's or Wine's: reported, and the
-    # scenario run again once; a second time fails.
-    if [ $attempt = 1 ] && ! grep -q . "$runs/kill-consumer.txt"; then
-      echo "windows: WARNING: the consumer of the killed producer ended silently (exit $code): once more"
+  code=0
+  wait "$consumer" || code=$?
+  ms=$((($(date +%s%N) - killed) / 1000000))
+  if [ $code != 0 ]; then
+    # Seen twice in about 25 runs of this step, each with other builds
+    # running beside it, never in 135 runs of this scenario alone: the
+    # consumer's Wine process died of a signal (exit 139, SIGSEGV) with no
+    # Windows exception reported. Those runs were quiet (-q), so how far it
+    # had got is unknown. A death after the pipeline ended (EOS taken, the
+    # pipeline freed) is reported and the scenario run again once; a second
+    # time, or a death before the pipeline ended, fails.
+    if [ $attempt = 1 ] && [ $code -gt 128 ] && grep -q "Got EOS from element" "$runs/kill-consumer.txt" &&
+      grep -q "^Freeing pipeline" "$runs/kill-consumer.txt"; then
+      echo "windows: WARNING: the consumer of the killed producer took EOS and ended its pipeline $ms ms later, then its Wine process died as it exited (exit $code): once more"
       return 2
     fi
     fail "the consumer of a killed producer failed (exit $code) instead of taking EOS" "$runs/kill-consumer.txt"
+  elif [ $ms -le 1500 ]; then
+    # The limit holds Wine's own process teardown too (the channel's
+    # liveness check runs every 100 ms).
+    echo "windows: producer killed mid-stream: its consumer took EOS and ended $ms ms later"
+  else
+    fail "the consumer ended $ms ms after its producer was killed (over 1.5 s)" "$runs/kill-consumer.txt"
   fi
 }
 killed_producer 1 || killed_producer 2

@@ -302,13 +302,11 @@ killed_producer() {
   wait "$consumer" || code=$?
   ms=$((($(date +%s%N) - killed) / 1000000))
   if [ $code != 0 ]; then
-    # Seen twice in about 25 runs of this step, each with other builds
-    # running beside it, never in 135 runs of this scenario alone: the
-    # consumer's Wine process died of a signal (exit 139, SIGSEGV) with no
-    # Windows exception reported. Those runs were quiet (-q), so how far it
-    # had got is unknown. A death after the pipeline ended (EOS taken, the
-    # pipeline freed) is reported and the scenario run again once; a second
-    # time, or a death before the pipeline ended, fails.
+    # Rarely, with other builds loading the machine, the consumer's Wine
+    # process died of a signal (SIGSEGV) with no Windows exception reported
+    # (docs/windows.md says how often). A death after the pipeline ended
+    # (EOS taken, the pipeline freed) is reported and the scenario run again
+    # once; a second time, or a death before the pipeline ended, fails.
     if [ $attempt = 1 ] && [ $code -gt 128 ] && grep -q "Got EOS from element" "$runs/kill-consumer.txt" &&
       grep -q "^Freeing pipeline" "$runs/kill-consumer.txt"; then
       echo "windows: WARNING: the consumer of the killed producer took EOS and ended its pipeline $ms ms later, then its Wine process died as it exited (exit $code): once more"

@@ -15,7 +15,10 @@
 //! (wait that long for the producer, and for each frame; 10000), `--latest`
 //! (only the newest frames), `--ipc-mode legacy|fd` (default: the
 //! channel's own), `--allowed-producers UID,...` (users trusted as the
-//! channel's owner beside this one).
+//! channel's owner beside this one), `--start-delay-ms MS` (wait that long
+//! after attaching before the first frame, as an application that loads a
+//! model after it attached: a live producer keeps the frames published
+//! meanwhile for it, up to `cudaipc_channel::START_LIMIT`).
 //!
 //! It prints `frame=N seq=S pts=NS format=F size=WxH planes=OFFSET:STRIDE,…
 //! sha1=…` per frame (the SHA-1 of its bytes: the same as `checksumsink`
@@ -28,25 +31,40 @@ use std::time::Duration;
 
 use cudaipc::{Frames, IpcMode, Subscriber, SubscriberOptions};
 
-const USAGE: &str = "usage: api_read [--channel NAME] [--frames N] [--timeout-ms MS] [--latest] [--ipc-mode legacy|fd] [--allowed-producers UID,...]";
+const USAGE: &str = "usage: api_read [--channel NAME] [--frames N] [--timeout-ms MS] [--latest] [--ipc-mode legacy|fd] [--allowed-producers UID,...] [--start-delay-ms MS]";
+
+/// What the command line asks for.
+struct Args {
+    channel: String,
+    frames: u32,
+    start_delay: Duration,
+    options: SubscriberOptions,
+}
 
 fn main() {
-    let (channel, frames, options) = match parse(std::env::args().skip(1).collect()) {
+    let args = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("{e}\n{USAGE}");
             std::process::exit(2);
         }
     };
-    if let Err(e) = run(&channel, frames, options) {
+    if let Err(e) = run(args) {
         eprintln!("api_read: {e}");
         std::process::exit(1);
     }
 }
 
-fn run(channel: &str, frames: u32, options: SubscriberOptions) -> Result<(), cudaipc::Error> {
+fn run(args: Args) -> Result<(), cudaipc::Error> {
+    let Args {
+        channel,
+        frames,
+        start_delay,
+        options,
+    } = args;
     let timeout = options.timeout;
-    let mut subscriber = Subscriber::attach(channel, options)?;
+    let mut subscriber = Subscriber::attach(&channel, options)?;
+    std::thread::sleep(start_delay);
     let mut bytes = Vec::new();
     let mut read = 0;
     while frames == 0 || read < frames {
@@ -89,8 +107,8 @@ fn sha1_hex(bytes: &[u8]) -> String {
     sha1_smol::Sha1::from(bytes).digest().to_string()
 }
 
-fn parse(args: Vec<String>) -> Result<(String, u32, SubscriberOptions), String> {
-    let (mut channel, mut frames) = ("demo".to_string(), 0);
+fn parse(args: Vec<String>) -> Result<Args, String> {
+    let (mut channel, mut frames, mut start_delay) = ("demo".to_string(), 0, Duration::ZERO);
     let mut options = SubscriberOptions {
         timeout: Some(Duration::from_secs(10)),
         ..Default::default()
@@ -109,6 +127,7 @@ fn parse(args: Vec<String>) -> Result<(String, u32, SubscriberOptions), String> 
         match arg.as_str() {
             "--channel" => channel = value,
             "--frames" => frames = number(&value)? as u32,
+            "--start-delay-ms" => start_delay = Duration::from_millis(number(&value)?),
             "--timeout-ms" => options.timeout = Some(Duration::from_millis(number(&value)?)),
             "--allowed-producers" => {
                 options.allowed_producer_uids = value
@@ -126,5 +145,10 @@ fn parse(args: Vec<String>) -> Result<(String, u32, SubscriberOptions), String> 
             _ => return Err(format!("unknown option {arg}")),
         }
     }
-    Ok((channel, frames, options))
+    Ok(Args {
+        channel,
+        frames,
+        start_delay,
+        options,
+    })
 }

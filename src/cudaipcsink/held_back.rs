@@ -58,6 +58,12 @@ impl HeldBack {
             .iter()
             .map(|b| {
                 let mut what = format!("pid {}", b.pid);
+                if b.starting {
+                    what += &format!(
+                        " (starting: not ready to take frames yet; a live producer waits up to {} s for a consumer to start)",
+                        cudaipc_channel::START_LIMIT.as_secs()
+                    );
+                }
                 if b.every_frame && b.behind > 0 {
                     what += &format!(
                         " (frames=every, {} frames behind; its stats: missed, waits)",
@@ -71,7 +77,9 @@ impl HeldBack {
             })
             .collect();
         let any_every = blockers.iter().any(|b| b.every_frame && b.behind > 0);
-        let fix = if any_every {
+        let fix = if blockers.iter().all(|b| b.starting) {
+            "a consumer that keeps up gets every frame from the one published after it attached; one not ready within that time misses frames like a slow one (frames=every on it makes the producer wait for it always)"
+        } else if any_every {
             "a consumer with frames=every gets every frame and may hold a live producer back; use frames=auto (the default) on consumers that may miss frames"
         } else {
             "consumers hold every slot: raise slots on rscudaipcsink, or have consumers copy frames they keep (hold on rscudaipcsrc, copy=True in Python)"

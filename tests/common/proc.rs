@@ -120,3 +120,96 @@ pub fn hold_producer_lock(path: &std::path::Path) -> std::io::Result<std::fs::Fi
         Err(std::io::Error::other("the producer lock is already held"))
     }
 }
+
+/// The processes that have `path` open or mapped (any of them can keep an
+/// open-file-description lock on it alive), each with its parent and
+/// command line: for the message of a test that found a dead process's
+/// channel still locked.
+pub fn processes_holding(path: &std::path::Path) -> String {
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return format!("{} is gone", path.display());
+    };
+    let target_text = target.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let by_fd = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == target));
+        let by_map = proc_maps(pid)
+            .lines()
+            .any(|l| l.ends_with(target_text.as_str()));
+        if !by_fd && !by_map {
+            continue;
+        }
+        let read =
+            |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default();
+        let ppid = read("stat")
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1).map(str::to_string))
+            .unwrap_or_default();
+        found.push(format!(
+            "pid {pid} (parent {ppid}, {}{}): {}",
+            if by_fd { "open" } else { "" },
+            if by_map { " mapped" } else { "" },
+            read("cmdline").replace('\0', " ").trim()
+        ));
+    }
+    match found.is_empty() {
+        true => format!("no process has {} open or mapped", path.display()),
+        false => format!("{} is held by: {}", path.display(), found.join("; ")),
+    }
+}
+
+/// The descriptors of process `pid` that lead to a channel: files under
+/// `shm_dir`, sealed memory files (memfd) and sockets bound under `shm_dir`;
+/// each as (its target, whether it is close-on-exec).
+pub fn channel_descriptors(pid: u32, shm_dir: &std::path::Path) -> Vec<(String, bool)> {
+    const O_CLOEXEC: u32 = 0o2_000_000;
+    // Unix sockets by inode, with the path they are bound to (an accepted
+    // connection shows its listener's).
+    let unix = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let socket_under_dir = |inode: &str| {
+        unix.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 8 && f[6] == inode && std::path::Path::new(f[7]).starts_with(shm_dir)
+        })
+    };
+    let mut out = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let text = target.to_string_lossy().into_owned();
+        let ours = target.starts_with(shm_dir)
+            || text.starts_with("/memfd:")
+            || text
+                .strip_prefix("socket:[")
+                .and_then(|rest| rest.strip_suffix(']'))
+                .is_some_and(socket_under_dir);
+        if !ours {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            .unwrap_or(0);
+        out.push((text, flags & O_CLOEXEC != 0));
+    }
+    out
+}

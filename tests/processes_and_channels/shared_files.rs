@@ -332,7 +332,8 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
         listing
             .lines()
             .any(|l| l.starts_with(&channel) && l.contains("stale")),
-        "{listing}"
+        "{listing}\n{}",
+        processes_holding(&control)
     );
     // Without names or --all it only says what it would remove.
     let asked = checked(&mut Command::new(channels_binary()))
@@ -409,7 +410,8 @@ fn a_waiting_consumer_stopped_by_a_signal_leaves_no_marker_behind() {
         listing
             .lines()
             .any(|l| l.starts_with(&channel) && l.contains("stale") && l.ends_with(&marker)),
-        "{listing}"
+        "{listing}\n{}",
+        processes_holding(&dir.path(&marker))
     );
     let removed = channels_command(&dir, &["remove-stale", &channel]);
     assert!(
@@ -488,4 +490,47 @@ fn the_device_monitor_lists_a_running_producer() {
     let element = device.create_element(None).unwrap();
     assert_eq!(element.property::<String>("channel"), channel);
     drop(producer);
+}
+
+/// Every descriptor a producer and a consumer hold of their channel (files,
+/// sealed memory, its socket) is close-on-exec: a process either of them
+/// starts inherits none, so none can keep a channel's lock, and with it its
+/// producer or consumer, alive after they died.
+#[test]
+fn no_process_a_producer_or_consumer_starts_inherits_the_channel() {
+    for ipc_mode in ["legacy", "fd"] {
+        let dir = ShmDir::new("cloexec");
+        let channel = unique_channel("cloexec");
+        let producer = launch_with(
+            &[],
+            &dir.env(),
+            &format!(
+                "videotestsrc is-live=true ! {SMALL} ! rscudaipcsink transport=host ipc-mode={ipc_mode} channel={channel}"
+            ),
+        );
+        let consumer = consumer(&dir, &channel, "connect-timeout=120000");
+        let mut held = Vec::new();
+        wait_until(LIMIT, "both ends holding the channel", || {
+            held = [producer.pid(), consumer.pid()]
+                .iter()
+                .map(|&pid| channel_descriptors(pid, &dir.path("")))
+                .collect();
+            held.iter().all(|d| !d.is_empty())
+        });
+        for (end, descriptors) in ["producer", "consumer"].iter().zip(&held) {
+            let inherited: Vec<&String> = descriptors
+                .iter()
+                .filter(|(_, cloexec)| !cloexec)
+                .map(|(target, _)| target)
+                .collect();
+            assert!(
+                inherited.is_empty(),
+                "{ipc_mode}: the {end}'s {inherited:?} would pass to the processes it starts"
+            );
+        }
+        consumer.signal(libc::SIGINT);
+        producer.signal(libc::SIGINT);
+        let _ = consumer.finish(LIMIT);
+        let _ = producer.finish(LIMIT);
+    }
 }

@@ -458,6 +458,90 @@ fn cuda_live_channel_consumers_keep_their_own_pace() {
     }
 }
 
+/// A consumer whose start is slow (it attached, then took 2.5 s before it
+/// asked for a frame: a model to load, a CUDA context on a busy GPU) and
+/// then keeps up gets every frame of a live producer from the first one
+/// published after it attached: the producer keeps them for it while it
+/// starts (up to `START_LIMIT`), far longer than its 8-slot ring lasts.
+fn a_slow_starting_consumer_gets_every_frame_from_its_attach(sink: &str) {
+    const FRAMES: usize = 150;
+    let channel = unique_channel("slow-start");
+    let producer = Producer::start_from(
+        &format!(
+            "videotestsrc is-live=true pattern=ball num-buffers={FRAMES} ! capsfilter caps={}",
+            caps("RGB", 320, 240)
+        ),
+        &channel,
+        sink,
+    );
+    producer.wait_recorded(15);
+    let before = producer.stat("frames");
+    let reader = start_program(
+        &example("api_read"),
+        &[
+            "--channel",
+            &channel,
+            "--timeout-ms",
+            "30000",
+            "--start-delay-ms",
+            "2500",
+        ],
+        &[],
+    );
+    let sink = producer.pipeline.by_name("sink").unwrap();
+    wait_until(LIMIT, "the reader attached", || {
+        sink.property::<gst::Structure>("stats")
+            .get::<u32>("consumers")
+            .unwrap()
+            == 1
+    });
+    let attached_by = producer.stat("frames");
+    let read = reader.finish(LIMIT);
+    read.assert_success("api_read, slow to start");
+    let frames: Vec<(u64, &str)> = read
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("frame="))
+        .filter_map(|l| {
+            let field = |key: &str| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            };
+            Some((field("seq")?.parse().ok()?, field("sha1")?))
+        })
+        .collect();
+    let first = frames.first().expect("frames read").0;
+    assert!(
+        (before..=attached_by).contains(&first),
+        "its first frame is {first}: not the first published after it attached (between {before} and {attached_by})"
+    );
+    let seqs: Vec<u64> = frames.iter().map(|f| f.0).collect();
+    let expected: Vec<u64> = (first..FRAMES as u64).collect();
+    assert_eq!(
+        seqs, expected,
+        "every frame from its first to the end, in order"
+    );
+    let published: Vec<String> = producer
+        .take_records()
+        .iter()
+        .map(|line| line.split_whitespace().nth(1).unwrap().to_string())
+        .collect();
+    let read_sums: Vec<&str> = frames.iter().map(|f| f.1).collect();
+    assert_eq!(read_sums, published[first as usize..], "the frames' bytes");
+}
+
+#[test]
+fn host_a_slow_starting_consumer_gets_every_frame_from_its_attach() {
+    a_slow_starting_consumer_gets_every_frame_from_its_attach(HOST);
+}
+
+#[test]
+fn cuda_a_slow_starting_consumer_gets_every_frame_from_its_attach() {
+    if gpu("cuda_a_slow_starting_consumer_gets_every_frame_from_its_attach") {
+        a_slow_starting_consumer_gets_every_frame_from_its_attach(CUDA);
+    }
+}
+
 /// A consumer that asks for every frame (`frames=every`) and is slower than
 /// a live producer holds it back, as it asked; the producer says which
 /// consumer does, by pid, in a warning.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// "CUDAIPC\0" in little endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAIPC\0");
 /// Bump on any change of the layout or of the rules.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Most slots a channel can have.
 pub const MAX_SLOTS: usize = 64;
@@ -175,10 +175,15 @@ pub struct ConsumerRecord {
     /// Frames the consumer declared it holds at once beyond the one it reads
     /// (`u32::MAX`: none declared). For messages and tools.
     pub hold: AtomicU32,
-    pub _pad0: AtomicU32,
+    /// 1 once the consumer, ready, has taken every frame published so far
+    /// (its start is over: from then on it keeps its own pace); else 0.
+    pub caught_up: AtomicU32,
     /// When the consumer attached (`CLOCK_MONOTONIC`, ns): on a live
-    /// channel the producer waits for its first frame for a short while.
+    /// channel the producer waits for it while it starts, for a bounded time.
     pub attached_ns: AtomicU64,
+    /// When the consumer became ready to take frames (`CLOCK_MONOTONIC`,
+    /// ns; 0 while it starts: opens its device, its slots, its pipeline).
+    pub ready_ns: AtomicU64,
     /// Random per attachment; tells the producer a record has a new owner.
     pub session: AtomicU64,
     /// Next sequence number this consumer wants (every-frame mode).

@@ -30,7 +30,8 @@ pub use control_block::ControlBlock;
 pub use corruption::{Corruption, Requested, Seqlocked};
 pub use platform::{mapping, socket};
 pub use producer::{
-    Blocker, ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats, WhenFull,
+    Blocker, ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats,
+    START_LIMIT, WhenFull,
 };
 pub use wait::WaitMode;
 

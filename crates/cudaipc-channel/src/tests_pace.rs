@@ -88,29 +88,57 @@ fn a_live_producer_never_waits_for_a_consumer_that_falls_behind() {
 }
 
 #[test]
-fn a_live_producer_waits_a_moment_for_a_new_consumers_first_frame() {
-    let channel = unique_channel("live-first");
+fn a_live_producer_waits_for_a_starting_consumer_until_it_caught_up() {
+    let channel = unique_channel("live-start");
     let p = Arc::new(producer(&channel, true));
+    // Attached, not ready yet: it makes its context and opens the slots.
     let mut starting = consumer(&channel, ConsumerMode::Auto, None);
     publish(&p, 4);
-    // Not taken yet: the fifth frame waits for the consumer's first...
+    // The ring is full of frames it has not taken: the fifth waits for it,
+    // longer than a second (a CUDA consumer's start on a busy host).
     let p2 = p.clone();
     let blocked = std::thread::spawn(move || publish(&p2, 1));
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(1500));
     assert!(
         !blocked.is_finished(),
-        "a consumer starting up gets the first frames"
+        "a consumer still starting gets the frames published since it attached"
     );
-    let f = next_frame(&mut starting);
-    assert_eq!((f.seq, f.missed_before), (0, 0));
-    starting.release(f.slot);
+    let waiting = p.last_blockers();
+    assert!(
+        waiting.len() == 1 && waiting[0].starting && !waiting[0].every_frame,
+        "{waiting:?}"
+    );
+    // Ready: every frame from the first published after it attached, in
+    // order, none missed.
+    for seq in 0..5 {
+        let f = next_frame(&mut starting);
+        assert_eq!((f.seq, f.missed_before), (seq, 0));
+        starting.release(f.slot);
+    }
     blocked.join().unwrap();
-    // ...and one that never takes a frame holds it back for a second at most.
-    let _idle = consumer(&channel, ConsumerMode::Auto, None);
+    // Caught up: from now on it keeps its own pace, and the producer waits
+    // for it no more.
+    let waits = p.stats().waits;
+    publish(&p, 20);
+    assert_eq!(p.stats().waits, waits, "{:?}", p.stats());
+}
+
+#[test]
+fn a_consumer_not_ready_within_the_start_limit_is_not_waited_for() {
+    let channel = unique_channel("live-idle");
+    let p = producer(&channel, true);
+    let mut idle = consumer(&channel, ConsumerMode::Auto, None);
     let started = std::time::Instant::now();
     publish(&p, 8);
     let waited = started.elapsed();
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= START_LIMIT - Duration::from_millis(100)
+            && waited < START_LIMIT + Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // Late, it takes what is still there and counts the frames it missed.
+    let f = next_frame(&mut idle);
+    assert!(f.seq >= 4 && f.missed_before == f.seq, "{f:?}");
 }
 
 #[test]
@@ -120,9 +148,12 @@ fn a_consumer_that_asks_for_every_frame_holds_a_live_producer_back_and_is_named(
     let mut every = consumer(&channel, ConsumerMode::EveryFrame, None);
     let mut fast = consumer(&channel, ConsumerMode::Auto, None);
     publish(&p, 4);
-    // It took its first frame: the producer no longer waits for it.
-    let taken = next_frame(&mut fast);
-    fast.release(taken.slot);
+    // It took every frame published since it attached: its start is over,
+    // and the producer no longer waits for it.
+    for _ in 0..4 {
+        let taken = next_frame(&mut fast);
+        fast.release(taken.slot);
+    }
     let p2 = p.clone();
     let blocked = std::thread::spawn(move || publish(&p2, 1));
     std::thread::sleep(Duration::from_millis(100));

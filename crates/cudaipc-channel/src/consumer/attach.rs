@@ -15,12 +15,14 @@ impl Consumer {
         let path = shm::control_path(&config.channel);
         let deadline = config.connect_timeout.map(|t| Instant::now() + t);
         // A consumer that was there before the producer gets its first frame:
-        // its marker makes a new producer wait for it (see Producer::reserve).
-        // Not for a single look (no time to wait): its marker would come and
-        // go at once, and one who watches or signals waiting consumers (the
-        // subscriber's first look, then its wait) could catch it instead of
-        // the lasting one.
-        let _marker = (config.connect_timeout != Some(Duration::ZERO))
+        // its marker makes a new producer wait for it (see Producer::reserve)
+        // until it is ready to take frames (`mark_ready`), so it goes with
+        // the consumer (one that found the producer there needs none: the
+        // producer waits for it while it starts, see `START_LIMIT`). Not for a single look (no time to wait): its marker
+        // would come and go at once, and one who watches or signals waiting
+        // consumers (the subscriber's first look, then its wait) could catch
+        // it instead of the lasting one.
+        let mut marker = (config.connect_timeout != Some(Duration::ZERO))
             .then(|| shm::WaiterMarker::create(&config.channel))
             .flatten();
         let mut waited = false;
@@ -38,6 +40,7 @@ impl Consumer {
                         if let Some(mut consumer) = Self::attach_to(shared, &config, waited, true)?
                         {
                             consumer.info.descriptor_channel = Some(config.producers.clone());
+                            consumer.waiter_marker = marker.take().filter(|_| waited);
                             return Ok(consumer);
                         }
                     }
@@ -48,7 +51,9 @@ impl Consumer {
             } else {
                 match SharedFile::open(&path) {
                     Ok(shared) => {
-                        if let Some(consumer) = Self::attach_to(shared, &config, waited, false)? {
+                        if let Some(mut consumer) = Self::attach_to(shared, &config, waited, false)?
+                        {
+                            consumer.waiter_marker = marker.take().filter(|_| waited);
                             return Ok(consumer);
                         }
                         // The remains of a producer that died (by any signal):
@@ -140,6 +145,8 @@ impl Consumer {
             record
                 .attached_ns
                 .store(shm::monotonic_ns(), Ordering::Relaxed);
+            record.ready_ns.store(0, Ordering::Relaxed);
+            record.caught_up.store(0, Ordering::Relaxed);
             record.session.store(shm::random_u64(), Ordering::Relaxed);
             record.frames_received.store(0, Ordering::Relaxed);
             record.frames_missed.store(0, Ordering::Relaxed);
@@ -184,6 +191,9 @@ impl Consumer {
                 received: 0,
                 waits: 0,
                 pacing: Pacing::default(),
+                ready: false,
+                caught_up: false,
+                waiter_marker: None,
             }));
         }
         Err(ChannelError::TooManyConsumers)

@@ -183,6 +183,13 @@ pub struct Consumer {
     received: u64,
     waits: u64,
     pacing: Pacing,
+    /// Said ready in the record (see [`Consumer::mark_ready`]).
+    ready: bool,
+    /// Said caught up in the record (see `note_caught_up`).
+    caught_up: bool,
+    /// The marker of a consumer that waited for the producer, kept until
+    /// it is ready: the producer's first frame waits for it.
+    waiter_marker: Option<shm::WaiterMarker>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -381,6 +388,44 @@ impl Consumer {
         });
     }
 
+    /// Says in the record that this consumer can take frames: its device,
+    /// slots and pipeline are up. Until then a live producer waits for it
+    /// (see the producer's `waits_for`), for a bounded time; the first call
+    /// of [`next`](Self::next) or [`try_next`](Self::try_next) makes it so.
+    pub fn mark_ready(&mut self) {
+        if self.ready {
+            return;
+        }
+        self.ready = true;
+        // Never 0, which means "starting".
+        self.header().consumers[self.index]
+            .ready_ns
+            .store(shm::monotonic_ns().max(1), Ordering::SeqCst);
+        self.waiter_marker = None;
+        self.note_caught_up();
+        let h = self.header();
+        wait::notify(&h.release_futex, &h.producer_sleepers);
+    }
+
+    /// Once ready and with nothing published left to take: says in the
+    /// record that this consumer's start is over (the producer stops
+    /// waiting for it on a live channel).
+    fn note_caught_up(&mut self) {
+        if self.caught_up || !self.ready {
+            return;
+        }
+        let h = control_header(&self.shared);
+        if self.cursor >= protocol::load_published(&h.published) {
+            self.caught_up = true;
+            h.consumers[self.index].caught_up.store(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether [`mark_ready`](Self::mark_ready) was called.
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
     /// Waits for the next item. Frames already published are delivered even
     /// if the producer is gone since; after them the wait reports
     /// `ProducerGone`.
@@ -389,6 +434,7 @@ impl Consumer {
         interrupt: &AtomicBool,
         timeout: Option<Duration>,
     ) -> Result<Item, ChannelError> {
+        self.mark_ready();
         let deadline = timeout.map(|t| Instant::now() + t);
         let next = (|| loop {
             self.check_intact()?;
@@ -416,6 +462,7 @@ impl Consumer {
 
     /// Returns the next item if one is ready, without waiting.
     pub fn try_next(&mut self) -> Result<Option<Item>, ChannelError> {
+        self.mark_ready();
         loop {
             self.check_intact()?;
             let published = protocol::load_published(&self.header().published);
@@ -628,6 +675,7 @@ impl Consumer {
             record.frames_missed.fetch_add(missed, Ordering::Relaxed);
         }
         record.cursor.store(cursor, Ordering::SeqCst);
+        self.note_caught_up();
         wait::notify(&h.release_futex, &h.producer_sleepers);
     }
 

@@ -19,7 +19,9 @@
 //!   `own_start_time`, `process_runs`, `pid_namespace` (a pid with its start
 //!   time names one process even after the pid is reused);
 //! - **waits**: `futex_wait` and `futex_wake` on a word in a shared mapping;
-//! - **handle passing**: `Shareable` and `socket` (the descriptor channel:
+//! - **handle passing**: `Shareable`, `keep_from_children` (close-on-exec,
+//!   not inheritable: no process this one starts holds a channel's handle)
+//!   and `socket` (the descriptor channel:
 //!   a unix socket with SCM_RIGHTS on Linux, a named pipe with
 //!   DuplicateHandle on Windows);
 //! - `random_u64` and `monotonic_ns` (one clock for all processes of a host).

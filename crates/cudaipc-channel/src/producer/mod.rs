@@ -137,34 +137,72 @@ pub struct Blocker {
     /// Frames published that it has not taken (counted only for consumers
     /// the producer waits for).
     pub behind: u64,
+    /// It is still starting (attached, not ready to take frames): a live
+    /// producer waits for it up to [`START_LIMIT`].
+    pub starting: bool,
 }
 
-/// How long a live producer waits for the first frame of a consumer that
-/// keeps its own pace: one that attached before the first frames, or late,
-/// opens the slots and starts its pipeline meanwhile, and would otherwise
-/// miss the frames published in that time.
-const FIRST_FRAME_GRACE_NS: u64 = 1_000_000_000;
+/// How long a live producer waits for a consumer that attached and is not
+/// ready yet (it makes its CUDA context, opens the slots, starts its
+/// pipeline): one that keeps up then gets every frame from the first
+/// published after it attached, however long its start took within this.
+/// One not ready by then is treated like any consumer at its own pace: it
+/// misses what was overwritten meanwhile, and says so.
+pub const START_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a live producer waits, after a consumer said it is ready, for
+/// it to take the frames published while it started.
+const CATCH_UP_LIMIT_NS: u64 = 1_000_000_000;
+
+/// Where a consumer of [`ConsumerMode::Auto`](crate::ConsumerMode) on a
+/// live channel stands in its start, as the producer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Attached, not ready yet, within [`START_LIMIT`].
+    Starting,
+    /// Ready, taking the frames published while it started, within
+    /// [`CATCH_UP_LIMIT_NS`].
+    CatchingUp,
+    /// Caught up, keeping its own pace; or out of time for its start.
+    Done,
+}
+
+fn start_of(record: &ConsumerRecord) -> Start {
+    if record.caught_up.load(Ordering::Relaxed) != 0 {
+        return Start::Done;
+    }
+    let now = shm::monotonic_ns();
+    let ready_ns = record.ready_ns.load(Ordering::Relaxed);
+    let since = |t: u64| now.saturating_sub(t);
+    if ready_ns == 0 {
+        match since(record.attached_ns.load(Ordering::Relaxed)) < START_LIMIT.as_nanos() as u64 {
+            true => Start::Starting,
+            false => Start::Done,
+        }
+    } else if since(ready_ns) < CATCH_UP_LIMIT_NS {
+        Start::CatchingUp
+    } else {
+        Start::Done
+    }
+}
 
 /// Whether the producer waits for the consumer of `record`: one that asks
 /// for every frame always; one of [`ConsumerMode::Auto`](crate::ConsumerMode)
-/// when the channel is not live, or on a live one until it took its first
-/// frame (at most [`FIRST_FRAME_GRACE_NS`] after it attached).
+/// when the channel is not live, or on a live one while it starts (see
+/// [`START_LIMIT`]) and takes the frames published meanwhile.
 fn waits_for(record: &ConsumerRecord, live: bool) -> bool {
     match record.mode.load(Ordering::Relaxed) {
         MODE_EVERY_FRAME => true,
         MODE_AUTO if !live => true,
-        MODE_AUTO => {
-            record.frames_received.load(Ordering::Relaxed) == 0
-                && shm::monotonic_ns().saturating_sub(record.attached_ns.load(Ordering::Relaxed))
-                    < FIRST_FRAME_GRACE_NS
-        }
+        MODE_AUTO => start_of(record) != Start::Done,
         _ => false,
     }
 }
 
-/// How long a new producer waits for consumers that were already waiting
-/// for it before it publishes its first frame.
-const WAITER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a new producer waits, before its first frame, for consumers
+/// that were already waiting for it to be ready (they drop their waiter
+/// marker then).
+const WAITER_GRACE: std::time::Duration = START_LIMIT;
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -344,6 +382,7 @@ impl Producer {
                     every_frame: mode == MODE_EVERY_FRAME,
                     held,
                     behind,
+                    starting: mode == MODE_AUTO && live && start_of(c) == Start::Starting,
                 })
             })
             .collect()

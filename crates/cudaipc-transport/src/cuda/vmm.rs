@@ -18,7 +18,7 @@ use cudaipc_channel::platform::Shareable;
 
 use cudarc::driver::sys;
 
-use super::{Device, DeviceRegion, Result, check};
+use super::{CudaError, Device, DeviceRegion, Result, check};
 
 fn location(device: &Device) -> sys::CUmemLocation {
     sys::CUmemLocation {
@@ -50,6 +50,16 @@ const HANDLE_TYPE: sys::CUmemAllocationHandleType =
 
 /// The "OS handle" the driver reads for `shareable`: a descriptor's number
 /// on Linux, the NT handle itself on Windows.
+/// The error of an exported handle that could not be kept from child
+/// processes (close-on-exec, not inheritable).
+fn unshared(e: std::io::Error) -> CudaError {
+    CudaError::Call {
+        call: "cuMemExportToShareableHandle",
+        name: "its handle cannot be kept from child processes".into(),
+        description: e.to_string(),
+    }
+}
+
 fn os_handle(shareable: &Shareable) -> *mut c_void {
     #[cfg(unix)]
     {
@@ -251,7 +261,9 @@ impl SharedDeviceMemory {
                 )
             })?;
             // SAFETY: a descriptor the driver just opened for us.
-            Ok(unsafe { Shareable::from_raw_fd(fd) })
+            let fd = unsafe { Shareable::from_raw_fd(fd) };
+            cudaipc_channel::platform::keep_from_children(&fd).map_err(unshared)?;
+            Ok(fd)
         }
         #[cfg(windows)]
         {
@@ -267,7 +279,9 @@ impl SharedDeviceMemory {
                 )
             })?;
             // SAFETY: a handle the driver just opened for us.
-            Ok(unsafe { Shareable::from_raw_handle(handle) })
+            let handle = unsafe { Shareable::from_raw_handle(handle) };
+            cudaipc_channel::platform::keep_from_children(&handle).map_err(unshared)?;
+            Ok(handle)
         }
     }
 

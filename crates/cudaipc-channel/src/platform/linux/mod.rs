@@ -16,6 +16,15 @@ pub mod socket;
 /// What a process hands to another over a descriptor channel.
 pub type Shareable = std::os::fd::OwnedFd;
 
+/// Keeps `handle` from the processes this one starts (close-on-exec), for
+/// descriptors made by a library that may not ask for it (the CUDA
+/// driver's exported memory): a child that kept one would keep the memory.
+pub fn keep_from_children(handle: &Shareable) -> io::Result<()> {
+    let flags = rustix::io::fcntl_getfd(handle)?;
+    rustix::io::fcntl_setfd(handle, flags | rustix::io::FdFlags::CLOEXEC)?;
+    Ok(())
+}
+
 /// The default folder of the shared files.
 pub fn default_shm_dir() -> PathBuf {
     PathBuf::from("/dev/shm")

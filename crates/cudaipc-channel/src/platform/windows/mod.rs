@@ -46,6 +46,17 @@ pub use wake::{futex_wait, futex_wake};
 /// What a process hands to another (a duplicated handle).
 pub type Shareable = std::os::windows::io::OwnedHandle;
 
+/// Keeps `handle` from the processes this one starts (not inheritable),
+/// for handles made by a library that may not ask for it.
+pub fn keep_from_children(handle: &Shareable) -> io::Result<()> {
+    use windows_sys::Win32::Foundation::{HANDLE_FLAG_INHERIT, SetHandleInformation};
+    // SAFETY: a handle this process owns; only its inherit flag changes.
+    if unsafe { SetHandleInformation(handle.as_raw_handle(), HANDLE_FLAG_INHERIT, 0) } == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Every open of a channel's file shares it fully: the other processes map
 /// it too, and a dead producer's name must be removable while mapped.
 const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;

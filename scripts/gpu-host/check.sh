@@ -18,6 +18,24 @@
 #                 BENCH_FRAMES override)
 #   nvdec126=N    gstcuda_interop's NVDEC test N times (default 10) in a row on
 #                 1.26, and how many passed; nvdec128=N on 1.28
+#   sanitize      compute-sanitizer on 1.22 (scripts/gpu-host/sanitize.sh):
+#                 memcheck on a producer and a verifying consumer (ipc-mode
+#                 legacy and fd), racecheck and synccheck on the consumer, every
+#                 kernel of cudatestsrc/cudaprocess under memcheck, racecheck and
+#                 synccheck, initcheck on a small consumer; sanitize=P,P runs
+#                 those parts only (memcheck racecheck synccheck kernels initcheck)
+#   repeat=N      the flake gate (scripts/gpu-host/flake-gate.sh): every test
+#                 binary N times (default 3) on 1.22 and on 1.26, then each
+#                 failing test with "k of N" and the binaries that crashed or
+#                 timed out; repeat122=N, repeat126=N, repeat128=N on one runtime;
+#                 CUDAIPC_TEST_ONLY (as for tests.sh) gates some binaries only;
+#                 FLAKE_BUDGET_S (seconds) stops each runtime's gate early
+#   census        the driver-call census (scripts/gpu-host/census.sh): driver
+#                 calls, host syncs and frame copies per frame of each process,
+#                 asserted on the zero-copy paths (exit status 1 when it
+#                 fails); census=quick: only the legacy channel, MPS off,
+#                 gst-launch-1.0 consumer
+# sanitize, repeat and census make the exit status 1 when they fail.
 set -u
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out/logs"
@@ -83,8 +101,34 @@ for step in "$@"; do
       ( source .gpu-host/env.sh >/dev/null; timeout 280 .gpu-host/build/bench --rows "$rows" \
           --frames "${BENCH_FRAMES:-20000}" --mps "${BENCH_MPS:-both}" --out "$out/bench122-$rows" 2>&1 \
           | tee "$out/logs/bench122-$rows.log" | grep -E "^\| *[0-9]" | cut -c1-220 ) ;;
+    sanitize|sanitize=*)
+      parts=()
+      [ "$rows" != "$step" ] && IFS=, read -r -a parts <<<"$rows"
+      echo "== compute-sanitizer on GStreamer 1.22${parts[*]:+ (${parts[*]})}"
+      timeout 570 scripts/gpu-host/sanitize.sh "$out/logs/sanitize" "${parts[@]}"
+      rc=$?
+      [ $rc = 124 ] && echo "sanitize: stopped after 570 s"
+      [ $rc = 0 ] || check_failed=1 ;;
+    repeat|repeat=*|repeat122*|repeat126*|repeat128*)
+      [ "$rows" != "$step" ] || rows=3
+      versions="122 126"
+      case $step in repeat1*) versions=${step%%=*}; versions=${versions#repeat} ;; esac
+      for v in $versions; do
+        echo "== flake gate on ${v:0:1}.${v:1}: every test binary${CUDAIPC_TEST_ONLY:+ of $CUDAIPC_TEST_ONLY}, $rows times"
+        CUDAIPC_TEST_TIMEOUT=${CUDAIPC_TEST_TIMEOUT:-300} scripts/gpu-host/flake-gate.sh "$v" "$rows" "$out/logs/repeat$v" \
+          || check_failed=1
+      done ;;
+    census|census=quick)
+      echo "== driver-call census on 1.26 ($step)"
+      mkdir -p "$out/logs/census"
+      opt=(); [ "$step" = census=quick ] && opt=(--quick)
+      OUT="$out/logs/census" timeout 300 scripts/gpu-host/census.sh "${opt[@]}" >"$out/logs/census/census.log" 2>&1 \
+        || check_failed=1
+      tail -n 50 "$out/logs/census/census.log" | cut -c1-400
+      cp "$out/logs/census/table.md" "$out/census-table.md" 2>/dev/null ;;
     *) echo "unknown step $step" ;;
   esac
 done
 echo quit | nvidia-cuda-mps-control 2>/dev/null
 (cd "$out" && tar czf "logs-$(date +%s).tgz" logs && rm -rf logs)
+exit "${check_failed:-0}"

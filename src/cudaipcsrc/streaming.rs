@@ -241,7 +241,17 @@ impl CudaIpcSrc {
         loop {
             let attached = match subscriber {
                 Some(attached) => attached,
-                None => subscriber.insert(self.connect()?),
+                None => {
+                    let mut connected = self.connect()?;
+                    // Set up downstream before the first frame is asked for:
+                    // a live producer waits for a consumer until then (see
+                    // START_LIMIT), and one that asks is ready to keep up.
+                    if let Some(text) = connected.current_caps().map_err(|e| self.failed(e))? {
+                        let caps = channel::parse_caps(&text).map_err(|e| self.failed(e))?;
+                        self.negotiate_output(Some(caps))?;
+                    }
+                    subscriber.insert(connected)
+                }
             };
             let wraps_slots = (self.state.lock().unwrap().output.as_ref())
                 .is_some_and(|output| output.slot_wrapper.is_some());

@@ -106,11 +106,15 @@ fn generate_in_scratch<'a>(
     frame: u32,
 ) -> Result<&'a DeviceRegion, gst::ErrorMessage> {
     if scratch.as_ref().is_none_or(|s| s.len() < size) {
-        *scratch = Some(
-            DeviceBuffer::new(&gpu.device, size)
-                .map_err(gpu_error)?
-                .into_region(),
-        );
+        let region = DeviceBuffer::new(&gpu.device, size)
+            .map_err(gpu_error)?
+            .into_region();
+        // The kernels write every pixel but not the padding at the end of
+        // rows, which the download carries too: zeroed once, it is defined
+        // (compute-sanitizer's initcheck reported it) and the same in every
+        // frame.
+        region.memset(0).map_err(gpu_error)?;
+        *scratch = Some(region);
     }
     let scratch = scratch.as_ref().unwrap();
     // SAFETY: the scratch region holds at least `size` bytes and stays

@@ -205,8 +205,9 @@ pub struct WaiterEntry {
     pub channel: String,
     pub path: PathBuf,
     pub owner_uid: u32,
-    /// Its consumer still waits (it holds the marker's lock); a process
-    /// killed while it waited (SIGTERM, SIGKILL) leaves an unlocked one.
+    /// Its consumer still waits (it holds the marker's lock, and runs: see
+    /// `shm::waiter_is_live`); a process killed while it waited (SIGTERM,
+    /// SIGKILL) leaves a stale one.
     pub live: bool,
 }
 
@@ -232,7 +233,7 @@ pub fn list_waiters(channel: Option<&str>) -> Vec<WaiterEntry> {
                 channel: marker_channel.to_owned(),
                 path: entry.path(),
                 owner_uid: shm::owner_uid(&file).ok()?,
-                live: shm::byte_is_locked(&file, 0).unwrap_or(true),
+                live: shm::waiter_is_live(&file),
             })
         })
         .collect();
@@ -245,7 +246,8 @@ const WAITER_INFIX: &str = "@waiter.";
 
 /// Removes this user's markers of consumers that died while they waited,
 /// of `channel` or of every channel; the paths removed. A live consumer's
-/// marker is locked before it gets its name, so an unlocked one is dead.
+/// marker is locked before it gets its name, so an unlocked one, or one
+/// whose process is gone, is dead.
 pub fn remove_stale_waiters(channel: Option<&str>) -> Vec<PathBuf> {
     list_waiters(channel)
         .into_iter()
@@ -271,8 +273,14 @@ pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
         return Err(shm::foreign_owner_error(&path, uid));
     }
     // Holding the producer's lock while removing: no producer can be
-    // claiming this block at the same time, and a live one keeps it.
-    if !shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE)? {
+    // claiming this block at the same time, and a live one keeps it. A
+    // producer that is gone may still hold it a while (the kernel tears
+    // down a dead process's GPU context before it lets go of its files):
+    // it is waited for, and then the block goes without it.
+    if !shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE)?
+        && !super::producer::take_lock_of_dead_producer(&shared)?
+        && super::layout::recorded_producer_may_run(&shared)
+    {
         return Ok(false);
     }
     let session = header(&shared).map(|h| h.producer_session.load(Ordering::Relaxed));
@@ -348,6 +356,32 @@ mod tests {
         assert_eq!(list_waiters(Some(&name)).len(), 1);
         drop(live);
         assert!(list_waiters(Some(&name)).is_empty());
+    }
+
+    #[test]
+    fn a_marker_still_locked_after_its_process_died_is_stale() {
+        // The kernel can keep a dead process's files, and their locks, for a
+        // while (it tears down the process's GPU context first): the process
+        // recorded in the marker decides then.
+        let name = format!("waiters-{:x}", shm::random_u64());
+        let marker = shm::WaiterMarker::create(&name).unwrap();
+        assert!(list_waiters(Some(&name))[0].live);
+        let mut gone = std::process::Command::new(std::env::current_exe().unwrap())
+            .arg("--list")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let dead_pid = gone.id();
+        gone.wait().unwrap();
+        let path = list_waiters(Some(&name))[0].path.clone();
+        let block = shm::SharedFile::open(&path).unwrap();
+        let pid_word = block.map.as_ptr() as *const std::sync::atomic::AtomicU64;
+        // SAFETY: the marker maps three aligned u64 words.
+        unsafe { (*pid_word).store(u64::from(dead_pid), Ordering::SeqCst) };
+        let waiters = list_waiters(Some(&name));
+        assert!(!waiters[0].live, "{waiters:?}");
+        assert_eq!(shm::count_live_waiters(&name), 0);
+        drop(marker);
     }
 
     #[test]

@@ -93,7 +93,18 @@ impl WaiterMarker {
         // Locked before it gets its name: `count_live_waiters` removes
         // unlocked markers as dead ones.
         let temp = shm_dir().join(format!(".cudaipc-waiter-{session:016x}"));
-        let mut file = SharedFile::create_exclusive(&temp, 8, 0o600).ok()?;
+        let mut file = SharedFile::create_exclusive(&temp, MARKER_BYTES, 0o600).ok()?;
+        let owner = [
+            u64::from(std::process::id()),
+            own_start_time().unwrap_or(0),
+            pid_namespace(),
+        ];
+        let words = file.map.as_ptr() as *const std::sync::atomic::AtomicU64;
+        for (i, word) in owner.into_iter().enumerate() {
+            // SAFETY: the mapping holds MARKER_BYTES (three aligned u64
+            // words); atomics make a concurrent reader harmless.
+            unsafe { (*words.add(i)).store(word, std::sync::atomic::Ordering::Relaxed) };
+        }
         let locked = try_lock_byte(&file.file, 0).unwrap_or(false);
         let named = locked && link_exclusive(&temp, &path).is_ok();
         let _ = std::fs::remove_file(&temp);
@@ -108,6 +119,33 @@ impl WaiterMarker {
 impl Drop for WaiterMarker {
     fn drop(&mut self) {
         let _ = remove_name(&self.file.path);
+    }
+}
+
+/// A waiter marker's bytes: its consumer's pid, start time and pid
+/// namespace (three u64, little-endian).
+const MARKER_BYTES: usize = 24;
+
+/// Whether the consumer of a waiter marker still waits: it holds the
+/// marker's lock, and the process recorded in it runs. The lock alone
+/// does not say it: the kernel can keep a dead process's files, and their
+/// locks, for a while after it exited, while its GPU context is torn down
+/// (seen on the GPU host with GStreamer 1.26). A marker whose lock cannot
+/// be asked about, or whose process cannot be checked (another pid
+/// namespace, no record), counts as live while locked.
+pub fn waiter_is_live(marker: &File) -> bool {
+    if !byte_is_locked(marker, 0).unwrap_or(true) {
+        return false;
+    }
+    let mut bytes = [0u8; MARKER_BYTES];
+    if io::Read::read_exact(&mut &*marker, &mut bytes).is_err() {
+        return true;
+    }
+    let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+    let (pid, start_time, namespace) = (word(0), word(1), word(2));
+    match u32::try_from(pid) {
+        Ok(pid) if pid != 0 && namespace == pid_namespace() => process_runs(pid, start_time),
+        _ => true,
     }
 }
 
@@ -137,12 +175,10 @@ pub fn count_live_waiters_of(channel: &str, other_users: bool) -> usize {
         if !ours && !other_users {
             continue;
         }
-        match byte_is_locked(&file, 0) {
-            Ok(true) => live += 1,
-            Ok(false) if ours => {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            _ => {}
+        if waiter_is_live(&file) {
+            live += 1;
+        } else if ours {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
     live

@@ -357,6 +357,19 @@ impl Subscriber {
         self.held.load(Ordering::SeqCst)
     }
 
+    /// The channel's caps now, if its producer published some yet, for a
+    /// reader that sets itself up before it asks for its first frame (and
+    /// so is ready to keep up when it asks: see
+    /// [`cudaipc_channel::START_LIMIT`]). Frames of these caps then come
+    /// without an `Event::Caps` before them.
+    pub fn current_caps(&mut self) -> Result<Option<String>, SubscriberError> {
+        let Some((generation, caps)) = self.consumer.current_caps()? else {
+            return Ok(None);
+        };
+        self.caps_generation = generation;
+        Ok(Some(caps))
+    }
+
     /// Waits for the next event until `interrupt` is raised (and the waker
     /// woken). A frame with new caps comes after an `Event::Caps`.
     pub fn next(&mut self, interrupt: &AtomicBool) -> Result<Event, SubscriberError> {

@@ -343,6 +343,15 @@ impl Consumer {
         Ok(())
     }
 
+    /// The caps the producer published last, if it published any yet:
+    /// (generation, caps string).
+    pub fn current_caps(&self) -> Result<Option<(u64, String)>, ChannelError> {
+        if self.header().caps_generation.load(Ordering::Acquire) == 0 {
+            return Ok(None);
+        }
+        self.caps().map(Some)
+    }
+
     /// Reads the caps: (generation, caps string).
     pub fn caps(&self) -> Result<(u64, String), ChannelError> {
         self.read_caps().map_err(|e| self.truncation_first(e))

@@ -107,13 +107,18 @@ impl Hostile {
         wake(h);
     }
 
+    /// Starts a consumer (it may attach, or fail, at any time from now).
+    fn launch_consumer(&self) -> Launch {
+        launch(&format!(
+            "rscudaipcsrc channel={} {LIVE} connect-timeout=120000 ! fakesink",
+            self.channel
+        ))
+    }
+
     /// Starts a consumer and waits until it is attached, so that what comes
     /// next reaches it.
     fn consumer(&self) -> Launch {
-        let consumer = launch(&format!(
-            "rscudaipcsrc channel={} {LIVE} connect-timeout=120000 ! fakesink",
-            self.channel
-        ));
+        let consumer = self.launch_consumer();
         let pid = consumer.pid();
         wait_until(LIMIT, "the consumer attaches", || {
             self.block.consumer_of(pid).is_some()
@@ -358,10 +363,13 @@ fn tampering_with_a_live_producer_is_caught() {
 // ---------------------------------------------------------------------------
 // Caps that lie
 
+/// The caps are tampered with before the consumer comes: it reads them when
+/// it attaches (the source sets up downstream before it asks for a frame),
+/// or with the frame published next.
 fn caps_case(tag: &str, caps: &str, tamper: impl FnOnce(&ControlHeader), expected: &str) {
     let p = Hostile::with_caps(tag, caps);
-    let consumer = p.consumer();
     tamper(p.h());
+    let consumer = p.launch_consumer();
     p.publish_valid();
     assert_clear_error(consumer, expected);
 }

@@ -175,7 +175,7 @@ pub struct ConsumerRecord {
     /// Frames the consumer declared it holds at once beyond the one it reads
     /// (`u32::MAX`: none declared). For messages and tools.
     pub hold: AtomicU32,
-    /// 1 once the consumer, ready, has taken every frame published so far
+    /// 1 when the consumer became ready with no frame published for it yet
     /// (its start is over: from then on it keeps its own pace); else 0.
     pub caught_up: AtomicU32,
     /// When the consumer attached (`CLOCK_MONOTONIC`, ns): on a live

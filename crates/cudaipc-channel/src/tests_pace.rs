@@ -67,6 +67,8 @@ fn a_live_producer_never_waits_for_a_consumer_that_falls_behind() {
     let channel = unique_channel("live-slow");
     let p = producer(&channel, true);
     let mut slow = consumer(&channel, ConsumerMode::Auto, None);
+    // Ready before the first frame: it has nothing to catch up.
+    assert!(slow.try_next().unwrap().is_none());
     publish(&p, 1);
     let started = next_frame(&mut slow);
     slow.release(started.slot);
@@ -116,8 +118,19 @@ fn a_live_producer_waits_for_a_starting_consumer_until_it_caught_up() {
         starting.release(f.slot);
     }
     blocked.join().unwrap();
-    // Caught up: from now on it keeps its own pace, and the producer waits
-    // for it no more.
+    // While it catches up (for twice its start) the producer waits for
+    // it...
+    publish(&p, 4);
+    let p2 = p.clone();
+    let blocked = std::thread::spawn(move || publish(&p2, 1));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!blocked.is_finished(), "still catching up");
+    let f = next_frame(&mut starting);
+    assert_eq!((f.seq, f.missed_before), (5, 0));
+    starting.release(f.slot);
+    blocked.join().unwrap();
+    // ...and after that it keeps its own pace: the producer waits no more.
+    std::thread::sleep(Duration::from_millis(3200));
     let waits = p.stats().waits;
     publish(&p, 20);
     assert_eq!(p.stats().waits, waits, "{:?}", p.stats());

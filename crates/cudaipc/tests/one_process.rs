@@ -295,6 +295,12 @@ fn a_live_publisher_never_waits_for_an_auto_subscriber_that_falls_behind() {
     let (publisher, mut subscriber) = pair("live", options);
     assert!(publisher.is_live());
     let size = layout().frame_size();
+    // Asking for a frame makes it ready: until then it counts as starting,
+    // and a live producer keeps its frames for it (up to START_LIMIT).
+    assert!(matches!(
+        subscriber.next_frame(Some(Duration::from_millis(1))),
+        Err(Error::Timeout(_))
+    ));
     // The subscriber reads nothing meanwhile: a lossless producer that
     // waited for it would block at the fifth frame.
     let started = Instant::now();

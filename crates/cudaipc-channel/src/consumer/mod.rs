@@ -185,7 +185,7 @@ pub struct Consumer {
     pacing: Pacing,
     /// Said ready in the record (see [`Consumer::mark_ready`]).
     ready: bool,
-    /// Said caught up in the record (see `note_caught_up`).
+    /// Said in the record to have nothing to catch up (see `note_caught_up`).
     caught_up: bool,
     /// The marker of a consumer that waited for the producer, kept until
     /// it is ready: the producer's first frame waits for it.
@@ -416,9 +416,13 @@ impl Consumer {
         wait::notify(&h.release_futex, &h.producer_sleepers);
     }
 
-    /// Once ready and with nothing published left to take: says in the
-    /// record that this consumer's start is over (the producer stops
-    /// waiting for it on a live channel).
+    /// Ready with no frame published for it yet (it attached before the
+    /// producer's first frame, or nothing came while it started): says in
+    /// the record that it has nothing to catch up, so a live producer stops
+    /// waiting for it at once. One that has frames to catch up is waited
+    /// for a bounded time instead (see the producer's `START_LIMIT`):
+    /// reaching the newest frame is no sign, since the producer, held back
+    /// by it, then publishes in a burst what its source made meanwhile.
     fn note_caught_up(&mut self) {
         if self.caught_up || !self.ready {
             return;
@@ -684,7 +688,6 @@ impl Consumer {
             record.frames_missed.fetch_add(missed, Ordering::Relaxed);
         }
         record.cursor.store(cursor, Ordering::SeqCst);
-        self.note_caught_up();
         wait::notify(&h.release_futex, &h.producer_sleepers);
     }
 

@@ -150,9 +150,12 @@ pub struct Blocker {
 /// misses what was overwritten meanwhile, and says so.
 pub const START_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// How long a live producer waits, after a consumer said it is ready, for
-/// it to take the frames published while it started.
-const CATCH_UP_LIMIT_NS: u64 = 1_000_000_000;
+/// After a consumer said it is ready with frames published while it
+/// started, a live producer waits for it to take them (and those the
+/// producer, held back meanwhile, publishes in a burst after) for twice
+/// the time its start took, at most [`START_LIMIT`]: a consumer twice as
+/// fast as the producer drains them in that time.
+const CATCH_UP_FACTOR: u64 = 2;
 
 /// Where a consumer of [`ConsumerMode::Auto`](crate::ConsumerMode) on a
 /// live channel stands in its start, as the producer sees it.
@@ -160,10 +163,11 @@ const CATCH_UP_LIMIT_NS: u64 = 1_000_000_000;
 enum Start {
     /// Attached, not ready yet, within [`START_LIMIT`].
     Starting,
-    /// Ready, taking the frames published while it started, within
-    /// [`CATCH_UP_LIMIT_NS`].
+    /// Ready, taking the frames published while it started, within twice
+    /// its start (see [`CATCH_UP_FACTOR`]).
     CatchingUp,
-    /// Caught up, keeping its own pace; or out of time for its start.
+    /// Ready with nothing to catch up, keeping its own pace; or out of
+    /// time for its start.
     Done,
 }
 
@@ -173,16 +177,20 @@ fn start_of(record: &ConsumerRecord) -> Start {
     }
     let now = shm::monotonic_ns();
     let ready_ns = record.ready_ns.load(Ordering::Relaxed);
+    let attached_ns = record.attached_ns.load(Ordering::Relaxed);
+    let limit_ns = START_LIMIT.as_nanos() as u64;
     let since = |t: u64| now.saturating_sub(t);
     if ready_ns == 0 {
-        match since(record.attached_ns.load(Ordering::Relaxed)) < START_LIMIT.as_nanos() as u64 {
+        match since(attached_ns) < limit_ns {
             true => Start::Starting,
             false => Start::Done,
         }
-    } else if since(ready_ns) < CATCH_UP_LIMIT_NS {
-        Start::CatchingUp
     } else {
-        Start::Done
+        let took = ready_ns.saturating_sub(attached_ns);
+        match since(ready_ns) < took.saturating_mul(CATCH_UP_FACTOR).min(limit_ns) {
+            true => Start::CatchingUp,
+            false => Start::Done,
+        }
     }
 }
 

@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
-# The plugin itself (target/release/libgstcudaipc.so), for README's commands.
-cargo build --quiet --release --lib
+# The plugin itself (target/release/libgstcudaipc.so), for README's commands,
+# and the channel tool beside it (target/release/cudaipc-channels).
+cargo build --quiet --release --lib --bin cudaipc-channels
 cargo build --quiet --release --example demo
 target/release/examples/demo "${1:-600}"
 plugin_dir="$(pwd)/target/release"
@@ -29,5 +30,5 @@ Next, in two terminals:
   GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 -e $producer
   GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 rscudaipcsrc channel=cam0 ! videoconvert ! autovideosink
 List channels: GST_PLUGIN_PATH=$plugin_dir gst-device-monitor-1.0 Video/Source/CudaIpc
-           or: cargo run --release --bin cudaipc-channels
+           or: $plugin_dir/cudaipc-channels   (remove-stale --all: what dead processes left)
 NEXT

@@ -38,19 +38,25 @@ echo "== Windows: cross-built (x86_64-pc-windows-gnu), the crates' tests and gst
 scripts/test-windows.sh
 echo "== loom: the channel's memory orderings model-checked (seqlock, publish/take, slot claim/release)"
 scripts/test-loom.sh
-echo "== scripts/install.sh: into a temporary prefix, found there by gst-inspect-1.0, uninstalled"
+echo "== scripts/install.sh: into a temporary prefix, found there by gst-inspect-1.0 and the shell, uninstalled"
 prefix=$(mktemp -d)
-path_line=$(scripts/install.sh --prefix "$prefix/usr" | grep -E "^ *export GST_PLUGIN_PATH=")
+installed=$(scripts/install.sh --prefix "$prefix/usr")
+path_line=$(echo "$installed" | grep -E "^ *export GST_PLUGIN_PATH=")
+bin_line=$(echo "$installed" | grep -E "^ *export PATH=")
 (
   unset GST_PLUGIN_PATH
   eval "$path_line"
+  eval "$bin_line"
   # A fresh registry: nothing cached from an earlier run helps.
   GST_REGISTRY=$prefix/registry.bin gst-inspect-1.0 rscudaipcsink | grep -E "^ *Filename +$prefix/usr/lib/.*/gstreamer-1.0/libgstcudaipc.so$"
+  # The channel tool, as the docs call it.
+  [ "$(command -v cudaipc-channels)" = "$prefix/usr/bin/cudaipc-channels" ]
+  CUDAIPC_SHM_DIR=$prefix cudaipc-channels | grep -q "no channels"
 )
 scripts/install.sh --uninstall --prefix "$prefix/usr"
-leftover=$(find "$prefix" -name libgstcudaipc.so)
+leftover=$(find "$prefix" -name libgstcudaipc.so -o -name cudaipc-channels)
 [ -z "$leftover" ] || { echo "uninstall left $leftover" >&2; exit 1; }
-[ ! -e "$prefix/usr/lib" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
+[ ! -e "$prefix/usr/lib" ] && [ ! -e "$prefix/usr/bin" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
 rm -rf "$prefix"
 echo "== benchmark smoke run (host transport, figures not asserted)"
 cargo run --quiet --release -p cudaipc-bench -- --smoke --out target/bench-smoke

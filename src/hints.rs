@@ -12,8 +12,12 @@ use cudaipc_transport::{LegacyCudaIpc, SubscriberError, TransportError};
 /// Appended to a channel error that a property changes; empty otherwise.
 pub fn channel(e: &ChannelError) -> &'static str {
     match e {
-        ChannelError::NoAccess { .. } => ": the producer must widen its 'permissions'",
-        ChannelError::UntrustedProducer { .. } => "; allow it with 'allowed-producers'",
+        ChannelError::NoAccess { .. } => {
+            ": sharing a channel with another user takes both ends: the producer widens its 'permissions' (e.g. permissions=0666 on rscudaipcsink; allowed-uids with ipc-mode=fd), and this consumer trusts the producer's user with 'allowed-producers=UID' (a consumer refuses a producer of another user by default)"
+        }
+        ChannelError::UntrustedProducer { .. } => {
+            "; a consumer refuses a producer of another user by default: trust it with 'allowed-producers=UID' on rscudaipcsrc (and the producer's 'permissions', or allowed-uids with ipc-mode=fd, must let this user in)"
+        }
         ChannelError::OtherPidNamespace {
             descriptor_channel: true,
             ..

@@ -182,7 +182,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecUInt::builder("permissions")
                     .nick("Permissions")
-                    .blurb("File mode of the channel's shared files (default 0600, octal; permissions=0660 shares them with the group)")
+                    .blurb("File mode of the channel's shared files (default 0600, octal; permissions=0660 shares them with the group); a consumer of another user also needs allowed-producers=<this user's uid>")
                     .maximum(0o777)
                     .default_value(DEFAULT_PERMISSIONS)
                     .mutable_ready()

@@ -150,7 +150,7 @@ impl ObjectImpl for CudaIpcSrc {
                     .build(),
                 glib::ParamSpecString::builder("allowed-producers")
                     .nick("Allowed producers")
-                    .blurb("Numeric user ids, comma-separated, whose channels this source trusts besides its own user's (the owner of the control block, and the peer on a channel's socket)")
+                    .blurb("Numeric user ids, comma-separated, whose channels this source trusts besides its own user's (the owner of the control block, and the peer on a channel's socket); a channel of another user is refused without it, even where its permissions let this user in")
                     .default_value(Some(""))
                     .mutable_ready()
                     .build(),

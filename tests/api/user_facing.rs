@@ -422,6 +422,19 @@ fn property_problems(element: &gst::Element, name: &str, page: &str) -> Vec<Stri
                 ));
             }
         }
+        // A narrower range than the type's own is part of the contract.
+        let full = match kind {
+            "uint" => Some((0.0, u32::MAX as f64)),
+            "int" => Some((i32::MIN as f64, i32::MAX as f64)),
+            "int64" => Some((i64::MIN as f64, i64::MAX as f64)),
+            _ => None,
+        };
+        if full.is_some() && range != full && !doc_type.contains(" to ") {
+            let (min, max) = range.unwrap();
+            problems.push(format!(
+                "{name} `{property}`: range {min} to {max}, which the docs do not give ({doc_type})"
+            ));
+        }
         if let (Some((min, max)), Some((_, doc_range))) = (range, doc_type.split_once(", ")) {
             if let Some((low, high)) = doc_range.split_once(" to ") {
                 if (number(low), number(high)) != (min, max) {
@@ -528,6 +541,35 @@ fn stats_problems(element: &gst::Element, name: &str, page: &str) -> Vec<String>
     problems
 }
 
+/// The action signals (those an application emits) of `element`'s own
+/// type, as gst-inspect lists them.
+fn action_signals(element: &gst::Element) -> Vec<String> {
+    use glib::translate::IntoGlib;
+    let mut count = 0u32;
+    // SAFETY: a registered type; GLib returns an array of `count` signal ids
+    // that the caller frees.
+    let ids =
+        unsafe { glib::gobject_ffi::g_signal_list_ids(element.type_().into_glib(), &mut count) };
+    let mut names = Vec::new();
+    for i in 0..count as usize {
+        // SAFETY: an all-zero GSignalQuery is valid; GLib fills it for an
+        // id of the array, whose index is below its length.
+        let query = unsafe {
+            let mut query: glib::gobject_ffi::GSignalQuery = std::mem::zeroed();
+            glib::gobject_ffi::g_signal_query(*ids.add(i), &mut query);
+            query
+        };
+        if query.signal_flags & glib::gobject_ffi::G_SIGNAL_ACTION != 0 {
+            // SAFETY: GLib's static, NUL-terminated name of the signal.
+            let name = unsafe { std::ffi::CStr::from_ptr(query.signal_name) };
+            names.push(name.to_string_lossy().into_owned());
+        }
+    }
+    // SAFETY: the array g_signal_list_ids allocated, freed once.
+    unsafe { glib::ffi::g_free(ids.cast()) };
+    names
+}
+
 #[test]
 fn gst_inspect_agrees_with_the_docs_tables() {
     init();
@@ -542,6 +584,13 @@ fn gst_inspect_agrees_with_the_docs_tables() {
     ] {
         let element = gst::ElementFactory::make(factory).build().unwrap();
         problems.extend(property_problems(&element, factory, page));
+        for signal in action_signals(&element) {
+            if !section(page, factory).contains(&format!("`{signal}`")) {
+                problems.push(format!(
+                    "{factory}: the action signal `{signal}` is not in the docs"
+                ));
+            }
+        }
         if element.find_property("stats").is_some() {
             problems.extend(stats_problems(&element, factory, page));
         }

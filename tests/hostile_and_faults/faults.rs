@@ -781,7 +781,25 @@ fn other_user(t: Transport) {
             assert_refused(
                 &consumer_as_nobody(""),
                 "nobody trusted root's channel unasked",
-                &["belongs to uid 0", "allowed-producers"],
+                &[
+                    "belongs to uid 0",
+                    "refuses a producer of another user by default",
+                    "'allowed-producers=UID'",
+                    "'permissions'",
+                ],
+            );
+        }
+        if mode == 0o600 {
+            // The first error names both settings sharing takes, so that a
+            // user learns them from one failure.
+            assert_refused(
+                &consumer_as_nobody(""),
+                "nobody opened a 0600 channel",
+                &[
+                    "no permission to open channel",
+                    "'permissions'",
+                    "'allowed-producers=UID'",
+                ],
             );
         }
         let done = consumer_as_nobody("allowed-producers=0");

@@ -100,6 +100,8 @@ pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorM
         ChannelError::InvalidName { .. } => {
             gst::error_msg!(gst::ResourceError::Settings, ("{}", e))
         }
+        // It names the channel itself.
+        ChannelError::NameTaken { .. } => gst::error_msg!(gst::ResourceError::OpenWrite, ("{}", e)),
         e => gst::error_msg!(
             gst::ResourceError::OpenWrite,
             ("cannot create channel '{}': {}", channel, e)

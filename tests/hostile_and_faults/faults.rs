@@ -871,8 +871,22 @@ fn a_channel_of_another_user_is_refused(t: Transport) {
     assert_refused(
         &real,
         "the real producer took a live channel of another user",
-        &["belongs to uid 65534", "another user created it"],
+        &[
+            "belongs to uid 65534",
+            "another user created it",
+            "choose another channel name",
+        ],
     );
+    // Said once, and never "remove it": the file is another user's, and
+    // its producer runs.
+    let text = format!("{}{}", real.stdout, real.stderr);
+    assert_eq!(
+        text.matches(&format!("cannot create channel '{channel}'"))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(!text.contains("remove it"), "{text}");
     // Trusting the owner explicitly is the way to share between users.
     let trusting = consumer("allowed-producers=65534");
     trusting.assert_success("root trusting nobody's channel");

@@ -281,21 +281,18 @@ impl fmt::Display for ChannelError {
                 match (owner_uid, source) {
                     (Some(uid), _) => write!(
                         f,
-                        "{} belongs to uid {uid}, not to this user (uid {}): another user created it; remove it or choose another channel name",
+                        "{} belongs to uid {uid}, not to this user (uid {}): another user created it",
                         path.display(),
                         shm::effective_uid()
-                    ),
-                    (None, Some(source)) => write!(
-                        f,
-                        "{} belongs to another user ({source}); remove it or choose another channel name",
-                        path.display()
-                    ),
-                    (None, None) => write!(
-                        f,
-                        "{} belongs to another user; remove it or choose another channel name",
-                        path.display()
-                    ),
+                    )?,
+                    (None, Some(source)) => {
+                        write!(f, "{} belongs to another user ({source})", path.display())?
+                    }
+                    (None, None) => write!(f, "{} belongs to another user", path.display())?,
                 }
+                // Its producer may well be running: the file is not this
+                // user's to remove.
+                f.write_str("; choose another channel name (if that user's producer is gone, that user or root removes what it left with `cudaipc-channels remove-stale`)")
             }
             ChannelError::Refused { channel, reason } => write!(
                 f,

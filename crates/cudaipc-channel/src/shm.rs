@@ -215,7 +215,7 @@ pub fn foreign_owner_error(path: &Path, uid: u32) -> io::Error {
     io::Error::new(
         io::ErrorKind::PermissionDenied,
         format!(
-            "{} belongs to uid {uid}, not to this user (uid {}): another user created it; remove it or choose another channel name",
+            "{} belongs to uid {uid}, not to this user (uid {}): another user created it, and only that user or root can remove it",
             path.display(),
             effective_uid()
         ),

@@ -443,8 +443,16 @@ fn exchange(
     let (line, fds) = match receive_with_fds(stream) {
         Ok(reply) => reply,
         // Closed without a word: a producer that is stopping, or too busy
-        // (every connection slot taken): as if none were there yet.
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+        // (every connection slot taken), or a listener that went away with
+        // our connection still queued (reset; a child process forked while
+        // it listened can keep it listening a moment after it closed): as
+        // if none were there yet.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) =>
+        {
             return Err(RequestError::NoProducer);
         }
         Err(e) => return Err(io_error(e).into()),

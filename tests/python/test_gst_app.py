@@ -41,9 +41,12 @@ def refcount(buffer):
 def pull_all(channel, on_frame):
     """Runs rscudaipcsrc ! appsink until the end of the stream, handing each
     sample's frame to on_frame."""
+    # No last sample: appsink would keep the previous buffer until the next
+    # one is rendered, in its streaming thread, and the refcounts the tests
+    # read would change under them.
     pipeline = Gst.parse_launch(
         f"rscudaipcsrc channel={channel} connect-timeout=120000 "
-        "! appsink name=sink sync=false max-buffers=1")
+        "! appsink name=sink sync=false max-buffers=1 enable-last-sample=false")
     sink = pipeline.get_by_name("sink")
     pipeline.set_state(Gst.State.PLAYING)
     try:

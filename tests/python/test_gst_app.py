@@ -34,7 +34,11 @@ def plugin():
 
 
 def refcount(buffer):
-    """The GstBuffer's reference count (GstMiniObject: GType, then gint)."""
+    """The GstBuffer's reference count (GstMiniObject: GType, then gint),
+    once Python dropped the wrappers it no longer uses: a collection that
+    runs between two readings (an allocation can start one) would free an
+    earlier sample's wrapper and change the count."""
+    gc.collect()
     return ctypes.c_int.from_address(hash(buffer) + 8).value
 
 

@@ -278,7 +278,7 @@ pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
     // down a dead process's GPU context before it lets go of its files):
     // it is waited for, and then the block goes without it.
     if !shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE)?
-        && !super::producer::take_lock_of_dead_producer(&shared)?
+        && !super::layout::take_lock_of_dead_producer(&shared)?
         && super::layout::recorded_producer_may_run(&shared)
     {
         return Ok(false);

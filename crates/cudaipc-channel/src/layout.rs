@@ -292,6 +292,30 @@ pub fn recorded_producer_may_run(shared: &super::shm::SharedFile) -> bool {
         )
 }
 
+/// How long a new producer (or `remove-stale`) waits for the lock of a
+/// block whose recorded producer is gone (see [`recorded_producer_may_run`])
+/// to go: the kernel keeps a dead process's files, and their locks, while
+/// it tears down its GPU context.
+const LINGERING_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the producer lock of `existing`; where a producer that is gone
+/// still holds it (for a moment after it was killed), waits for it to go:
+/// a producer restarted at once after a crash takes its channel back
+/// instead of finding it in use. The lock stays the arbiter between
+/// contenders.
+pub fn take_lock_of_dead_producer(existing: &super::shm::SharedFile) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + LINGERING_LOCK_WAIT;
+    loop {
+        if super::shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)? {
+            return Ok(true);
+        }
+        if recorded_producer_may_run(existing) || std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ mod descriptor_channels;
 mod shared_files;
 mod soak;
 mod streams;
+mod watch;
 
 #[test]
 #[ignore = "entry point of the child pipelines (common::PipelineChild)"]

@@ -40,30 +40,46 @@ pub enum ChannelState {
 /// Channels in the shm folder, sorted by name. Never blocks and never
 /// follows a link (see `shm::open_regular`).
 pub fn list_channels() -> Vec<ChannelEntry> {
+    open_channels()
+        .into_iter()
+        .map(|(entry, _)| entry)
+        .collect()
+}
+
+/// The channels in the shm folder with their control blocks, mapped read
+/// only where this user may read them (for `crate::watch`).
+pub(crate) fn open_channels() -> Vec<(ChannelEntry, Option<SharedFile>)> {
     let mut names: Vec<(String, bool)> = std::fs::read_dir(shm::shm_dir())
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let name = name.strip_prefix(shm::FILE_PREFIX)?;
-            // A descriptor channel's only name is its socket.
-            let (channel, descriptors) = match name.strip_suffix(SOCKET_SUFFIX) {
-                Some(channel) => (channel, true),
-                None => (name, false),
-            };
-            shm::validate_channel_name(channel).ok()?;
-            Some((channel.to_owned(), descriptors))
-        })
+        .filter_map(|entry| channel_of_file_name(entry.file_name().to_str()?))
         .collect();
     names.sort();
     names
         .into_iter()
-        .map(|(name, descriptors)| match descriptors {
-            true => inspect_descriptor_channel(&name),
-            false => inspect(&name),
-        })
+        .map(|(name, descriptors)| open_channel(&name, descriptors))
         .collect()
+}
+
+/// The channel a file of the shm folder names, and whether it is a
+/// descriptor channel's socket.
+fn channel_of_file_name(name: &str) -> Option<(String, bool)> {
+    let name = name.strip_prefix(shm::FILE_PREFIX)?;
+    // A descriptor channel's only name is its socket.
+    let (channel, descriptors) = match name.strip_suffix(SOCKET_SUFFIX) {
+        Some(channel) => (channel, true),
+        None => (name, false),
+    };
+    shm::validate_channel_name(channel).ok()?;
+    Some((channel.to_owned(), descriptors))
+}
+
+fn open_channel(name: &str, descriptors: bool) -> (ChannelEntry, Option<SharedFile>) {
+    match descriptors {
+        true => inspect_descriptor_channel(name),
+        false => inspect(name),
+    }
 }
 
 /// What follows the channel's name in its socket's name.
@@ -106,7 +122,7 @@ fn empty_entry(name: &str, path: PathBuf) -> ChannelEntry {
     }
 }
 
-fn inspect(name: &str) -> ChannelEntry {
+fn inspect(name: &str) -> (ChannelEntry, Option<SharedFile>) {
     let path = shm::control_path(name);
     let mut entry = empty_entry(name, path.clone());
     let shared = match SharedFile::open_read_only(&path) {
@@ -114,32 +130,32 @@ fn inspect(name: &str) -> ChannelEntry {
         Err(e) => {
             entry.owner_uid = crate::platform::path_owner_uid(&path).ok();
             entry.state = ChannelState::Unreadable(e.to_string());
-            return entry;
+            return (entry, None);
         }
     };
-    describe(entry, &shared)
+    (describe(entry, &shared), Some(shared))
 }
 
 /// A descriptor channel, through its socket: only one of this user (asking
 /// another user's socket could be made to wait), like a consumer would.
-fn inspect_descriptor_channel(name: &str) -> ChannelEntry {
+fn inspect_descriptor_channel(name: &str) -> (ChannelEntry, Option<SharedFile>) {
     let path = socket::socket_path(name);
     let mut entry = empty_entry(name, path.clone());
     entry.owner_uid = crate::platform::path_owner_uid(&path).ok();
     if entry.owner_uid != Some(shm::effective_uid()) {
         entry.state = ChannelState::Unreadable("a descriptor channel of another user".into());
-        return entry;
+        return (entry, None);
     }
     match socket::receive_control_block(name, &socket::Peers::default(), false) {
-        Ok(shared) => describe(entry, &shared),
+        Ok(shared) => (describe(entry, &shared), Some(shared)),
         // Nobody listens: the socket of a producer that died.
         Err(socket::RequestError::NoProducer | socket::RequestError::Gone) => {
             entry.state = ChannelState::Stale;
-            entry
+            (entry, None)
         }
         Err(socket::RequestError::Channel(e)) => {
             entry.state = ChannelState::Unreadable(e.to_string());
-            entry
+            (entry, None)
         }
     }
 }
@@ -187,7 +203,7 @@ fn describe(mut entry: ChannelEntry, shared: &SharedFile) -> ChannelEntry {
 }
 
 /// The header of a control block of this protocol version, if it is one.
-fn header(shared: &SharedFile) -> Option<&ControlHeader> {
+pub(crate) fn header(shared: &SharedFile) -> Option<&ControlHeader> {
     if shared.len() < control_size() {
         return None;
     }

@@ -18,6 +18,7 @@ mod protocol;
 pub mod shm;
 pub mod stats;
 pub mod wait;
+pub mod watch;
 
 use std::fmt;
 

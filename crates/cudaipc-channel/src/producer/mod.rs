@@ -160,7 +160,7 @@ const CATCH_UP_FACTOR: u64 = 2;
 /// Where a consumer of [`ConsumerMode::Auto`](crate::ConsumerMode) on a
 /// live channel stands in its start, as the producer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
+pub(crate) enum Start {
     /// Attached, not ready yet, within [`START_LIMIT`].
     Starting,
     /// Ready, taking the frames published while it started, within twice
@@ -171,7 +171,7 @@ enum Start {
     Done,
 }
 
-fn start_of(record: &ConsumerRecord) -> Start {
+pub(crate) fn start_of(record: &ConsumerRecord) -> Start {
     if record.caught_up.load(Ordering::Relaxed) != 0 {
         return Start::Done;
     }
@@ -198,7 +198,7 @@ fn start_of(record: &ConsumerRecord) -> Start {
 /// for every frame always; one of [`ConsumerMode::Auto`](crate::ConsumerMode)
 /// when the channel is not live, or on a live one while it starts (see
 /// [`START_LIMIT`]) and takes the frames published meanwhile.
-fn waits_for(record: &ConsumerRecord, live: bool) -> bool {
+pub(crate) fn waits_for(record: &ConsumerRecord, live: bool) -> bool {
     match record.mode.load(Ordering::Relaxed) {
         MODE_EVERY_FRAME => true,
         MODE_AUTO if !live => true,

@@ -2,11 +2,15 @@
 
 //! Lists the cudaipc channels in the shm folder (live or stale, producer
 //! pid and user, transport, consumers, caps) and the consumers waiting for
-//! a producer, and removes what dead processes left.
+//! a producer, watches their producers and consumers live, and removes
+//! what dead processes left.
 //!
 //! usage: cudaipc-channels [list]
+//!        cudaipc-channels watch [--once] [--json] [--interval SECONDS] [CHANNEL...]
 //!        cudaipc-channels remove-stale CHANNEL...
 //!        cudaipc-channels remove-stale --all
+
+mod watch;
 
 use gstcudaipc::channels::{self as directory, ChannelState};
 
@@ -14,6 +18,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
         None | Some("list") => list(),
+        Some("watch") => watch::run(&args[1..]),
         Some("remove-stale") => remove_stale(&args[1..]),
         Some("-h" | "--help") => {
             usage();
@@ -30,8 +35,9 @@ fn main() {
 
 fn usage() {
     eprintln!(
-        "usage: cudaipc-channels [list]\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all\n\
+        "usage: cudaipc-channels [list]\n       {}\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all\n\
          Channels are files in {} (CUDAIPC_SHM_DIR overrides it).",
+        watch::USAGE,
         directory::shm_dir().display()
     );
 }

@@ -1,0 +1,220 @@
+// `cudaipc-channels watch` against real processes on the host transport: a
+// live producer with three consumers of different speeds, and a producer
+// that a slow every-frame consumer holds back. Rates, misses and lag are
+// checked within tolerances wide enough for a busy CI machine.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn channels_binary() -> std::path::PathBuf {
+    // Beside this test binary where the GPU host's staging puts both.
+    let exe = std::env::current_exe().unwrap();
+    let staged = exe.parent().unwrap().join("cudaipc-channels");
+    match staged.is_file() {
+        true => staged,
+        false => env!("CARGO_BIN_EXE_cudaipc-channels").into(),
+    }
+}
+
+/// One `watch --once --json` snapshot, rates over `interval_s`: the
+/// channel's object.
+fn snapshot(dir: &ShmDir, channel: &str, interval_s: &str) -> Value {
+    let out = checked(&mut Command::new(channels_binary()))
+        .args([
+            "watch",
+            "--once",
+            "--json",
+            "--interval",
+            interval_s,
+            channel,
+        ])
+        .envs(dir.env())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let all: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let channels = all["channels"].as_array().unwrap();
+    assert!(channels.len() <= 1, "only the channel asked for: {text}");
+    channels.first().cloned().unwrap_or(Value::Null)
+}
+
+fn consumer_of(channel: &Value, pid: u32) -> &Value {
+    channel["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["pid"] == pid)
+        .unwrap_or_else(|| panic!("consumer {pid} listed: {channel}"))
+}
+
+fn fps(v: &Value) -> f64 {
+    v["fps"].as_f64().unwrap_or_else(|| panic!("a rate: {v}"))
+}
+
+/// Waits until `n` consumers of `channel` have each taken frames.
+fn wait_for_consumers(dir: &ShmDir, channel: &str, n: usize) {
+    let start = Instant::now();
+    loop {
+        let c = snapshot(dir, channel, "0.2");
+        let taking = c["consumers"].as_array().map_or(0, |all| {
+            all.iter()
+                .filter(|c| c["frames"].as_u64() > Some(10))
+                .count()
+        });
+        if taking == n {
+            return;
+        }
+        assert!(start.elapsed() < LIMIT, "{n} consumers taking frames: {c}");
+    }
+}
+
+#[test]
+fn watch_shows_each_consumers_rate_misses_and_lag_on_a_live_channel() {
+    let dir = ShmDir::new("watch");
+    let channel = unique_channel("watch");
+    let env = dir.env();
+    let producer = launch_with(
+        &[],
+        &env,
+        &format!(
+            "videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host channel={channel}"
+        ),
+    );
+    let source = format!("rscudaipcsrc channel={channel}");
+    let fast = launch_with(&[], &env, &format!("{source} ! fakesink"));
+    // At most 10 frames a second: a third of the producer's.
+    let slow = launch_with(
+        &[],
+        &env,
+        &format!("{source} ! identity sleep-time=100000 ! fakesink"),
+    );
+    // Every frame, with time to spare: the producer waits for it, and it
+    // never makes it wait.
+    let every = launch_with(&[], &env, &format!("{source} frames=every ! fakesink"));
+    wait_for_consumers(&dir, &channel, 3);
+
+    let interval = 3.0;
+    let c = snapshot(&dir, &channel, "3");
+    assert_eq!(c["state"], "live", "{c}");
+    assert_eq!(c["producer_pid"], producer.pid(), "{c}");
+    assert_eq!(c["transport"], "host", "{c}");
+    assert_eq!(c["live"], true, "{c}");
+    let produced = fps(&c);
+    assert!(
+        (20.0..=33.0).contains(&produced),
+        "the producer's rate near 30: {c}"
+    );
+
+    let f = consumer_of(&c, fast.pid());
+    assert_eq!(f["mode"], "auto", "{f}");
+    assert!(fps(f) >= 0.85 * produced, "the fast consumer keeps up: {f}");
+    assert_eq!(f["missed_in_interval"], 0, "{f}");
+    assert!(f["behind"].as_u64().unwrap() <= 2, "{f}");
+    assert_eq!(
+        f["producer_waits"], false,
+        "own pace on a live channel: {f}"
+    );
+    assert_eq!(f["holds_producer_back"], false, "{f}");
+
+    let s = consumer_of(&c, slow.pid());
+    assert!(
+        (4.0..=10.5).contains(&fps(s)),
+        "the slow consumer's rate near 10: {s}"
+    );
+    let missed = s["missed_in_interval"].as_u64().unwrap() as f64;
+    let expected = (produced - fps(s)) * interval;
+    assert!(
+        missed >= 0.6 * expected && missed <= 1.3 * expected + 3.0,
+        "it misses what it cannot take ({expected:.0} in {interval} s): {s}"
+    );
+    assert!(
+        s["missed"].as_u64() >= s["missed_in_interval"].as_u64(),
+        "{s}"
+    );
+    assert!(
+        s["behind"].as_u64().unwrap() <= c["slots"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert_eq!(
+        s["holds_producer_back"], false,
+        "a slow consumer at its own pace: {s}"
+    );
+
+    let e = consumer_of(&c, every.pid());
+    assert_eq!(e["mode"], "every", "{e}");
+    assert!(fps(e) >= 0.85 * produced, "{e}");
+    assert_eq!(e["missed_in_interval"], 0, "{e}");
+    assert_eq!(
+        e["producer_waits"], true,
+        "the producer waits for every-frame consumers: {e}"
+    );
+    assert_eq!(e["holds_producer_back"], false, "it keeps up: {e}");
+
+    // The same in the table, one line per consumer.
+    let out = checked(&mut Command::new(channels_binary()))
+        .args(["watch", "--once", "--interval", "0.5"])
+        .envs(dir.env())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && table.contains(&channel), "{table}");
+    for (pid, pace) in [
+        (fast.pid(), "own pace"),
+        (slow.pid(), "own pace"),
+        (every.pid(), "waited for"),
+    ] {
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("a line for {pid}:\n{table}"));
+        assert!(line.ends_with(pace), "{pace}: {line}");
+    }
+    drop((fast, slow, every, producer));
+}
+
+#[test]
+fn watch_names_the_consumer_that_holds_the_producer_back() {
+    let dir = ShmDir::new("watch-back");
+    let channel = unique_channel("watch-back");
+    let env = dir.env();
+    // Not live and not synchronised to the clock: as fast as its
+    // consumers let it.
+    let producer = launch_with(
+        &[],
+        &env,
+        &format!(
+            "videotestsrc ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host slots=4 sync=false channel={channel}"
+        ),
+    );
+    let slow = launch_with(
+        &[],
+        &env,
+        &format!(
+            "rscudaipcsrc channel={channel} frames=every ! identity sleep-time=50000 ! fakesink"
+        ),
+    );
+    wait_for_consumers(&dir, &channel, 1);
+    let c = snapshot(&dir, &channel, "2");
+    assert_eq!(c["live"], false, "{c}");
+    let s = consumer_of(&c, slow.pid());
+    assert!(
+        (8.0..=20.5).contains(&fps(s)),
+        "at most 20 frames a second: {s}"
+    );
+    assert!(
+        fps(&c) <= fps(s) + 2.0,
+        "the producer goes at its pace: {c}"
+    );
+    assert_eq!(s["producer_waits"], true, "{s}");
+    assert_eq!(s["holds_producer_back"], true, "{s}");
+    assert_eq!(s["missed"], 0, "{s}");
+    drop((slow, producer));
+}

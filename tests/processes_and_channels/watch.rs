@@ -218,3 +218,29 @@ fn watch_names_the_consumer_that_holds_the_producer_back() {
     assert_eq!(s["missed"], 0, "{s}");
     drop((slow, producer));
 }
+
+#[test]
+fn watch_refreshes_until_ctrl_c_and_ends_with_status_0() {
+    let dir = ShmDir::new("watch-int");
+    let mut watch = checked(&mut Command::new(channels_binary()))
+        .args(["watch", "--interval", "0.2"])
+        .envs(dir.env())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: the pid is that of our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(watch.id() as i32, libc::SIGINT) }, 0);
+    let start = Instant::now();
+    while watch.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < LIMIT, "watch ends on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.matches("no channels").count() >= 3,
+        "refreshed every 0.2 s:\n{text}"
+    );
+}

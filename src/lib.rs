@@ -25,7 +25,7 @@ pub mod element_names;
 pub mod channels {
     pub use cudaipc_channel::directory::{
         ChannelEntry, ChannelState, WaiterEntry, list_channels, list_waiters, live_channel_names,
-        live_channels_note, remove_if_stale, remove_stale_waiters,
+        live_channels_note, other_live_channels_note, remove_if_stale, remove_stale_waiters,
     };
     pub use cudaipc_channel::shm::{shm_dir, validate_channel_name};
     pub use cudaipc_channel::watch;

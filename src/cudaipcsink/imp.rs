@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gst::glib;
 use gst::prelude::*;
@@ -27,6 +27,8 @@ const DEFAULT_PERMISSIONS: u32 = 0o600;
 const DEFAULT_WAIT_FOR_CONNECTION: u32 = 0;
 /// How long `stop` lets consumers finish reading before slots are freed.
 const RELEASE_GRACE: Duration = Duration::from_secs(1);
+/// A wait at the end longer than this is posted.
+const SLOW_RELEASE: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -419,11 +421,30 @@ impl BaseSinkImpl for CudaIpcSink {
             return Ok(());
         };
         // The name goes now; the memory goes once upstream drops the pool.
-        if !state.publisher.close(RELEASE_GRACE) {
-            gst::warning!(
-                CAT,
-                imp = self,
-                "consumers still held frames; slots freed anyway"
+        // Consumers at their own pace on a live channel are not waited for;
+        // only the frames consumers hold are (what each reads now), and
+        // every-frame consumers, within the grace.
+        let started = Instant::now();
+        let released = state.publisher.close(RELEASE_GRACE);
+        let waited = started.elapsed();
+        if !released {
+            gst::element_imp_warning!(
+                self,
+                gst::ResourceError::Busy,
+                [
+                    "consumers still held frames after {} ms; the slots were freed anyway",
+                    waited.as_millis()
+                ]
+            );
+        } else if waited > SLOW_RELEASE {
+            gst::element_imp_warning!(
+                self,
+                gst::ResourceError::Busy,
+                [
+                    "waited {} ms at the end for consumers to release the frames they hold (at most {} s; 5 s after an end of stream)",
+                    waited.as_millis(),
+                    RELEASE_GRACE.as_secs()
+                ]
             );
         }
         Ok(())

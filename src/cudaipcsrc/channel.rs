@@ -465,8 +465,22 @@ pub(super) fn mixed_with_upstream(
 /// What a consumer that finds no producer can see: the live channels, and
 /// GStreamer's own `cudaipcsink` if it runs.
 pub(super) fn channels_seen() -> String {
-    let note = upstream_sink_note()
+    format!(
+        "{}{}",
+        crate::channels::live_channels_note(),
+        upstream_note()
+    )
+}
+
+/// What a consumer still waiting for a producer on `channel` can see: the
+/// other live channels, and GStreamer's own `cudaipcsink` if it runs.
+pub(super) fn other_channels_seen(channel: &str) -> String {
+    let others = crate::channels::other_live_channels_note(channel);
+    format!("{others}{}", upstream_note())
+}
+
+fn upstream_note() -> String {
+    upstream_sink_note()
         .map(|note| format!("; {note}"))
-        .unwrap_or_default();
-    format!("{}{note}", crate::channels::live_channels_note())
+        .unwrap_or_default()
 }

@@ -39,7 +39,7 @@ struct WaitWarning {
 }
 
 impl WaitWarning {
-    fn start(src: &super::CudaIpcSrc, waiting: String) -> Self {
+    fn start(src: &super::CudaIpcSrc, channel: String, waiting: String) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
         let src = src.downgrade();
         let thread = std::thread::Builder::new()
@@ -49,7 +49,7 @@ impl WaitWarning {
                     return;
                 }
                 if let Some(src) = src.upgrade() {
-                    let seen = channel::channels_seen();
+                    let seen = channel::other_channels_seen(&channel);
                     gst::element_warning!(src, gst::ResourceError::NotFound, ("{waiting}; {seen}"));
                 }
             })
@@ -125,7 +125,7 @@ impl CudaIpcSrc {
                     "still waiting for a new producer on channel '{channel}' (on-producer-lost=wait)"
                 ),
             };
-            warning = warns.then(|| WaitWarning::start(&self.obj(), waiting));
+            warning = warns.then(|| WaitWarning::start(&self.obj(), channel.clone(), waiting));
         });
         drop(warning);
         let subscriber = subscriber.map_err(|e| self.failed(e))?;
@@ -281,6 +281,7 @@ impl CudaIpcSrc {
                 }
                 Event::Frame(frame) => return self.frame_to_buffer(frame),
                 Event::Eos => {
+                    self.count_missed(attached.take_missed_at_end());
                     gst::debug!(CAT, imp = self, "end of stream from the producer");
                     return Err(gst::FlowError::Eos);
                 }
@@ -363,15 +364,22 @@ impl CudaIpcSrc {
         let mut stats = self.stats.lock().unwrap();
         stats.latency.record(latency);
         stats.frames += 1;
-        stats.missed += missed;
         stats.count(delivery);
+        drop(stats);
+        self.count_missed(missed);
+        Ok(buffer)
+    }
+
+    /// Counts frames missed in the stats, warning the first time.
+    fn count_missed(&self, missed: u64) {
+        let mut stats = self.stats.lock().unwrap();
+        stats.missed += missed;
         let first_missed = missed > 0 && !std::mem::replace(&mut stats.warned_behind, true);
         let total_missed = stats.missed;
         drop(stats);
         if first_missed {
             self.warn_behind(total_missed);
         }
-        Ok(buffer)
     }
 
     /// Once per start: this consumer fell behind its producer and missed

@@ -173,6 +173,50 @@ fn a_consumer_started_first_gets_every_frame_of_gst_launch_producer() {
     assert_eq!(done.checksums(), expected);
 }
 
+/// "Execution ended after 0:00:01.023456789" of an unquiet gst-launch-1.0.
+fn execution_time(stdout: &str) -> Duration {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Execution ended after "))
+        .unwrap_or_else(|| panic!("an execution time:\n{stdout}"));
+    let seconds: f64 = line.trim().split(':').fold(0.0, |total, part| {
+        total * 60.0 + part.parse::<f64>().unwrap()
+    });
+    Duration::from_secs_f64(seconds)
+}
+
+#[test]
+fn a_slow_consumer_does_not_keep_a_live_producer_from_exiting() {
+    let channel = unique_channel("slow-exit");
+    // One frame a second: the 7 frames behind it in the 8-slot ring at the
+    // end would take 7 s to drain, where the producer waited 5 s before.
+    let slow = launch_unquiet(&format!(
+        "rscudaipcsrc channel={channel} connect-timeout=120000 ! identity sleep-time=1000000 ! fakesink"
+    ));
+    wait_for_waiting_consumers(&channel, 1, LIMIT);
+    let started = std::time::Instant::now();
+    let producer = launch_unquiet(&format!(
+        "videotestsrc is-live=true num-buffers=30 ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host channel={channel}"
+    ));
+    let end = producer.finish(LIMIT);
+    let wall = started.elapsed();
+    end.assert_success("producer");
+    let after_playing = wall.saturating_sub(execution_time(&end.stdout));
+    // It waits for the frame the consumer reads (up to 1 s), and no more:
+    // a bound on a wait, wide for a busy machine, not a speed claim.
+    assert!(
+        after_playing < Duration::from_millis(2500),
+        "the producer's process ended {after_playing:?} after its pipeline"
+    );
+    let done = slow.finish(LIMIT);
+    done.assert_success("the slow consumer ends at the end of stream");
+    assert!(
+        done.stdout.contains("frames=every"),
+        "it was told it missed frames:\n{}",
+        done.stdout
+    );
+}
+
 #[test]
 fn two_consumers_both_receive_everything() {
     let channel = unique_channel("fanout");

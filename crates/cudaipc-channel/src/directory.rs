@@ -106,6 +106,26 @@ pub fn live_channels_note() -> String {
     }
 }
 
+/// What a consumer still waiting for a producer on `channel` says about the
+/// other channels there are. Never `channel` itself: a producer that is
+/// starting (the consumer attaches at its next look) or stopping (no
+/// consumer attaches any more) is listed live, and "waiting for a producer
+/// on 'x'; channels with a producer: x" would contradict itself.
+pub fn other_live_channels_note(channel: &str) -> String {
+    let names: Vec<String> = live_channel_names()
+        .into_iter()
+        .filter(|name| name != channel)
+        .collect();
+    if names.is_empty() {
+        format!(
+            "no other channel has a producer in {}",
+            shm::shm_dir().display()
+        )
+    } else {
+        format!("other channels with a producer: {}", names.join(", "))
+    }
+}
+
 fn empty_entry(name: &str, path: PathBuf) -> ChannelEntry {
     ChannelEntry {
         name: name.to_owned(),
@@ -168,7 +188,8 @@ fn describe(mut entry: ChannelEntry, shared: &SharedFile) -> ChannelEntry {
         return entry;
     };
     let r = Ordering::Relaxed;
-    let live = h.state.load(Ordering::SeqCst) == STATE_OPEN
+    let state = h.state.load(Ordering::SeqCst);
+    let live = (state == STATE_OPEN || state == STATE_CLOSING)
         && shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
         && super::layout::recorded_producer_may_run(shared);
     entry.state = if live {

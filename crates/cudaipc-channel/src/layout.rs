@@ -38,6 +38,10 @@ const _: () = assert!(MAX_CONSUMERS <= 64);
 /// `ControlHeader::state`
 pub const STATE_OPEN: u32 = 1;
 pub const STATE_CLOSED: u32 = 2;
+/// The producer ended and waits (bounded) for consumers to release its
+/// frames: no consumer attaches, and one at its own pace on a live channel
+/// skips to the end of what is left.
+pub const STATE_CLOSING: u32 = 3;
 
 /// `ControlHeader::transport`
 pub const TRANSPORT_HOST: u32 = 1;
@@ -98,7 +102,8 @@ pub struct ControlHeader {
     pub producer_pid_namespace: AtomicU64,
     pub producer_session: AtomicU64,
 
-    /// STATE_OPEN while the producer lives, STATE_CLOSED after a clean stop.
+    /// STATE_OPEN while the producer lives, STATE_CLOSING while it stops,
+    /// STATE_CLOSED after a clean stop.
     pub state: AtomicU32,
     /// 1 while frames come paced (a live source, or a sink synchronised to a
     /// clock): the producer then waits only for `MODE_EVERY_FRAME`

@@ -794,3 +794,44 @@ fn a_control_block_has_no_name_until_it_is_linked() {
     assert_eq!(names(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_consumer_waiting_on_a_channel_is_told_of_the_others_never_of_its_own() {
+    let waited = unique_channel("waited-for");
+    let other = unique_channel("other-live");
+    // Starting or stopping, a producer of the channel waited for is listed
+    // live for a moment while the consumer still waits.
+    let _starting = producer(&waited, WhenFull::Block);
+    let _other = producer(&other, WhenFull::Block);
+    let note = directory::other_live_channels_note(&waited);
+    assert!(
+        note.starts_with("other channels with a producer: "),
+        "{note}"
+    );
+    assert!(note.contains(&other), "{note}");
+    assert!(!note.contains(&waited), "{note}");
+    let all = directory::live_channels_note();
+    assert!(all.contains(&waited) && all.contains(&other), "{all}");
+}
+
+#[test]
+fn a_stopping_producer_takes_no_new_consumer_and_is_still_listed_live() {
+    let channel = unique_channel("stopping");
+    let p = producer(&channel, WhenFull::Block);
+    p.begin_close();
+    let listed = directory::list_channels();
+    let entry = listed.iter().find(|c| c.name == channel).unwrap();
+    assert_eq!(entry.state, directory::ChannelState::Live);
+    let attach = Consumer::attach(
+        ConsumerConfig {
+            channel: channel.clone(),
+            connect_timeout: Some(Duration::from_millis(200)),
+            ..Default::default()
+        },
+        &AtomicBool::new(false),
+    );
+    assert!(
+        matches!(attach, Err(ChannelError::NoProducer { .. })),
+        "{attach:?}"
+    );
+}

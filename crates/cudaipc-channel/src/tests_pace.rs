@@ -284,3 +284,91 @@ fn a_declared_hold_bounds_the_frames_held_and_must_fit_the_ring() {
         "{text}"
     );
 }
+
+fn next_item(c: &mut Consumer) -> Item {
+    c.next(&AtomicBool::new(false), Some(Duration::from_secs(5)))
+        .unwrap()
+}
+
+#[test]
+fn at_the_end_of_a_live_stream_a_slow_consumer_skips_to_it_and_the_producer_waits_only_for_its_frame()
+ {
+    let channel = unique_channel("live-end");
+    let p = producer(&channel, true);
+    let mut slow = consumer(&channel, ConsumerMode::Auto, None);
+    let mut keeping_up = consumer(&channel, ConsumerMode::Auto, None);
+    assert!(slow.try_next().unwrap().is_none());
+    assert!(keeping_up.try_next().unwrap().is_none());
+    publish(&p, 1);
+    // The slow consumer reads frame 0 for a long time, holding its slot.
+    let reading = next_frame(&mut slow);
+    for _ in 0..3 {
+        let f = next_frame(&mut keeping_up);
+        keeping_up.release(f.slot);
+        publish(&p, 1);
+    }
+    publish(&p, 1);
+    p.publish_eos();
+    p.begin_close();
+    // Ends without waiting for the frames it fell behind on: they are missed.
+    let no = AtomicBool::new(false);
+    assert!(
+        !p.wait_released(Duration::from_millis(50)),
+        "frame 0 is held"
+    );
+    slow.release(reading.slot);
+    assert!(matches!(
+        slow.next(&no, Some(Duration::from_secs(5))).unwrap(),
+        Item::Eos
+    ));
+    assert_eq!(slow.frames_missed(), 4, "frames 1 to 4");
+    assert!(
+        p.wait_released(Duration::ZERO),
+        "nothing held, nobody waited for"
+    );
+    // One two frames behind takes every frame, then the end.
+    for seq in 3..5 {
+        let f = next_frame(&mut keeping_up);
+        assert_eq!(f.seq, seq);
+        keeping_up.release(f.slot);
+    }
+    assert!(matches!(next_item(&mut keeping_up), Item::Eos));
+    assert_eq!(keeping_up.frames_missed(), 0);
+}
+
+#[test]
+fn a_producer_that_stops_without_an_end_of_stream_lets_a_slow_consumer_go_at_once() {
+    let channel = unique_channel("live-stop");
+    let p = producer(&channel, true);
+    let mut slow = consumer(&channel, ConsumerMode::Auto, None);
+    assert!(slow.try_next().unwrap().is_none());
+    publish(&p, 4);
+    p.begin_close();
+    // Nothing left to take: it is told the producer closed once it has.
+    assert!(slow.try_next().unwrap().is_none());
+    assert_eq!(slow.frames_missed(), 4);
+    p.close();
+    let no = AtomicBool::new(false);
+    assert!(matches!(
+        slow.next(&no, Some(Duration::from_secs(5))),
+        Err(ChannelError::ProducerGone(ProducerGone::Closed))
+    ));
+}
+
+#[test]
+fn a_consumer_that_asks_for_every_frame_still_gets_every_frame_at_the_end() {
+    let channel = unique_channel("every-end");
+    let p = producer(&channel, true);
+    let mut every = consumer(&channel, ConsumerMode::EveryFrame, None);
+    assert!(every.try_next().unwrap().is_none());
+    publish(&p, 4);
+    p.publish_eos();
+    p.begin_close();
+    for seq in 0..4 {
+        let f = next_frame(&mut every);
+        assert_eq!(f.seq, seq);
+        every.release(f.slot);
+    }
+    assert!(matches!(next_item(&mut every), Item::Eos));
+    assert!(p.wait_released(Duration::ZERO));
+}

@@ -342,6 +342,7 @@ impl<T: Send + 'static> Publisher<T> {
         } else {
             grace
         };
+        self.producer.begin_close();
         let released = self.producer.wait_released(grace);
         self.producer.close();
         *self.current.lock().unwrap() = None;

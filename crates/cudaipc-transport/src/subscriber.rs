@@ -335,6 +335,13 @@ impl Subscriber {
         self.host_waits = on;
     }
 
+    /// Frames missed since the last frame taken (a frame's `missed_before`
+    /// carries them otherwise): at an end of stream, those it skipped to
+    /// reach it, being far behind a live producer. Counted once.
+    pub fn take_missed_at_end(&mut self) -> u64 {
+        self.consumer.take_missed_pending()
+    }
+
     /// Frames this subscriber missed: overwritten before it took them (it
     /// fell behind a live producer, or one that drops).
     pub fn frames_missed(&self) -> u64 {

@@ -19,6 +19,12 @@ mod pacing;
 
 use pacing::Pacing;
 
+use crate::producer::waits_for;
+
+/// At the end of a live stream, how many frames behind a consumer at its
+/// own pace may be and still take them all (a consumer that keeps up is a
+/// frame or two behind at times).
+const KEEP_UP_FRAMES: u64 = 2;
 /// Largest slot a channel may announce (1 TiB): anything above is corrupt.
 const MAX_SLOT_SIZE: u64 = 1 << 40;
 /// How often `attach` looks for a channel that is not there yet.
@@ -607,6 +613,13 @@ impl Consumer {
         let mut target = self.cursor;
         if self.config.mode == ConsumerMode::Latest || published - target > QUEUE_LEN as u64 {
             target = published - 1;
+        } else if let Some(end) = self.end_to_skip_to(published) {
+            if end == published {
+                // The producer stops without an end of stream: nothing to take.
+                self.advance(published, published - self.cursor);
+                return Ok(None);
+            }
+            target = end;
         }
         let skipped = target - self.cursor;
         let entry = protocol::load_queue_entry(&h.queue[target as usize % QUEUE_LEN]);
@@ -675,6 +688,32 @@ impl Consumer {
             missed_before,
             ..frame
         })))
+    }
+
+    /// Where a consumer at its own pace on a live channel goes once the
+    /// producer is stopping while it is more than [`KEEP_UP_FRAMES`]
+    /// behind: to the end of stream if that is the newest item, else past
+    /// the newest item, the frames between counted missed. It never kept
+    /// the producer waiting for them while it ran, and at the end it does
+    /// not either: the producer then waits only for the frame it reads.
+    /// One that keeps up takes every frame; while the producer runs, one
+    /// behind an end of stream still takes what the ring kept.
+    fn end_to_skip_to(&self, published: u64) -> Option<u64> {
+        let h = self.header();
+        let live = h.live.load(Ordering::Relaxed) != 0;
+        if !live
+            || h.state.load(Ordering::SeqCst) != STATE_CLOSING
+            || waits_for(&h.consumers[self.index], live)
+        {
+            return None;
+        }
+        let newest = published - 1;
+        let entry = protocol::load_queue_entry(&h.queue[newest as usize % QUEUE_LEN]);
+        let end = match queue_entry_seq(entry) == newest && queue_entry_kind(entry) == QUEUE_EOS {
+            true => newest,
+            false => published,
+        };
+        (end - self.cursor > KEEP_UP_FRAMES).then_some(end)
     }
 
     fn advance(&mut self, cursor: u64, missed: u64) {
@@ -762,6 +801,13 @@ impl Consumer {
 
     pub fn frames_received(&self) -> u64 {
         self.received
+    }
+
+    /// Frames missed since the last frame taken, which the next frame's
+    /// `missed_before` would carry: at an end of stream, those skipped to
+    /// reach it. Counted once.
+    pub fn take_missed_pending(&mut self) -> u64 {
+        std::mem::take(&mut self.missed_pending)
     }
 
     pub fn frames_missed(&self) -> u64 {

@@ -805,6 +805,26 @@ impl Producer {
         }
     }
 
+    /// Says the producer is stopping: no consumer attaches any more, and
+    /// consumers at their own pace on a live channel stop taking frames
+    /// they fell behind on (they skip to the end), so that the wait for
+    /// the slots they hold ([`wait_released`](Self::wait_released)) lasts
+    /// at most the frame each is reading.
+    pub fn begin_close(&self) {
+        let h = self.header();
+        if h.state
+            .compare_exchange(
+                STATE_OPEN,
+                STATE_CLOSING,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+        {
+            wait::notify(&h.publish_futex, &h.consumer_sleepers);
+        }
+    }
+
     /// Marks the channel closed (consumers report `ProducerGone::Closed`
     /// after the frames already published) and removes its name, so a new
     /// producer can take it. Idempotent; also done on drop.

@@ -30,6 +30,9 @@
 #                 timed out; repeat122=N, repeat126=N, repeat128=N on one runtime;
 #                 CUDAIPC_TEST_ONLY (as for tests.sh) gates some binaries only;
 #                 FLAKE_BUDGET_S (seconds) stops each runtime's gate early
+#   memory        device memory per process of a 4K pair, the context's stack
+#                 reservation trimmed and kept, MPS off and on
+#                 (scripts/gpu-host/memory.sh)
 #   census        the driver-call census (scripts/gpu-host/census.sh): driver
 #                 calls, host syncs and frame copies per frame of each process,
 #                 asserted on the zero-copy paths (exit status 1 when it
@@ -118,6 +121,9 @@ for step in "$@"; do
         CUDAIPC_TEST_TIMEOUT=${CUDAIPC_TEST_TIMEOUT:-300} scripts/gpu-host/flake-gate.sh "$v" "$rows" "$out/logs/repeat$v" \
           || check_failed=1
       done ;;
+    memory)
+      echo "== device memory per process (1.26)"
+      timeout 200 scripts/gpu-host/memory.sh 2>&1 | tail -20 ;;
     census|census=quick)
       echo "== driver-call census on 1.26 ($step)"
       mkdir -p "$out/logs/census"

@@ -6,6 +6,7 @@
 //! Every entry point checks that the driver library is present first: a
 //! machine without CUDA gets a `CudaError`, never a panic. No GStreamer here.
 
+mod context_limits;
 mod event;
 mod host_buffer;
 mod memory;
@@ -277,6 +278,7 @@ impl Device {
             )?;
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(context))?;
             CURRENT.with(|c| c.set(context));
+            context_limits::trim_current_context();
             check(
                 "cuStreamCreate",
                 sys::cuStreamCreate(
@@ -532,5 +534,20 @@ mod tests {
         }
         assert!(Device::get(-1).is_err());
         assert!(Device::get(4096).is_err());
+    }
+
+    #[test]
+    fn an_opened_device_reserves_the_smallest_stack() {
+        let Ok(device) = Device::get(0) else {
+            eprintln!("SKIPPED: no CUDA device");
+            return;
+        };
+        device.bind().unwrap();
+        let mut stack = 0usize;
+        // SAFETY: a context is current; valid out pointer.
+        let got = unsafe { sys::cuCtxGetLimit(&mut stack, sys::CUlimit::CU_LIMIT_STACK_SIZE) };
+        assert_eq!(got, sys::CUresult::CUDA_SUCCESS);
+        // The driver's default is 1024 bytes a thread.
+        assert!(stack < 1024, "stack limit {stack} bytes");
     }
 }

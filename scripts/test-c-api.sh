@@ -7,6 +7,7 @@
 #     (each buffer's SHA-1 against the pattern's),
 #   - `filesrc (the pattern) ! rawvideoparse ! rscudaipcsink` into the C
 #     consumer (which checks every byte),
+#   - the C++ producer into the C++ consumer (cudaipc.hpp's range-for),
 #   - the C++ producer into the C consumer, natively, both under valgrind
 #     (no invalid access, no definite leak) and both built with
 #     -fsanitize=address.
@@ -33,6 +34,7 @@ flags=($(pkg-config --cflags --libs cudaipc) -Wl,-rpath,"$libdir")
 strict=(-O2 -Wall -Wextra -Werror)
 gcc -std=c11 "${strict[@]}" examples/c/consumer.c "${flags[@]}" -o "$work/consumer"
 g++ -std=c++17 "${strict[@]}" -pedantic examples/cpp/producer.cpp "${flags[@]}" -o "$work/producer"
+g++ -std=c++17 "${strict[@]}" -pedantic examples/cpp/consumer.cpp "${flags[@]}" -o "$work/consumer-cpp"
 asan=(-g -fsanitize=address -fno-omit-frame-pointer)
 gcc -std=c11 "${strict[@]}" "${asan[@]}" examples/c/consumer.c "${flags[@]}" -o "$work/consumer-asan"
 g++ -std=c++17 "${strict[@]}" "${asan[@]}" examples/cpp/producer.cpp "${flags[@]}" -o "$work/producer-asan"
@@ -104,9 +106,10 @@ pair() {
     tail -40 "$work/$label-p.err" "$work/$label-c.err" "$work/$label-c.out"
     exit 1
   fi
-  echo "c-api: C++ producer -> C consumer ($label): $(tail -1 "$work/$label-c.out")"
+  echo "c-api: C++ producer -> $(basename "$consumer") ($label): $(tail -1 "$work/$label-c.out")"
 }
 pair "$work/producer" "$work/consumer" native $N
+pair "$work/producer" "$work/consumer-cpp" cpp $N
 pair "$work/producer-asan" "$work/consumer-asan" asan $N
 pair "$work/producer" "$work/consumer" valgrind 10 \
   valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \

@@ -29,7 +29,7 @@ eval "$(echo "$installed" | grep -E '^ *export GST_PLUGIN_PATH=')"
 export GST_REGISTRY=$work/registry.bin GST_REGISTRY_FORK=no
 export G_DEBUG=${G_DEBUG:+$G_DEBUG,}fatal-criticals
 libdir=$(pkg-config --variable=libdir cudaipc)
-# shellcheck disable=SC2207 # flags are words
+# shellcheck disable=SC2207,SC2054 # flags are words; the rpath flag has commas
 flags=($(pkg-config --cflags --libs cudaipc) -Wl,-rpath,"$libdir")
 strict=(-O2 -Wall -Wextra -Werror)
 gcc -std=c11 "${strict[@]}" examples/c/consumer.c "${flags[@]}" -o "$work/consumer"
@@ -92,11 +92,11 @@ pair() {
   local producer=$1 consumer=$2 label=$3 frames=$4
   shift 4
   channel=capi-$label-$$
-  timeout 120 "$@" "$producer" --channel $channel --frames "$frames" --size ${W}x$H --transport host \
+  timeout 120 "$@" "$producer" --channel "$channel" --frames "$frames" --size ${W}x$H --transport host \
     >"$work/$label-p.out" 2>"$work/$label-p.err" &
   pids=($!)
   local rc=0
-  timeout 120 "$@" "$consumer" --channel $channel --frames "$frames" --timeout 60000 \
+  timeout 120 "$@" "$consumer" --channel "$channel" --frames "$frames" --timeout 60000 \
     >"$work/$label-c.out" 2>"$work/$label-c.err" || rc=$?
   local prc=0
   wait "${pids[0]}" || prc=$?

@@ -35,7 +35,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 
 channel=c-api-$$
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+# Only the processes this script started, by pid.
+stop_started() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap stop_started EXIT
 timeout 300 "$build/gpu_consumer" --channel $channel --frames "$frames" --timeout 60000 &
 consumer=$!
 pids=("$consumer")

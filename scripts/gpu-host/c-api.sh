@@ -17,10 +17,14 @@ set -euo pipefail
 frames=${1:-2000}
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 build=${CAPI_BUILD:-/tmp/c-api}
-lib=.gpu-host/build/libcudaipc.so
+# Staged by stage.sh into each runtime's build (pack.sh 122 or 126 carries one).
+lib=
+for candidate in .gpu-host/build/libcudaipc.so .gpu-host126/build/libcudaipc.so; do
+  if [ -f "$candidate" ]; then lib=$candidate; break; fi
+done
 [ -f scripts/gpu-host/c-api.sh ] || { echo "c-api: run it from the repository root" >&2; exit 2; }
 [ -x "$nvcc" ] || { echo "c-api: no nvcc at $nvcc (set NVCC)" >&2; exit 2; }
-[ -f "$lib" ] || { echo "c-api: $lib is missing: stage with scripts/gpu-host/stage.sh (and unpack the carry)" >&2; exit 2; }
+[ -n "$lib" ] || { echo "c-api: libcudaipc.so is missing from .gpu-host/build and .gpu-host126/build: stage with scripts/gpu-host/stage.sh (and unpack the carry)" >&2; exit 2; }
 mkdir -p "$build"
 # The soname the programs load (libcudaipc.so.0) and the link name, beside
 # them; the rpath finds them there.

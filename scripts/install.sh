@@ -5,9 +5,13 @@
 # --prefix DIR into DIR/lib/<multiarch>/gstreamer-1.0, and prints the
 # GST_PLUGIN_PATH line that makes GStreamer look there. The channel tool
 # cudaipc-channels goes beside it, into /usr/local/bin (DIR/bin with
-# --prefix). --uninstall removes those two files again (and, under a prefix,
-# the folders it created, when left empty). Installing first runs
-# scripts/setup.sh (Debian packages, Rust).
+# --prefix). The C library libcudaipc.so (crates/cudaipc-c, with its soname
+# links), its headers cudaipc.h and cudaipc.hpp and cudaipc.pc for
+# pkg-config go under /usr/local (DIR with --prefix): lib/<multiarch>,
+# include/, lib/<multiarch>/pkgconfig; with --prefix it prints the
+# PKG_CONFIG_PATH line too. --uninstall removes those files again (and,
+# under a prefix, the folders it created, when left empty). Installing first
+# runs scripts/setup.sh (Debian packages, Rust).
 # usage (repo root or anywhere): scripts/install.sh [--prefix DIR]
 #                                scripts/install.sh --uninstall [--prefix DIR]
 set -euo pipefail
@@ -24,6 +28,12 @@ while [ $# -gt 0 ]; do
 done
 plugin=libgstcudaipc.so
 tool=cudaipc-channels
+# The C library: the real file carries the version, the soname (what
+# programs load) and the link-time name point to it.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../Cargo.toml" | head -1)
+clib=libcudaipc.so
+soname=$clib.0
+headers="cudaipc.h cudaipc.hpp"
 # An absolute path (the GST_PLUGIN_PATH line must work from anywhere),
 # relative to where the command was given.
 case $prefix in /* | "") ;; *) prefix=$(pwd -P)/$prefix ;; esac
@@ -31,21 +41,27 @@ prefix=${prefix%/}
 cd "$(dirname "$0")/.."
 
 [ $uninstall = 1 ] || scripts/setup.sh
+multiarch=$(gcc -print-multiarch 2>/dev/null || true)
+[ -n "$multiarch" ] || multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 if [ -n "$prefix" ]; then
-  multiarch=$(gcc -print-multiarch 2>/dev/null || true)
-  [ -n "$multiarch" ] || multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
   dir=$prefix/lib/$multiarch/gstreamer-1.0
   bindir=$prefix/bin
+  cprefix=$prefix
 else
   dir=$(pkg-config --variable=pluginsdir gstreamer-1.0) ||
     { echo "GStreamer's plugin folder unknown (pkg-config gstreamer-1.0): run scripts/setup.sh" >&2; exit 1; }
   bindir=/usr/local/bin
+  # Where the dynamic loader and pkg-config of Debian look by default.
+  cprefix=/usr/local
 fi
+libdir=$cprefix/lib/$multiarch
+includedir=$cprefix/include
+pcdir=$libdir/pkgconfig
 
 # sudo only where this user cannot write: a folder or the nearest one that
 # exists above it.
 sudo=
-for target in "$dir" "$bindir"; do
+for target in "$dir" "$bindir" "$libdir" "$includedir"; do
   writable=$target
   while [ ! -e "$writable" ]; do writable=$(dirname "$writable"); done
   if [ ! -w "$writable" ] && [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
@@ -53,8 +69,9 @@ done
 
 if [ $uninstall = 1 ]; then
   removed=0
-  for file in "$dir/$plugin" "$bindir/$tool"; do
-    [ -e "$file" ] || continue
+  for file in "$dir/$plugin" "$bindir/$tool" "$libdir/$clib" "$libdir/$soname" "$libdir/$clib.$version" \
+      "$pcdir/cudaipc.pc" "$includedir/cudaipc.h" "$includedir/cudaipc.hpp"; do
+    [ -e "$file" ] || [ -L "$file" ] || continue
     $sudo rm -f "$file"
     echo "removed $file"
     removed=1
@@ -62,7 +79,7 @@ if [ $uninstall = 1 ]; then
   [ $removed = 1 ] || echo "not installed: $dir/$plugin"
   if [ -n "$prefix" ]; then
     # The folders install made under the prefix, where nothing else is left.
-    for d in "$dir" "$bindir"; do
+    for d in "$dir" "$bindir" "$pcdir" "$includedir"; do
       while [ "$d" != "$prefix" ] && $sudo rmdir "$d" 2>/dev/null; do d=$(dirname "$d"); done
     done
   fi
@@ -70,12 +87,25 @@ if [ $uninstall = 1 ]; then
 fi
 
 [ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
-echo "building the release plugin and the channel tool (cargo build --release --lib --bin $tool)"
+echo "building the release plugin, the channel tool and the C library (cargo build --release --lib --bin $tool)"
+# --lib builds every default member's library: the plugin's and libcudaipc.so.
 cargo build --release --lib --bin $tool --quiet
 $sudo install -D -m 0644 target/release/$plugin "$dir/$plugin"
 echo "installed $dir/$plugin"
 $sudo install -D -m 0755 target/release/$tool "$bindir/$tool"
 echo "installed $bindir/$tool (list the channels: $tool; remove what dead processes left: $tool remove-stale --all)"
+$sudo install -D -m 0755 target/release/$clib "$libdir/$clib.$version"
+$sudo ln -sfn "$clib.$version" "$libdir/$soname"
+$sudo ln -sfn "$soname" "$libdir/$clib"
+for h in $headers; do
+  $sudo install -D -m 0644 "crates/cudaipc-c/include/$h" "$includedir/$h"
+done
+sed -e "s|@PREFIX@|$cprefix|; s|@LIBDIR@|$libdir|; s|@INCLUDEDIR@|$includedir|; s|@VERSION@|$version|" \
+  crates/cudaipc-c/cudaipc.pc.in > target/release/cudaipc.pc
+$sudo install -D -m 0644 target/release/cudaipc.pc "$pcdir/cudaipc.pc"
+echo "installed $libdir/$clib (C library; headers in $includedir; pkg-config --cflags --libs cudaipc)"
+# A system-wide library is found by the loader once its cache knows it.
+[ -n "$prefix" ] || $sudo ldconfig 2>/dev/null || true
 if [ -n "$prefix" ]; then
   echo "GStreamer finds it with:"
   echo "  export GST_PLUGIN_PATH=$dir\${GST_PLUGIN_PATH:+:\$GST_PLUGIN_PATH}"
@@ -84,4 +114,6 @@ if [ -n "$prefix" ]; then
     *) echo "and the shell finds $tool with:"
        echo "  export PATH=$bindir:\$PATH" ;;
   esac
+  echo "pkg-config finds libcudaipc with (programs linked to it find it through LD_LIBRARY_PATH or -Wl,-rpath,$libdir):"
+  echo "  export PKG_CONFIG_PATH=$pcdir\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
 fi

@@ -7,8 +7,8 @@
 # again on GStreamer 1.26 and 1.28, an aarch64 cross-build whose tests run
 # under qemu-user, a Windows cross-build whose tests and gst-launch-1.0.exe
 # pairs run under Wine, the loom model check of the channel's protocol, an
-# install into a temporary prefix and back out, and a short benchmark run on
-# the host transport.
+# install into a temporary prefix and back out, the C API's examples built
+# from it, and a short benchmark run on the host transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -52,12 +52,19 @@ bin_line=$(echo "$installed" | grep -E "^ *export PATH=")
   # The channel tool, as the docs call it.
   [ "$(command -v cudaipc-channels)" = "$prefix/usr/bin/cudaipc-channels" ]
   CUDAIPC_SHM_DIR=$prefix cudaipc-channels | grep -q "no channels"
+  # The C library, as pkg-config gives it.
+  eval "$(echo "$installed" | grep -E "^ *export PKG_CONFIG_PATH=")"
+  libs=$(pkg-config --libs cudaipc)
+  [ "${libs% }" = "-L$prefix/usr/lib/$(gcc -print-multiarch) -lcudaipc" ] || { echo "pkg-config --libs cudaipc: $libs" >&2; exit 1; }
+  [ -f "$(pkg-config --variable=includedir cudaipc)/cudaipc.hpp" ]
 )
 scripts/install.sh --uninstall --prefix "$prefix/usr"
-leftover=$(find "$prefix" -name libgstcudaipc.so -o -name cudaipc-channels)
+leftover=$(find "$prefix" -name libgstcudaipc.so -o -name cudaipc-channels -o -name 'libcudaipc.so*' -o -name 'cudaipc.h*' -o -name cudaipc.pc)
 [ -z "$leftover" ] || { echo "uninstall left $leftover" >&2; exit 1; }
-[ ! -e "$prefix/usr/lib" ] && [ ! -e "$prefix/usr/bin" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
+[ ! -e "$prefix/usr/lib" ] && [ ! -e "$prefix/usr/bin" ] && [ ! -e "$prefix/usr/include" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
 rm -rf "$prefix"
+echo "== the C API: examples built from the installed cudaipc.pc (gcc, g++), paired with gst-launch-1.0 and each other, under valgrind and ASan"
+scripts/test-c-api.sh
 echo "== benchmark smoke run (host transport, figures not asserted)"
 cargo run --quiet --release -p cudaipc-bench -- --smoke --out target/bench-smoke
 echo "== all tests passed"

@@ -14,7 +14,8 @@
 # environment: CENSUS_FRAMES (N, default 300); CENSUS_COPY_MIN_BYTES (a copy
 # of this many bytes or more is frame-sized, default 1048576); CENSUS_ONLY (a
 # regular expression: only the paths whose names match, e.g. 'fd|upstream');
-# CENSUS_PYTHON (the Python of the Python consumer, with PyTorch or CuPy;
+# CAPI_BUILD (where scripts/gpu-host/c-api.sh built the C API's GPU
+# examples, default /tmp/c-api); CENSUS_PYTHON (the Python of the Python consumer, with PyTorch or CuPy;
 # default: python3 on PATH); CUPTI_ROOT (a folder with CUPTI's include/ and
 # lib64/ or lib/, where the toolkit's is elsewhere); OUT (default /tmp/census:
 # the table, table.md, and the raw reports and logs under census-raw/).
@@ -197,12 +198,16 @@ pair() {
   case $consumer in
     python\ *) PYTHONPATH=$PWD/.gpu-host126/python${PYTHONPATH:+:$PYTHONPATH} \
                  start "$dir/consumer" "$dir/consumer.log" "$python" "$here/census/python_consumer.py" ${consumer#python } ;;
+    exec\ *) start "$dir/consumer" "$dir/consumer.log" ${consumer#exec } ;;
     *) start "$dir/consumer" "$dir/consumer.log" gst-launch-1.0 -q $consumer ;;
   esac
   c=$started
   sleep 0.3
   # shellcheck disable=SC2086
-  start "$dir/producer" "$dir/producer.log" gst-launch-1.0 -q $producer
+  case $producer in
+    exec\ *) start "$dir/producer" "$dir/producer.log" ${producer#exec } ;;
+    *) start "$dir/producer" "$dir/producer.log" gst-launch-1.0 -q $producer ;;
+  esac
   p=$started
   set +f
   finish "$p" "$PROCESS_TIMEOUT" "$c"
@@ -227,7 +232,7 @@ path() {
   pair "$name" "$frames" "$5" "$6" "${7:-30}"
   pair "$name" $((2 * frames)) "$5" "$6" "${7:-30}"
   [ -z "$status" ] || status="run failed: ${status}logs in $raw/$name"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$asserted" "$label" "$note" producer,consumer "${status:-ok}" >>"$paths"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$asserted" "$label" "$note" "${PROCESSES:-producer,consumer}" "${status:-ok}" >>"$paths"
   [ -z "$status" ] || echo "   $status"
 }
 
@@ -279,6 +284,19 @@ zero_copy() {
 
 zero_copy legacy "" "MPS off"
 if [ $quick = 0 ]; then
+  # The C API's consumer (examples/cpp/gpu_consumer.cu: a kernel checks each
+  # frame on its own stream, ordered with cudaipc_frame_stream_wait and
+  # cudaipc_frame_release_after_stream) fed by its GPU producer; built by
+  # scripts/gpu-host/c-api.sh into $CAPI_BUILD. The consumer is asserted; the
+  # producer's loans are the Rust API's, measured by the paths above.
+  capi=${CAPI_BUILD:-/tmp/c-api}
+  if [ -x "$capi/gpu_consumer" ] && [ -x "$capi/gpu_producer" ]; then
+    PROCESSES=consumer path c-api 1 "C API: C++ consumer (cudaipc.hpp, a verifying kernel), C++ GPU producer, MPS off" "" \
+      "exec $capi/gpu_producer --channel @CH@ --frames @N@" \
+      "exec $capi/gpu_consumer --channel @CH@ --frames @N@ --timeout 60000"
+  else
+    skipped c-api 1 "C API: C++ consumer" "not built: run scripts/gpu-host/c-api.sh"
+  fi
   zero_copy fd "" "MPS off"
 
   # Measured, expected to sync or copy.

@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: MPL-2.0
+
+//! The producer end: `cudaipc_publisher_*`.
+
+use std::ffi::{c_char, c_void};
+
+use api::{IpcMode, Published, Publisher, PublisherOptions, Transport, WhenFull};
+
+use crate::handles::Registry;
+use crate::loan::{LOANS, Loan};
+use crate::status::{CUDAIPC_DROPPED, CUDAIPC_OK, Failure, Result, cudaipc_status, guard};
+use crate::types::{
+    channel_name, cudaipc_layout, cudaipc_publisher_options, enum_value, pts, read_sized, write_out,
+};
+
+/// A publisher: the producer end of a channel (what `rscudaipcsink` is to a
+/// pipeline). Opaque; made by `cudaipc_publisher_create`, freed by
+/// `cudaipc_publisher_free`.
+pub struct cudaipc_publisher {
+    _opaque: (),
+}
+
+/// A slot lent by `cudaipc_publisher_loan`, to write one frame into in
+/// place. Opaque; ends with `cudaipc_loan_publish` or
+/// `cudaipc_loan_discard`.
+pub struct cudaipc_loan {
+    _opaque: (),
+}
+
+pub(crate) static PUBLISHERS: Registry<Publisher, cudaipc_publisher> =
+    Registry::new("publisher", 1);
+
+/// Fills `options` with the defaults (those of `rscudaipcsink`), its
+/// `struct_size` included.
+///
+/// # Safety
+/// A non-NULL `options` points to a writable `cudaipc_publisher_options`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_options_init(
+    options: *mut cudaipc_publisher_options,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_options_init", || {
+        let defaults = PublisherOptions::default();
+        let value = cudaipc_publisher_options {
+            struct_size: size_of::<cudaipc_publisher_options>() as u32,
+            transport: 0,
+            slots: 0,
+            permissions: defaults.permissions,
+            when_full: 0,
+            wait_for_consumers: 0,
+            ipc_mode: 0,
+            device: defaults.device,
+            live: 0,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { write_out(options, value, "options") }?;
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// Fills `layout` with GStreamer's default layout of a `width` x `height`
+/// frame of `format` (a `cudaipc_format`): its strides, offsets and
+/// `frame_size`.
+///
+/// # Safety
+/// A non-NULL `layout` points to a writable `cudaipc_layout`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_layout_init(
+    format: u32,
+    width: u32,
+    height: u32,
+    layout: *mut cudaipc_layout,
+) -> cudaipc_status {
+    guard("cudaipc_layout_init", || {
+        let rust = api::VideoLayout::new(crate::types::format_from_c(format)?, width, height)?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(layout, cudaipc_layout::from_rust(&rust), "layout") }?;
+        Ok(CUDAIPC_OK)
+    })
+}
+
+fn rust_options(c: &cudaipc_publisher_options) -> Result<PublisherOptions> {
+    Ok(PublisherOptions {
+        transport: match enum_value(c.transport, 3, "options.transport")? {
+            0 => Transport::Auto,
+            1 => Transport::Cuda,
+            _ => Transport::Host,
+        },
+        ipc_mode: match enum_value(c.ipc_mode, 3, "options.ipc_mode")? {
+            2 => IpcMode::Fd,
+            _ => IpcMode::Legacy,
+        },
+        slots: c.slots as usize,
+        when_full: match enum_value(c.when_full, 2, "options.when_full")? {
+            0 => WhenFull::Block,
+            _ => WhenFull::Drop,
+        },
+        permissions: c.permissions,
+        wait_for_consumers: c.wait_for_consumers,
+        device: c.device,
+        live: c.live != 0,
+        ..PublisherOptions::default()
+    })
+}
+
+/// Creates `channel` for frames of `layout` and announces their caps; the
+/// publisher in `*out`. `options` NULL: the defaults. Fails if the name is
+/// taken by a live producer or not usable, if the cuda transport is asked
+/// for without a usable device, or if the slots cannot be allocated.
+///
+/// # Safety
+/// `channel` is NULL or a NUL-terminated string; `layout` NULL or a
+/// readable `cudaipc_layout`; `options` NULL or a readable
+/// `cudaipc_publisher_options` (its `struct_size` checked first); `out`
+/// NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_create(
+    channel: *const c_char,
+    layout: *const cudaipc_layout,
+    options: *const cudaipc_publisher_options,
+    out: *mut *mut cudaipc_publisher,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_create", || {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        // SAFETY: the caller's contract.
+        let channel = unsafe { channel_name(channel) }?;
+        if layout.is_null() {
+            return Err(Failure::null("layout"));
+        }
+        // SAFETY: not NULL; the caller's contract.
+        let layout = unsafe { layout.read_unaligned() }.to_rust()?;
+        let options = if options.is_null() {
+            PublisherOptions::default()
+        } else {
+            // SAFETY: the caller's contract.
+            rust_options(&unsafe { read_sized(options, "options") }?)?
+        };
+        let publisher = Publisher::create(channel, layout, options)?;
+        let handle = PUBLISHERS.insert(publisher);
+        // SAFETY: checked not NULL above; the caller's contract.
+        unsafe { out.write_unaligned(handle) };
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// Copies `size` bytes at `data` (exactly the layout's `frame_size`) into a
+/// free slot and publishes them with `pts_ns` (nanoseconds; negative: no
+/// PTS). `CUDAIPC_DROPPED` where `when_full` is DROP and every slot is
+/// held; with BLOCK it waits for a slot. `CUDAIPC_ERROR_CLOSED` once the
+/// publisher is closed, at once if that happens while it waits.
+///
+/// # Safety
+/// `data` is NULL or readable for `size` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_publish(
+    publisher: *mut cudaipc_publisher,
+    data: *const c_void,
+    size: usize,
+    pts_ns: i64,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_publish", || {
+        let publisher = PUBLISHERS.get(publisher)?;
+        if data.is_null() {
+            return Err(Failure::null("data"));
+        }
+        // SAFETY: not NULL; the caller's contract says `size` bytes are
+        // readable there.
+        let frame = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        match publisher.publish(frame, pts(pts_ns))? {
+            Published::Sent => Ok(CUDAIPC_OK),
+            Published::Dropped => Ok(CUDAIPC_DROPPED),
+        }
+    })
+}
+
+/// Lends a free slot to write the next frame into in place (no copy); the
+/// loan in `*loan`. With `when_full` BLOCK it waits for a slot; with DROP
+/// that is `CUDAIPC_ERROR_NO_FREE_SLOT`.
+///
+/// # Safety
+/// `loan` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_loan(
+    publisher: *mut cudaipc_publisher,
+    loan: *mut *mut cudaipc_loan,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_loan", || {
+        let publisher = PUBLISHERS.get(publisher)?;
+        if loan.is_null() {
+            return Err(Failure::null("loan"));
+        }
+        let lent = publisher.loan()?;
+        let handle = LOANS.insert(Loan::new(lent));
+        // SAFETY: checked not NULL above; the caller's contract.
+        unsafe { loan.write_unaligned(handle) };
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// The layout every frame is published in.
+///
+/// # Safety
+/// `layout` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_get_layout(
+    publisher: *mut cudaipc_publisher,
+    layout: *mut cudaipc_layout,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_get_layout", || {
+        let publisher = PUBLISHERS.get(publisher)?;
+        let value = cudaipc_layout::from_rust(publisher.layout());
+        // SAFETY: the caller's contract.
+        unsafe { write_out(layout, value, "layout") }?;
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// `*is_cuda`: 1 if the slots are CUDA device memory, 0 if host memory.
+///
+/// # Safety
+/// `is_cuda` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_is_cuda(
+    publisher: *mut cudaipc_publisher,
+    is_cuda: *mut i32,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_is_cuda", || {
+        let publisher = PUBLISHERS.get(publisher)?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(is_cuda, i32::from(publisher.is_cuda()), "is_cuda") }?;
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// `*count`: the consumers attached now.
+///
+/// # Safety
+/// `count` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_consumer_count(
+    publisher: *mut cudaipc_publisher,
+    count: *mut u32,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_consumer_count", || {
+        let publisher = PUBLISHERS.get(publisher)?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(count, publisher.consumer_count(), "count") }?;
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// Ends the stream: consumers get an end of stream after the frames
+/// published so far.
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaipc_publisher_eos(publisher: *mut cudaipc_publisher) -> cudaipc_status {
+    guard("cudaipc_publisher_eos", || {
+        PUBLISHERS.get(publisher)?.eos();
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// Closes the channel, from any thread: calls blocked in `publish` or
+/// `loan` return `CUDAIPC_ERROR_CLOSED` at once, as every later one does.
+/// After an EOS it first gives consumers up to 5 s to take what was
+/// published. The handle stays valid until `cudaipc_publisher_free`.
+/// Idempotent.
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaipc_publisher_close(publisher: *mut cudaipc_publisher) -> cudaipc_status {
+    guard("cudaipc_publisher_close", || {
+        PUBLISHERS.get(publisher)?.close();
+        Ok(CUDAIPC_OK)
+    })
+}
+
+/// Closes the publisher (as `cudaipc_publisher_close`) and frees the
+/// handle: any later use of it is `CUDAIPC_ERROR_INVALID_HANDLE`. A call
+/// still blocked in it on another thread returns `CUDAIPC_ERROR_CLOSED`;
+/// loans still out stay valid until published or discarded.
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaipc_publisher_free(publisher: *mut cudaipc_publisher) -> cudaipc_status {
+    guard("cudaipc_publisher_free", || {
+        PUBLISHERS.remove(publisher)?.close();
+        Ok(CUDAIPC_OK)
+    })
+}

@@ -25,8 +25,10 @@ use gst::prelude::*;
 
 mod held_back;
 mod imp;
+mod lending;
 mod pool;
 mod publishing;
+mod settings;
 
 /// The sink's channel end; a published lent buffer is kept as a
 /// `gst::Buffer` (upstream gets it back when the sink drops it).

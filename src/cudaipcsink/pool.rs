@@ -218,7 +218,7 @@ mod imp {
             if publisher.is_closed() {
                 return Err(gst::FlowError::Flushing);
             }
-            if publisher.is_lent() {
+            if crate::cudaipcsink::lending::is_lent(&publisher) {
                 // The slots are buffers of the GstCudaBufferPool proposed
                 // with this one; upstream may use only one of the two.
                 gst::warning!(CAT, imp = self, "the slots are lent by the other pool");

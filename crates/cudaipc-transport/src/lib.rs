@@ -39,10 +39,10 @@ pub use cuda_slots::{
     waits_on_host,
 };
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
-pub use lending::LentSlots;
+pub use lending::{Learned, LendableFrame, Lender, Lent, LentSlots};
 pub use publisher::{
-    Allocated, ConfigureError, Learned, LendableFrame, PublishError, Publisher, PublisherConfig,
-    PublisherStats, ReserveError, SlotLoan,
+    Allocated, ConfigureError, PublishError, Publisher, PublisherConfig, PublisherStats,
+    ReserveError, SlotLoan,
 };
 pub use subscriber::{Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberError};
 

@@ -9,12 +9,12 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use super::publishing::{self, State};
+use super::publishing;
 use super::settings::{
     DEFAULT_CHANNEL, DEFAULT_DEVICE_ID, DEFAULT_PERMISSIONS, DEFAULT_SLOTS,
     DEFAULT_WAIT_FOR_CONNECTION, Settings,
 };
-use super::{CAT, SinkPublisher};
+use super::state::{self, CAT, SinkPublisher, State};
 use crate::enums::{self, Transport};
 use crate::gstcuda;
 use crate::memory;
@@ -379,7 +379,7 @@ impl BaseSinkImpl for CudaIpcSink {
             ));
         }
         publisher.set_paced(self.frames_are_paced(&info));
-        publishing::report_slots(&self.obj(), publisher.configure(info.size()))?;
+        state::report_slots(&self.obj(), publisher.configure(info.size()))?;
         // Consumers choose their memory type themselves: publish the plain
         // caps.
         let mut plain = caps.clone();

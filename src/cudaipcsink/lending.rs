@@ -7,8 +7,7 @@
 
 use gst::prelude::*;
 
-use super::publishing::{State, flow_error, report_slots};
-use super::{CAT, SinkPublisher};
+use super::state::{CAT, SinkPublisher, State, flow_error, report_slots};
 use crate::gstcuda;
 use crate::video;
 use cudaipc_channel::FrameMeta;

@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock};
 use gst::glib;
 use gst::glib::translate::IntoGlib;
 
-use super::SinkPublisher;
+use super::state::SinkPublisher;
 
 /// A slot lent to upstream through a buffer of the pool.
 type SinkLoan = cudaipc_transport::SlotLoan<gst::Buffer>;
@@ -106,7 +106,7 @@ mod imp {
     use gst::glib;
     use gst::subclass::prelude::*;
 
-    use super::super::{CAT, SinkPublisher};
+    use super::super::state::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
     use cudaipc_transport::{HostRegion, ReserveError, SlotMemory};
 

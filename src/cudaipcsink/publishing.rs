@@ -12,30 +12,14 @@ use gst::prelude::*;
 
 use super::lending;
 use super::pool::{self, SlotPool};
-use super::{CAT, SinkPublisher};
+use super::state::{CAT, SinkPublisher, State, flow_error, report_slots};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::memory::{self, CudaAllocator};
 use crate::video;
 use cudaipc_channel::{ChannelError, FrameMeta};
 use cudaipc_transport::cuda;
-use cudaipc_transport::{
-    Allocated, ConfigureError, PublishError, PublisherConfig, PublisherStats, SlotMemory,
-    TransportKind,
-};
-
-/// From `start` to `stop`; `render` works on a copy.
-#[derive(Clone)]
-pub(super) struct State {
-    pub(super) publisher: Arc<SinkPublisher>,
-    pub(super) info: Option<gst_video::VideoInfo>,
-    /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
-    /// the slots (see `lending`).
-    pub(super) lendable: Option<gst::BufferPool>,
-    /// Orders upstream's stream-ordered `GstCudaMemory` on the GPU
-    /// (GStreamer 1.24+, cuda transport).
-    pub(super) ordering: Option<Arc<gstcuda::StreamOrdering>>,
-}
+use cudaipc_transport::{PublisherConfig, PublisherStats, SlotMemory, TransportKind};
 
 /// GStreamer 1.24+ memory may come with its writes still queued on its
 /// stream: ordered on the GPU, not by a host wait per frame.
@@ -136,40 +120,6 @@ fn publish_copy(
         }
     }
     Ok(true)
-}
-
-/// An error posted on the bus, or flushing when the sink was unlocked.
-pub(super) fn flow_error(sink: &super::CudaIpcSink, e: PublishError) -> gst::FlowError {
-    if e.is_interrupted() {
-        return gst::FlowError::Flushing;
-    }
-    gst::element_error!(sink, gst::ResourceError::Write, ("{}", e));
-    gst::FlowError::Error
-}
-
-/// Logs slots just allocated, or posts why they could not be.
-pub(super) fn report_slots(
-    sink: &super::CudaIpcSink,
-    result: Result<Option<Allocated>, ConfigureError>,
-) -> Result<(), gst::LoggableError> {
-    match result {
-        Ok(None) => Ok(()),
-        Ok(Some(slots)) => {
-            gst::info!(
-                CAT,
-                obj = sink,
-                "{} slots of {} bytes",
-                slots.count,
-                slots.size
-            );
-            Ok(())
-        }
-        Err(e @ ConfigureError::Allocate { .. }) => {
-            gst::element_error!(sink, gst::ResourceError::NoSpaceLeft, ("{}", e));
-            Err(gst::loggable_error!(CAT, "slot allocation failed"))
-        }
-        Err(e) => Err(gst::loggable_error!(CAT, "{}", e)),
-    }
 }
 
 /// Answers an allocation query for `caps`: the lendable `GstCudaBufferPool`

@@ -379,7 +379,7 @@ impl BaseSinkImpl for CudaIpcSink {
             ));
         }
         publisher.set_paced(self.frames_are_paced(&info));
-        state::report_slots(&self.obj(), publisher.configure(info.size()))?;
+        state::report_slots(self.obj().upcast_ref(), publisher.configure(info.size()))?;
         // Consumers choose their memory type themselves: publish the plain
         // caps.
         let mut plain = caps.clone();
@@ -416,8 +416,14 @@ impl BaseSinkImpl for CudaIpcSink {
             return Ok(());
         };
         let context = self.cuda_context.get();
-        let proposed =
-            publishing::propose(&self.obj(), query, &publisher, lendable, &caps, context)?;
+        let proposed = publishing::propose(
+            self.obj().upcast_ref(),
+            query,
+            &publisher,
+            lendable,
+            &caps,
+            context,
+        )?;
         if let Some(pool) = proposed
             && let Some(state) = self.state.lock().unwrap().as_mut()
             && Arc::ptr_eq(&state.publisher, &publisher)
@@ -430,7 +436,7 @@ impl BaseSinkImpl for CudaIpcSink {
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (state, info) = self.snapshot()?;
         let result = cudaipc_channel::wait::timed(&self.render_ns, || {
-            publishing::render(&self.obj(), &state, &info, buffer)
+            publishing::render(self.obj().upcast_ref(), &state, &info, buffer)
         });
         self.held_back
             .check(self.obj().upcast_ref(), &state.publisher, || {

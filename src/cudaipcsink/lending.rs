@@ -38,7 +38,7 @@ pub(super) fn is_lent(publisher: &SinkPublisher) -> bool {
 /// buffers (`frame`: the buffer is one of them); `true` if it did. A frame
 /// outside the lent slots makes the slots our own again, to copy it into.
 pub(super) fn publish(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     state: &State,
     frame: Option<&LendableFrame>,
     info: &gst_video::VideoInfo,
@@ -93,7 +93,7 @@ pub(super) fn publish(
 /// of it went through, they become the slots. Where they could not, our own
 /// slots again.
 pub(super) fn learn(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     state: &State,
     frame: LendableFrame,
     info: &gst_video::VideoInfo,
@@ -168,7 +168,7 @@ fn pool_frame(
 /// through, they become the slots (zero copy from then on). `Err`: they
 /// could not, and the slots are in an unknown state.
 fn learn_pool(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     publisher: &SinkPublisher,
     lender: &Lender<'_, gst::Buffer>,
     pool: &gst::BufferPool,

@@ -51,7 +51,7 @@ pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorM
 /// Publishes the frame in `buffer`: without a copy when upstream wrote it
 /// into a slot (lent, or of our pool), else copied into a free slot.
 pub(super) fn render(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     state: &State,
     info: &gst_video::VideoInfo,
     buffer: &gst::Buffer,
@@ -79,7 +79,7 @@ pub(super) fn render(
 /// Copies the frame in `buffer` into a free slot, or publishes again a slot
 /// that still holds it; `false`: every slot was busy, and it was dropped.
 fn publish_copy(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     state: &State,
     info: &gst_video::VideoInfo,
     buffer: &gst::Buffer,
@@ -127,7 +127,7 @@ fn publish_copy(
 /// proposed: its buffers become the slots), then the slot pool (which this
 /// plugin's elements find after it). `Some`: the lendable pool changed.
 pub(super) fn propose(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     query: &mut gst::query::Allocation,
     publisher: &Arc<SinkPublisher>,
     lendable: Option<gst::BufferPool>,
@@ -259,7 +259,7 @@ fn copy_into_slot(
 
 /// Adds the slot pool (whose buffers are free slots) to `query`.
 fn propose_slot_pool(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     query: &mut gst::query::Allocation,
     publisher: Arc<SinkPublisher>,
     caps: &gst::Caps,
@@ -268,7 +268,7 @@ fn propose_slot_pool(
     let allocator = publisher
         .device()
         .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
-    let pool = SlotPool::new(publisher, sink.upcast_ref());
+    let pool = SlotPool::new(publisher, sink);
     let mut config = pool.config();
     config.set_params(Some(caps), info.size() as u32, 0, 0);
     if let Some(allocator) = allocator.as_ref() {

@@ -37,7 +37,7 @@ pub(super) struct State {
 }
 
 /// An error posted on the bus, or flushing when the sink was unlocked.
-pub(super) fn flow_error(sink: &super::CudaIpcSink, e: PublishError) -> gst::FlowError {
+pub(super) fn flow_error(sink: &gst::Element, e: PublishError) -> gst::FlowError {
     if e.is_interrupted() {
         return gst::FlowError::Flushing;
     }
@@ -47,7 +47,7 @@ pub(super) fn flow_error(sink: &super::CudaIpcSink, e: PublishError) -> gst::Flo
 
 /// Logs slots just allocated, or posts why they could not be.
 pub(super) fn report_slots(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     result: Result<Option<Allocated>, ConfigureError>,
 ) -> Result<(), gst::LoggableError> {
     match result {

@@ -33,7 +33,7 @@ use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::{ChannelInfo, IpcMode, PoolInfo, Producer};
 pub use memory::MemoryKind;
 use memory::{PoolAccess, ProducerMemory};
-use ordering::{ConsumerOrdering, ProducerOrdering};
+use ordering::{ConsumerOrdering, ProducerOrdering, Writer};
 
 /// One way to build the cuda transport's slots: where their memory comes
 /// from, and how GPU work on them is ordered across processes.
@@ -223,6 +223,9 @@ pub struct CudaProducerSlots {
     device: Arc<Device>,
     memory: ProducerMemory,
     ordering: ProducerOrdering,
+    /// Where the slots are written: lent memory by upstream, outside our
+    /// stream.
+    writer: Writer,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
 }
@@ -271,13 +274,18 @@ impl CudaProducerSlots {
     ) -> Result<Self, TransportError> {
         let composition = CudaComposition::for_request(memory.kind(), request)?;
         let count = memory.regions().len();
-        let ordering = ProducerOrdering::create(device, composition, request, count)?;
+        let ordering = ProducerOrdering::create(device, composition.ordering, request, count)?;
         let mut descriptors = memory.descriptors()?;
         ordering.describe(&mut descriptors)?;
+        let writer = match composition.memory {
+            MemoryKind::Lent => Writer::Elsewhere,
+            MemoryKind::Own | MemoryKind::Shared => Writer::OurStream,
+        };
         Ok(Self {
             device: device.clone(),
             memory,
             ordering,
+            writer,
             descriptors,
             size,
         })
@@ -346,7 +354,7 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn before_write(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
-        self.ordering.before_write(slot, producer)
+        self.ordering.before_write(slot, producer, self.writer)
     }
 
     fn reads_done(&self, slot: usize, producer: &Producer) -> Result<bool, TransportError> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::super::timeline::Timeline;
 use super::super::{GpuSync, GpuWork, SlotRequest, TransportError, WriterStream};
 use super::memory::PoolAccess;
-use super::{CudaComposition, MemoryKind, Polled, poll_for, poll_on_host, wait_on_host};
+use super::{Polled, poll_for, poll_on_host, wait_on_host};
 use crate::cuda::{Device, Event, IPC_HANDLE_BYTES, Stream};
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::socket;
@@ -52,11 +52,20 @@ struct ConsumerEventCache {
 pub(super) struct ProducerOrdering {
     device: Arc<Device>,
     sync: ProducerSync,
-    /// Lent memory: its next writer (upstream) does not wait on our stream.
-    lent: bool,
     /// See [`super::waits_on_host`].
     host_waits: bool,
     consumers: Mutex<ConsumerEventCache>,
+}
+
+/// Where the next write into a slot runs, which decides where the
+/// consumers' reads before it are waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Writer {
+    /// On our stream, which may wait for the reads on the GPU.
+    OurStream,
+    /// Outside our stream (another allocator's writer, which does not wait
+    /// on it): the reads are waited for on the host.
+    Elsewhere,
 }
 
 /// What the producer shares to order its writes.
@@ -72,22 +81,23 @@ enum ProducerSync {
 }
 
 impl ProducerOrdering {
-    /// `composition`'s ordering of `count` slots, shared the way the
-    /// channel its memory is handed out over shares.
+    /// The ordering `ordering` of `count` slots, shared the way `request`'s
+    /// channel shares (the composition checked that its memory is handed
+    /// out over that channel).
     pub(super) fn create(
         device: &Arc<Device>,
-        composition: CudaComposition,
+        ordering: GpuSync,
         request: &SlotRequest,
         count: usize,
     ) -> Result<Self, TransportError> {
-        let sync = match composition.ordering {
+        let sync = match ordering {
             GpuSync::Host => ProducerSync::Host,
             GpuSync::Event => ProducerSync::Event {
                 ready: (0..count)
                     .map(|_| Event::new(device, true))
                     .collect::<Result<_, _>>()?,
             },
-            GpuSync::Timeline => ProducerSync::Timeline(match composition.memory.ipc_mode() {
+            GpuSync::Timeline => ProducerSync::Timeline(match request.ipc_mode {
                 IpcMode::Legacy => Timeline::create_named(device, request)?,
                 IpcMode::Fd => Timeline::create(device, &socket::socket_path(&request.channel))?,
             }),
@@ -95,7 +105,6 @@ impl ProducerOrdering {
         Ok(Self {
             device: device.clone(),
             sync,
-            lent: composition.memory == MemoryKind::Lent,
             host_waits: super::waits_on_host(device),
             consumers: Mutex::new(ConsumerEventCache::default()),
         })
@@ -135,11 +144,13 @@ impl ProducerOrdering {
     /// Orders the next write into `slot` after the consumers' reads of its
     /// last frame: nothing to do under host synchronisation (consumers
     /// synchronised before releasing), a wait on the timeline, a host wait
-    /// for lent memory or without MPS, else on our stream on the GPU.
+    /// for a `writer` outside our stream or without MPS, else on our stream
+    /// on the GPU.
     pub(super) fn before_write(
         &self,
         slot: usize,
         producer: &Producer,
+        writer: Writer,
     ) -> Result<(), TransportError> {
         match &self.sync {
             // Consumers synchronised before releasing: nothing is in flight.
@@ -147,7 +158,7 @@ impl ProducerOrdering {
             ProducerSync::Timeline(timeline) => {
                 self.wait_reads_on_timeline(timeline, slot, producer)
             }
-            ProducerSync::Event { .. } if self.lent || self.host_waits => {
+            ProducerSync::Event { .. } if writer == Writer::Elsewhere || self.host_waits => {
                 self.wait_reads_on_host(slot, producer)
             }
             ProducerSync::Event { .. } => {
@@ -256,8 +267,8 @@ impl ProducerOrdering {
     }
 
     /// Waits on the host until the consumers' GPU reads of `slot`'s last
-    /// frame are done: for a lent slot, whose next writer does not wait on
-    /// our stream, and without MPS (see [`super::waits_on_host`]). Consumers
+    /// frame are done: for a writer that does not wait on our stream, and
+    /// without MPS (see [`super::waits_on_host`]). Consumers
     /// that die meanwhile stop counting.
     fn wait_reads_on_host(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
         poll_on_host(
@@ -367,8 +378,8 @@ impl ProducerOrdering {
     }
 
     /// Waits on the host until the frame last published in `slot` is
-    /// written, before the slot is written again (or its lent buffer goes
-    /// back upstream): that bounds how far our queued GPU work runs ahead of
+    /// written, before the slot is written again (or handed back to a writer
+    /// outside our stream): that bounds how far our queued GPU work runs ahead of
     /// the GPU to the slots. Every-frame consumers bound it anyway (they
     /// release a frame after reading it); without them the host would queue
     /// as much as the driver takes (tens of milliseconds of 4K frames), and

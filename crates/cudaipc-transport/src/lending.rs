@@ -14,9 +14,8 @@
 //!   of the pool went through, they become the slots.
 //!
 //! The lent slot set itself (which buffer each slot is, which ones upstream
-//! has, when they go back) is [`LentSlots`], in `lending/slots.rs`.
-
-mod slots;
+//! has, when they go back) is [`LentSlots`](crate::LentSlots), in
+//! `lent_slots.rs`.
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
@@ -27,7 +26,6 @@ use crate::{CudaProducerSlots, MemoryKind, SlotRequest, TransportError, WriterSt
 use cudaipc_channel::FrameMeta;
 use cudaipc_channel::WhenFull;
 use cudaipc_channel::layout::MAX_SLOTS;
-pub use slots::LentSlots;
 
 /// A buffer of an upstream pool whose device memory could become a slot.
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ pub mod cuda;
 mod cuda_slots;
 mod host;
 mod lending;
+mod lent_slots;
 mod publisher;
 mod reservation;
 mod subscriber;
@@ -39,7 +40,8 @@ pub use cuda_slots::{
     waits_on_host,
 };
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
-pub use lending::{Learned, LendableFrame, Lender, Lent, LentSlots};
+pub use lending::{Learned, LendableFrame, Lender, Lent};
+pub use lent_slots::LentSlots;
 pub use publisher::{
     Allocated, ConfigureError, PublishError, Publisher, PublisherConfig, PublisherStats,
     ReserveError, SlotLoan,

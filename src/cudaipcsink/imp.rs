@@ -339,8 +339,10 @@ impl BaseSinkImpl for CudaIpcSink {
                 None => "",
             }
         );
+        let publisher = Arc::new(publisher);
         *self.state.lock().unwrap() = Some(State {
-            publisher: Arc::new(publisher),
+            lender: transport::Lender::new(publisher.clone()).map(Arc::new),
+            publisher,
             info: None,
             lendable: None,
             ordering,
@@ -409,6 +411,7 @@ impl BaseSinkImpl for CudaIpcSink {
         }
         let Some(State {
             publisher,
+            lender,
             lendable,
             ..
         }) = self.state.lock().unwrap().clone()
@@ -420,6 +423,7 @@ impl BaseSinkImpl for CudaIpcSink {
             self.obj().upcast_ref(),
             query,
             &publisher,
+            lender.as_ref(),
             lendable,
             &caps,
             context,

@@ -5,15 +5,17 @@
 //! publishing a frame from its lent slot, and learning the pool's buffers
 //! from copied frames until they become the slots.
 
+use std::sync::Arc;
+
 use gst::prelude::*;
 
-use super::state::{CAT, SinkPublisher, State, flow_error, report_slots};
+use super::state::{CAT, SinkLender, SinkPublisher, State, flow_error, report_slots};
 use crate::gstcuda;
 use crate::video;
 use cudaipc_channel::FrameMeta;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_transport::cuda;
-use cudaipc_transport::{Learned, LendableFrame, Lender, Lent, PublishError, TransportError};
+use cudaipc_transport::{Learned, LendableFrame, Lent, PublishError, TransportError};
 
 /// The frame in `buffer` if lending may take it: a buffer of the pool
 /// proposed upstream, on a publisher that can lend.
@@ -23,15 +25,15 @@ pub(super) fn lendable_frame(
     info: &gst_video::VideoInfo,
 ) -> Option<LendableFrame> {
     let pool = state.lendable.as_ref()?;
-    if !state.publisher.lender()?.can_lend() {
+    if !state.lender.as_ref()?.can_lend() {
         return None;
     }
     pool_frame(&state.publisher, pool, buffer, info)
 }
 
 /// Whether the slots are buffers lent by the pool proposed upstream.
-pub(super) fn is_lent(publisher: &SinkPublisher) -> bool {
-    publisher.lender().is_some_and(|lender| lender.is_lent())
+pub(super) fn is_lent(lender: Option<&SinkLender>) -> bool {
+    lender.is_some_and(|lender| lender.is_lent())
 }
 
 /// Publishes `buffer` from its lent slot, where the slots are the pool's
@@ -46,7 +48,7 @@ pub(super) fn publish(
     meta: &FrameMeta,
 ) -> Result<bool, gst::FlowError> {
     let publisher = &state.publisher;
-    let Some(lender) = publisher.lender() else {
+    let Some(lender) = &state.lender else {
         return Ok(false);
     };
     let ordering = state.ordering.as_deref();
@@ -99,10 +101,10 @@ pub(super) fn learn(
     info: &gst_video::VideoInfo,
 ) {
     let publisher = &state.publisher;
-    let (Some(pool), Some(lender)) = (&state.lendable, publisher.lender()) else {
+    let (Some(pool), Some(lender)) = (&state.lendable, &state.lender) else {
         return;
     };
-    if let Err(e) = learn_pool(sink, publisher, &lender, pool, frame, info) {
+    if let Err(e) = learn_pool(sink, publisher, lender, pool, frame, info) {
         gst::warning!(
             CAT,
             obj = sink,
@@ -170,7 +172,7 @@ fn pool_frame(
 fn learn_pool(
     sink: &gst::Element,
     publisher: &SinkPublisher,
-    lender: &Lender<'_, gst::Buffer>,
+    lender: &SinkLender,
     pool: &gst::BufferPool,
     frame: LendableFrame,
     info: &gst_video::VideoInfo,
@@ -248,10 +250,11 @@ pub(super) fn pool_has_caps(pool: &gst::BufferPool, caps: &gst::Caps) -> bool {
 pub(super) fn lendable_pool(
     context: Option<gstcuda::CudaContext>,
     publisher: &SinkPublisher,
+    lender: Option<&Arc<SinkLender>>,
     caps: &gst::Caps,
     info: &gst_video::VideoInfo,
 ) -> Option<gst::BufferPool> {
-    let lender = publisher.lender()?;
+    let lender = lender?;
     let device = publisher.device()?;
     // CUDAIPC_LEND=0: copy instead (to compare, or to rule lending out).
     if !gstcuda::available() || std::env::var_os("CUDAIPC_LEND").is_some_and(|v| v == "0") {

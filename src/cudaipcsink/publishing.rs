@@ -12,7 +12,7 @@ use gst::prelude::*;
 
 use super::lending;
 use super::pool::{self, SlotPool};
-use super::state::{CAT, SinkPublisher, State, flow_error, report_slots};
+use super::state::{CAT, SinkLender, SinkPublisher, State, flow_error, report_slots};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::memory::{self, CudaAllocator};
@@ -130,6 +130,7 @@ pub(super) fn propose(
     sink: &gst::Element,
     query: &mut gst::query::Allocation,
     publisher: &Arc<SinkPublisher>,
+    lender: Option<&Arc<SinkLender>>,
     lendable: Option<gst::BufferPool>,
     caps: &gst::Caps,
     context: Option<gstcuda::CudaContext>,
@@ -146,7 +147,7 @@ pub(super) fn propose(
     // Upstream may ask again for the same caps (and keep the pool it has):
     // the same pool then.
     let proposed = lendable.filter(|pool| lending::pool_has_caps(pool, caps));
-    if proposed.is_none() || !lending::is_lent(publisher) {
+    if proposed.is_none() || !lending::is_lent(lender.map(|l| &**l)) {
         // Upstream may ask before the caps event reached us (imagefreeze
         // does): the slots must exist for the pool to hand them out.
         report_slots(sink, publisher.configure(info.size()))?;
@@ -155,10 +156,10 @@ pub(super) fn propose(
     let lendable = match proposed {
         Some(pool) => Some(pool),
         None => {
-            if let Some(lender) = publisher.lender() {
+            if let Some(lender) = lender {
                 lender.restart();
             }
-            lending::lendable_pool(context, publisher, caps, &info)
+            lending::lendable_pool(context, publisher, lender, caps, &info)
         }
     };
     if let Some(pool) = &lendable
@@ -173,7 +174,7 @@ pub(super) fn propose(
         );
         query.add_allocation_pool(Some(pool), size, min, max);
     }
-    propose_slot_pool(sink, query, publisher.clone(), caps, &info)?;
+    propose_slot_pool(sink, query, publisher.clone(), lender.cloned(), caps, &info)?;
     Ok(changed.then_some(lendable))
 }
 
@@ -262,13 +263,14 @@ fn propose_slot_pool(
     sink: &gst::Element,
     query: &mut gst::query::Allocation,
     publisher: Arc<SinkPublisher>,
+    lender: Option<Arc<SinkLender>>,
     caps: &gst::Caps,
     info: &gst_video::VideoInfo,
 ) -> Result<(), gst::LoggableError> {
     let allocator = publisher
         .device()
         .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
-    let pool = SlotPool::new(publisher, sink);
+    let pool = SlotPool::new(publisher, lender, sink);
     let mut config = pool.config();
     config.set_params(Some(caps), info.size() as u32, 0, 0);
     if let Some(allocator) = allocator.as_ref() {

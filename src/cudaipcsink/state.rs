@@ -14,6 +14,9 @@ use cudaipc_transport::{Allocated, ConfigureError, PublishError};
 /// `gst::Buffer` (upstream gets it back when the sink drops it).
 pub(super) type SinkPublisher = cudaipc_transport::Publisher<gst::Buffer>;
 
+/// The lending of the sink's publisher (the cuda transport).
+pub(super) type SinkLender = cudaipc_transport::Lender<gst::Buffer>;
+
 /// The sink's debug category, shared by the element and its slot pool.
 pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -27,6 +30,8 @@ pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 #[derive(Clone)]
 pub(super) struct State {
     pub(super) publisher: Arc<SinkPublisher>,
+    /// The publisher's lending; `None` on the host transport.
+    pub(super) lender: Option<Arc<SinkLender>>,
     pub(super) info: Option<gst_video::VideoInfo>,
     /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
     /// the slots (see `lending`).

@@ -4,9 +4,9 @@
 //! with writers that only write into buffers of their own kind (GStreamer's
 //! CUDA elements write only into a `GstCudaBufferPool`).
 //!
-//! A publisher on the cuda transport hands out a [`Lender`]
-//! ([`Publisher::lender`]), which the caller asks about each buffer of that
-//! pool when it [can lend](Lender::can_lend):
+//! A publisher on the cuda transport has a [`Lender`] ([`Lender::new`]),
+//! which the caller asks about each buffer of that pool when it
+//! [can lend](Lender::can_lend):
 //! - [`Lender::publish`]: once the slots are the pool's buffers, publishes
 //!   the frame upstream wrote into one (`Lent::Published`); else the caller
 //!   copies it as any other frame;
@@ -17,15 +17,13 @@
 //! has, when they go back) is [`LentSlots`](crate::LentSlots), in
 //! `lent_slots.rs`.
 
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use crate::cuda::AllocationKey;
 use crate::publisher::Publisher;
-use crate::{CudaProducerSlots, MemoryKind, SlotRequest, TransportError, WriterStream};
+use crate::{MemoryKind, TransportError, WriterStream};
 use cudaipc_channel::FrameMeta;
 use cudaipc_channel::WhenFull;
-use cudaipc_channel::layout::MAX_SLOTS;
 
 /// A buffer of an upstream pool whose device memory could become a slot.
 #[derive(Debug, Clone)]
@@ -66,13 +64,6 @@ pub enum Lent<T> {
     Outside,
 }
 
-/// The buffers of the lendable pool seen so far (a leaf lock, as the
-/// publisher's others).
-#[derive(Default)]
-pub(crate) struct Learning {
-    seen: Mutex<Vec<LendableFrame>>,
-}
-
 /// How many buffers an upstream pool whose buffers may be lent as slots
 /// gets with `slots=0`, at least: with MPS, a consumer feeding GStreamer's
 /// `cudaconvert` from lent 4K slots ran 13% faster with four than with two
@@ -80,23 +71,26 @@ pub(crate) struct Learning {
 const AUTO_LENT_SLOTS_MIN: usize = 4;
 
 /// The lending of a publisher whose slots may be buffers of an upstream
-/// pool (see [`Publisher::lender`]): a view of the publisher, made per use.
-pub struct Lender<'a, T> {
-    publisher: &'a Publisher<T>,
+/// pool: it learns the pool's buffers from copied frames, and once it knows
+/// them all, asks the publisher to make them the slots and publishes frames
+/// from them.
+pub struct Lender<T> {
+    publisher: Arc<Publisher<T>>,
+    /// The buffers of the lendable pool seen so far (a leaf lock, as the
+    /// publisher's).
+    seen: Mutex<Vec<LendableFrame>>,
 }
 
-impl<T: Send + 'static> Publisher<T> {
-    /// The lending of a publisher on the cuda transport (`None` on the host
+impl<T: Send + 'static> Lender<T> {
+    /// The lending of `publisher`, on the cuda transport (`None` on the host
     /// one).
-    pub fn lender(&self) -> Option<Lender<'_, T>> {
-        self.config
-            .device
-            .is_some()
-            .then_some(Lender { publisher: self })
+    pub fn new(publisher: Arc<Publisher<T>>) -> Option<Self> {
+        publisher.device().is_some().then(|| Self {
+            publisher,
+            seen: Mutex::new(Vec::new()),
+        })
     }
-}
 
-impl<T: Send + 'static> Lender<'_, T> {
     /// Whether buffers of another allocator can become the slots: on a
     /// legacy channel in block mode. Lent memory has only legacy IPC
     /// handles, which a descriptor channel does not hand out; and upstream
@@ -106,7 +100,7 @@ impl<T: Send + 'static> Lender<'_, T> {
     /// slots: upstream keeps one buffer to write into while another is
     /// published.
     pub fn can_lend(&self) -> bool {
-        let config = &self.publisher.config;
+        let config = self.publisher.config();
         config.ipc_mode == MemoryKind::Lent.ipc_mode()
             && config.when_full == WhenFull::Block
             && config.slots != 1
@@ -114,9 +108,7 @@ impl<T: Send + 'static> Lender<'_, T> {
 
     /// Whether the current slots are buffers lent by an upstream pool.
     pub fn is_lent(&self) -> bool {
-        self.publisher
-            .current_set()
-            .is_some_and(|set| set.lent.is_some())
+        self.publisher.is_lent()
     }
 
     /// How many buffers a pool whose buffers may be lent as slots should
@@ -124,7 +116,7 @@ impl<T: Send + 'static> Lender<'_, T> {
     /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
     /// buffer it rendered last and upstream must have another to write into.
     pub fn pool_buffers(&self, frame_size: usize) -> usize {
-        match self.publisher.config.slots {
+        match self.publisher.config().slots {
             0 => self
                 .publisher
                 .auto_slots(frame_size)
@@ -135,7 +127,7 @@ impl<T: Send + 'static> Lender<'_, T> {
 
     /// Forgets the buffers seen so far (a new pool was proposed).
     pub fn restart(&self) {
-        self.publisher.learning.seen.lock().unwrap().clear();
+        self.seen.lock().unwrap().clear();
     }
 
     /// Publishes the frame upstream wrote into the lent buffer `frame`
@@ -157,22 +149,10 @@ impl<T: Send + 'static> Lender<'_, T> {
     where
         T: Clone,
     {
-        let publisher = self.publisher;
-        let Some(set) = publisher.current_set() else {
+        if !self.publisher.is_lent() {
             return Ok(Lent::NotLent);
-        };
-        let Some(lent) = &set.lent else {
-            return Ok(Lent::NotLent);
-        };
+        }
         let Some(frame) = frame else {
-            return Ok(Lent::Outside);
-        };
-        publisher.reap_retired();
-        order_after_writer()?;
-        let Some(reservation) = lent
-            .slot_of(&frame.key)
-            .and_then(|slot| lent.waiting_for_frame(slot, &publisher.producer))
-        else {
             return Ok(Lent::Outside);
         };
         let meta = FrameMeta {
@@ -180,18 +160,14 @@ impl<T: Send + 'static> Lender<'_, T> {
             planes: frame.planes.clone(),
             ..meta.clone()
         };
-        let slot = reservation.slot();
-        lent.publish(reservation, buffer.clone(), &meta, &*set.slots)?;
-        publisher.zero_copy.fetch_add(1, Ordering::Relaxed);
-        lent.take_released(
-            &*set.slots,
-            &publisher.producer,
-            &publisher.interrupt,
+        let published = self.publisher.publish_lent(
+            &frame.key,
+            buffer.clone(),
+            &meta,
+            order_after_writer,
             writer_stream,
-            &publisher.read_wait_ns,
-            Some(slot),
-        )
-        .map(Lent::Published)
+        )?;
+        Ok(published.map_or(Lent::Outside, Lent::Published))
     }
 
     /// Notes a copied frame of the lendable pool, of `pool_buffers` buffers
@@ -209,7 +185,7 @@ impl<T: Send + 'static> Lender<'_, T> {
         pool_buffers: Option<usize>,
     ) -> Result<Learned, TransportError> {
         let frames = {
-            let mut seen = self.publisher.learning.seen.lock().unwrap();
+            let mut seen = self.seen.lock().unwrap();
             let new = !seen.iter().any(|f| f.key == frame.key);
             if new {
                 seen.push(frame);
@@ -230,49 +206,16 @@ impl<T: Send + 'static> Lender<'_, T> {
             frames
         };
         let count = frames.len();
-        // SAFETY: the caller's contract.
-        Ok(match unsafe { self.lend(frames) }? {
-            true => Learned::Lent(count),
-            false => Learned::NotLendable,
-        })
-    }
-
-    /// Makes the lendable buffers `frames` the slots. `Ok(false)`: they
-    /// cannot be (see `can_lend`; too many records).
-    ///
-    /// # Safety
-    /// As [`learn`](Self::learn).
-    unsafe fn lend(&self, frames: Vec<LendableFrame>) -> Result<bool, TransportError> {
-        let publisher = self.publisher;
-        let Some(device) = publisher.device() else {
-            return Ok(false);
-        };
         if !self.can_lend() {
-            return Ok(false);
-        }
-        // The records of the current pool, which consumers may still hold,
-        // become placeholders.
-        let placeholders = publisher.producer.slot_count();
-        if placeholders + frames.len() > MAX_SLOTS {
-            return Ok(false);
+            return Ok(Learned::NotLendable);
         }
         let size = frames.iter().map(|f| f.size).min().unwrap_or(0);
         let ptrs = frames.iter().map(|f| f.ptr).collect();
         let keys = frames.iter().map(|f| f.key).collect();
-        let config = &publisher.config;
-        let request = SlotRequest {
-            channel: config.channel.clone(),
-            session: publisher.producer.session(),
-            generation: publisher.producer.pool_generation() + 1,
-            count: placeholders + frames.len(),
-            size,
-            permissions: config.permissions,
-            gpu_sync: config.gpu_sync,
-            ipc_mode: config.ipc_mode,
-        };
         // SAFETY: the caller's contract.
-        let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }?;
-        publisher.install(Box::new(slots), Some((placeholders, keys)))?;
-        Ok(true)
+        Ok(match unsafe { self.publisher.lend(ptrs, keys, size) }? {
+            true => Learned::Lent(count),
+            false => Learned::NotLendable,
+        })
     }
 }

@@ -29,10 +29,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError, TransportKind,
+    CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
-use crate::lending::Learning;
 use crate::reservation::Reservation;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_channel::socket::Peers;
@@ -67,10 +67,10 @@ pub struct PublisherConfig {
 }
 
 /// One generation of slots.
-pub(crate) struct SlotSet<T> {
-    pub(crate) slots: Box<dyn ProducerSlots>,
+struct SlotSet<T> {
+    slots: Box<dyn ProducerSlots>,
     /// Set when the slots are buffers lent by an upstream pool.
-    pub(crate) lent: Option<LentSlots<AllocationKey, T>>,
+    lent: Option<LentSlots<AllocationKey, T>>,
 }
 
 /// A replaced slot set that consumers still read, with the consumers (bits
@@ -188,10 +188,10 @@ pub const END_OF_STREAM_GRACE: Duration = Duration::from_secs(5);
 /// while its frame is published, and the source of a frame that may be
 /// published again unchanged (see `publish_copy_of`).
 pub struct Publisher<T> {
-    pub(crate) producer: Producer,
-    pub(crate) config: PublisherConfig,
+    producer: Producer,
+    config: PublisherConfig,
     /// Set while the sink is unlocked (flushing or stopping).
-    pub(crate) interrupt: AtomicBool,
+    interrupt: AtomicBool,
     /// Frames come paced (a clock, a live source): `slots=0` needs no deep
     /// ring (see `auto_slots`).
     paced: AtomicBool,
@@ -200,17 +200,15 @@ pub struct Publisher<T> {
     /// Whether `retired` may hold a set: publishing takes no lock per frame
     /// for the sets that are rarely there.
     any_retired: AtomicBool,
-    /// Buffers of the lendable upstream pool seen so far.
-    pub(crate) learning: Learning,
     /// Set once `wait_for_consumers` consumers were attached.
     consumers_ready: AtomicBool,
     /// Set once the end of the stream was published.
     ended: AtomicBool,
-    pub(crate) zero_copy: AtomicU64,
+    zero_copy: AtomicU64,
     copied: AtomicU64,
     repeated: AtomicU64,
     /// See `PublisherStats::read_wait_ns`.
-    pub(crate) read_wait_ns: AtomicU64,
+    read_wait_ns: AtomicU64,
     /// What the slots of the current set still hold of the source copied
     /// last (see `publish_copy_of`). A leaf lock, as the others here.
     repeatable: Mutex<Option<Repeatable<T>>>,
@@ -253,7 +251,6 @@ impl<T: Send + 'static> Publisher<T> {
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
             any_retired: AtomicBool::new(false),
-            learning: Learning::default(),
             zero_copy: AtomicU64::new(0),
             copied: AtomicU64::new(0),
             repeated: AtomicU64::new(0),
@@ -340,7 +337,7 @@ impl<T: Send + 'static> Publisher<T> {
         }
     }
 
-    pub(crate) fn current_set(&self) -> Option<Arc<SlotSet<T>>> {
+    fn current_set(&self) -> Option<Arc<SlotSet<T>>> {
         self.current.lock().unwrap().clone()
     }
 
@@ -416,7 +413,7 @@ impl<T: Send + 'static> Publisher<T> {
 
     /// Publishes `slots` as the channel's new slot pool (lent ones with the
     /// key of each slot's memory) and makes it the current set.
-    pub(crate) fn install(
+    fn install(
         &self,
         slots: Box<dyn ProducerSlots>,
         lent_keys: Option<(usize, Vec<AllocationKey>)>,
@@ -466,7 +463,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// publish path does, once per frame). A bit once seen clear stays
     /// clear: a consumer that released a frame of a retired set cannot take
     /// another one from it.
-    pub(crate) fn reap_retired(&self) {
+    fn reap_retired(&self) {
         if !self.any_retired.load(Ordering::Acquire) {
             return;
         }
@@ -669,6 +666,104 @@ impl<T: Send + 'static> Publisher<T> {
             .unwrap()
             .as_ref()
             .is_some_and(|current| Arc::ptr_eq(current, set))
+    }
+}
+
+/// What the lending (`lending.rs`, which sits above the publisher) asks of
+/// it: its terms, whether the slots are lent, to lend a pool's buffers, and
+/// to publish a frame from a lent slot. The learning is the lending's own.
+impl<T: Send + 'static> Publisher<T> {
+    /// What the publisher was made with (the lending's terms).
+    pub(crate) fn config(&self) -> &PublisherConfig {
+        &self.config
+    }
+
+    /// Whether the current slots are buffers lent by an upstream pool.
+    pub(crate) fn is_lent(&self) -> bool {
+        self.current_set().is_some_and(|set| set.lent.is_some())
+    }
+
+    /// Makes the buffers at `ptrs` (of `size` bytes at least, keyed by
+    /// `keys`) the slots, after a placeholder for each record of the current
+    /// pool, which consumers may still hold. `Ok(false)`: that many records
+    /// do not fit in a channel.
+    ///
+    /// # Safety
+    /// Each pointer must start a device allocation of at least `size` bytes
+    /// on the publisher's device that stays allocated while the publisher
+    /// exists (an upstream pool keeps its buffers allocated, and the lent
+    /// set holds the published ones).
+    pub(crate) unsafe fn lend(
+        &self,
+        ptrs: Vec<u64>,
+        keys: Vec<AllocationKey>,
+        size: usize,
+    ) -> Result<bool, TransportError> {
+        let Some(device) = self.device() else {
+            return Ok(false);
+        };
+        let placeholders = self.producer.slot_count();
+        if placeholders + ptrs.len() > MAX_SLOTS {
+            return Ok(false);
+        }
+        let config = &self.config;
+        let request = SlotRequest {
+            channel: config.channel.clone(),
+            session: self.producer.session(),
+            generation: self.producer.pool_generation() + 1,
+            count: placeholders + ptrs.len(),
+            size,
+            permissions: config.permissions,
+            gpu_sync: config.gpu_sync,
+            ipc_mode: config.ipc_mode,
+        };
+        // SAFETY: the caller's contract.
+        let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }?;
+        self.install(Box::new(slots), Some((placeholders, keys)))?;
+        Ok(true)
+    }
+
+    /// Publishes the frame upstream wrote into the lent buffer `key` with
+    /// `meta`, keeping `buffer` while it is published, then takes back the
+    /// buffers consumers are done with (for the caller to give back
+    /// upstream). Before publishing, `order_after_writer` orders our stream
+    /// after upstream's writes; `writer_stream` as in
+    /// [`LentSlots::take_released`]. `Ok(None)`: the slots are not lent, or
+    /// `key` is no lent slot waiting for a frame.
+    pub(crate) fn publish_lent(
+        &self,
+        key: &AllocationKey,
+        buffer: T,
+        meta: &FrameMeta,
+        order_after_writer: impl FnOnce() -> Result<(), TransportError>,
+        writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
+    ) -> Result<Option<Vec<T>>, TransportError> {
+        let Some(set) = self.current_set() else {
+            return Ok(None);
+        };
+        let Some(lent) = &set.lent else {
+            return Ok(None);
+        };
+        self.reap_retired();
+        order_after_writer()?;
+        let Some(reservation) = lent
+            .slot_of(key)
+            .and_then(|slot| lent.waiting_for_frame(slot, &self.producer))
+        else {
+            return Ok(None);
+        };
+        let slot = reservation.slot();
+        lent.publish(reservation, buffer, meta, &*set.slots)?;
+        self.zero_copy.fetch_add(1, Ordering::Relaxed);
+        lent.take_released(
+            &*set.slots,
+            &self.producer,
+            &self.interrupt,
+            writer_stream,
+            &self.read_wait_ns,
+            Some(slot),
+        )
+        .map(Some)
     }
 }
 

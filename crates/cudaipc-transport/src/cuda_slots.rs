@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 use cudaipc_channel::platform::Shareable;
 
 use super::{
-    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, RECEIVED_POOL, SlotMemory, SlotRequest,
-    TransportError, WriterStream,
+    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    WriterStream,
 };
 use crate::cuda::{Device, DeviceRegion, Event};
+use crate::slots::RECEIVED_POOL;
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::{ChannelInfo, IpcMode, PoolInfo, Producer};
 pub use memory::MemoryKind;

@@ -184,7 +184,7 @@ fn learn_pool(
             .contains(&(max as usize))
             .then_some(max as usize)
     });
-    // SAFETY (each `learn` here): `pool_frame` checked that each frame
+    // SAFETY: (each `learn` here) `pool_frame` checked that each frame
     // starts an exportable allocation of at least its size, of a buffer of
     // the proposed pool, which keeps its buffers allocated while the lent
     // set, holding published ones, is in use.
@@ -206,7 +206,8 @@ fn learn_pool(
         }
         for buffer in &spare {
             if let Some(frame) = pool_frame(publisher, pool, buffer, info) {
-                // SAFETY: as above.
+                // SAFETY: `pool_frame` checked this frame as the first
+                // (see above).
                 learned = unsafe { lender.learn(frame, Some(count)) }?;
                 if matches!(learned, Learned::Lent(_) | Learned::NotLendable) {
                     break;

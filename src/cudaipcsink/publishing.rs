@@ -220,10 +220,11 @@ fn copy_into_slot(
         .unwrap_or_else(|| dst_planes.clone());
     let target = match memory {
         SlotMemory::Device(slot) => Target::Device(slot),
-        // SAFETY: the slot is reserved by us, so no consumer reads it until
-        // it is published, and this copy is the only view of it.
         SlotMemory::Host(slot) => {
-            Target::Host(unsafe { slot.as_mut_slice() }.ok_or("the slot's mapping is read-only")?)
+            // SAFETY: the slot is reserved by us, so no consumer reads it
+            // until it is published, and this copy is the only view of it.
+            let bytes = unsafe { slot.as_mut_slice() };
+            Target::Host(bytes.ok_or("the slot's mapping is read-only")?)
         }
     };
     let copy = |src, target| {

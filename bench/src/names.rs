@@ -71,6 +71,16 @@ pub fn as_id(id_or_name: &str) -> String {
         .to_string()
 }
 
+/// The three ways rows 13 take a producer's frames (the middle of a config).
+pub const PAIR_ALONE: &str = "alone";
+pub const PAIR_ALONE_QUEUED: &str = "alone, halves queued apart";
+pub const PAIR_OURS: &str = "rscudaipc pair";
+pub const PAIR_UPSTREAM: &str = "upstream import";
+
+/// Rows 14: seconds of a trial (after every consumer's first frame) that
+/// are not counted.
+pub const STREAMS_SETTLE_S: f64 = 2.0;
+
 #[cfg(test)]
 mod tests {
     use super::*;

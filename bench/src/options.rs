@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::names;
-use crate::rows::streams::STREAMS_SETTLE_S;
+use crate::names::STREAMS_SETTLE_S;
 
 #[derive(Debug, Clone)]
 pub struct Options {

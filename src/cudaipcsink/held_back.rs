@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::SinkPublisher;
+use super::state::SinkPublisher;
 
 /// At most one warning in this time.
 const INTERVAL: Duration = Duration::from_secs(5);

@@ -9,62 +9,24 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use super::publishing::{self, State};
-use super::{CAT, SinkPublisher};
+use super::publishing;
+use super::settings::{
+    DEFAULT_CHANNEL, DEFAULT_DEVICE_ID, DEFAULT_PERMISSIONS, DEFAULT_SLOTS,
+    DEFAULT_WAIT_FOR_CONNECTION, Settings,
+};
+use super::state::{self, CAT, SinkPublisher, State};
 use crate::enums::{self, Transport};
 use crate::gstcuda;
 use crate::memory;
 use crate::video;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_transport::cuda;
-use cudaipc_transport::{self as transport, PublisherConfig, TransportKind};
+use cudaipc_transport::{self as transport, TransportKind};
 
-const DEFAULT_CHANNEL: &str = "default";
-/// 0: chosen by the transport.
-const DEFAULT_SLOTS: u32 = 0;
-const DEFAULT_DEVICE_ID: i32 = 0;
-const DEFAULT_PERMISSIONS: u32 = 0o600;
-const DEFAULT_WAIT_FOR_CONNECTION: u32 = 0;
 /// How long `stop` lets consumers finish reading before slots are freed.
 const RELEASE_GRACE: Duration = Duration::from_secs(1);
 /// A wait at the end longer than this is posted.
 const SLOW_RELEASE: Duration = Duration::from_millis(500);
-
-#[derive(Debug, Clone)]
-struct Settings {
-    channel: String,
-    slots: u32,
-    transport: Transport,
-    device_id: i32,
-    when_full: enums::WhenFull,
-    wait_mode: enums::WaitMode,
-    gpu_sync: enums::GpuSync,
-    permissions: u32,
-    wait_for_connection: u32,
-    ipc_mode: enums::IpcMode,
-    /// `ipc-mode=fd`: consumers allowed beside the own user.
-    allowed_uids: String,
-    allowed_gids: String,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            channel: DEFAULT_CHANNEL.into(),
-            slots: DEFAULT_SLOTS,
-            transport: Transport::default(),
-            device_id: DEFAULT_DEVICE_ID,
-            when_full: enums::WhenFull::default(),
-            wait_mode: enums::WaitMode::default(),
-            gpu_sync: enums::GpuSync::default(),
-            permissions: DEFAULT_PERMISSIONS,
-            wait_for_connection: DEFAULT_WAIT_FOR_CONNECTION,
-            ipc_mode: enums::IpcMode::default(),
-            allowed_uids: String::new(),
-            allowed_gids: String::new(),
-        }
-    }
-}
 
 /// Lock order: `settings` is copied out and released before `state` is
 /// taken; `state` is held only to clone the publisher (and info, pool) out
@@ -320,11 +282,10 @@ impl ElementImpl for CudaIpcSink {
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         // Before upstream CUDA elements (they go to READY after us) look for
         // a context: they then share ours.
-        let (transport, device_id) = {
+        let (device, device_id) = {
             let settings = self.settings.lock().unwrap();
-            (settings.transport, settings.device_id)
+            (settings.context_device(), settings.device_id)
         };
-        let device = publishing::context_device(transport.into(), device_id);
         self.cuda_context.before_change_state(
             self.obj().upcast_ref(),
             transition,
@@ -347,8 +308,7 @@ impl BaseSinkImpl for CudaIpcSink {
     /// CUDA memory first on the cuda transport (so that `cudaupload !
     /// cudaipcsink` negotiates it), system memory first on the host one.
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        let transport = self.settings.lock().unwrap().transport;
-        let cuda_first = TransportKind::resolve(transport.into()) == TransportKind::Cuda;
+        let cuda_first = self.settings.lock().unwrap().kind() == TransportKind::Cuda;
         let mut ours = video::raw_caps(cuda_first);
         ours.merge(video::raw_caps(!cuda_first));
         Some(match filter {
@@ -361,36 +321,10 @@ impl BaseSinkImpl for CudaIpcSink {
         self.render_ns.store(0, Ordering::Relaxed);
         self.held_back.reset();
         let settings = self.settings.lock().unwrap().clone();
-        let kind = TransportKind::resolve(settings.transport.into());
-        let device = publishing::device_for(kind, settings.device_id)?;
-        let ordering = publishing::stream_ordering(device.as_ref());
-        let ipc_mode =
-            transport::resolve_ipc_mode(settings.ipc_mode.into(), kind, device.as_deref())
-                .map_err(|e| {
-                    gst::error_msg!(
-                        gst::ResourceError::Settings,
-                        ("{}{}", e, crate::hints::transport(&e))
-                    )
-                })?;
-        let gpu_sync =
-            transport::GpuSync::resolve(settings.gpu_sync.into(), kind, device.as_deref())
-                .map_err(|e| match crate::hints::gpu_sync(&e) {
-                    Some(message) => gst::error_msg!(gst::ResourceError::Settings, ("{}", message)),
-                    None => gst::error_msg!(gst::ResourceError::Settings, ("{}", e)),
-                })?;
-        let publisher = publishing::open(PublisherConfig {
-            channel: settings.channel.clone(),
-            kind,
-            device,
-            slots: settings.slots as usize,
-            permissions: settings.permissions,
-            gpu_sync,
-            when_full: settings.when_full.into(),
-            wait_mode: settings.wait_mode.into(),
-            wait_for_consumers: settings.wait_for_connection,
-            ipc_mode,
-            peers: publishing::peers(&settings.allowed_uids, &settings.allowed_gids)?,
-        })?;
+        let config = settings.publisher_config()?;
+        let (kind, ipc_mode, gpu_sync) = (config.kind, config.ipc_mode, config.gpu_sync);
+        let ordering = publishing::stream_ordering(config.device.as_ref());
+        let publisher = publishing::open(config)?;
         gst::info!(
             CAT,
             imp = self,
@@ -407,8 +341,10 @@ impl BaseSinkImpl for CudaIpcSink {
                 None => "",
             }
         );
+        let publisher = Arc::new(publisher);
         *self.state.lock().unwrap() = Some(State {
-            publisher: Arc::new(publisher),
+            lender: transport::Lender::new(publisher.clone()).map(Arc::new),
+            publisher,
             info: None,
             lendable: None,
             ordering,
@@ -466,7 +402,7 @@ impl BaseSinkImpl for CudaIpcSink {
             ));
         }
         publisher.set_paced(self.frames_are_paced(&info));
-        publishing::report_slots(&self.obj(), publisher.configure(info.size()))?;
+        state::report_slots(self.obj().upcast_ref(), publisher.configure(info.size()))?;
         // Consumers choose their memory type themselves: publish the plain
         // caps.
         let mut plain = caps.clone();
@@ -491,11 +427,12 @@ impl BaseSinkImpl for CudaIpcSink {
         gst::debug!(CAT, imp = self, "allocation query for {}", caps);
         // The slot pool blocks until a slot is free, so it suits only the
         // lossless policy; with drop, frames are copied into free slots.
-        if self.settings.lock().unwrap().when_full != enums::WhenFull::Block {
+        if !self.settings.lock().unwrap().blocks_when_full() {
             return Ok(());
         }
         let Some(State {
             publisher,
+            lender,
             lendable,
             ..
         }) = self.state.lock().unwrap().clone()
@@ -503,8 +440,15 @@ impl BaseSinkImpl for CudaIpcSink {
             return Ok(());
         };
         let context = self.cuda_context.get();
-        let proposed =
-            publishing::propose(&self.obj(), query, &publisher, lendable, &caps, context)?;
+        let proposed = publishing::propose(
+            self.obj().upcast_ref(),
+            query,
+            &publisher,
+            lender.as_ref(),
+            lendable,
+            &caps,
+            context,
+        )?;
         if let Some(pool) = proposed
             && let Some(state) = self.state.lock().unwrap().as_mut()
             && Arc::ptr_eq(&state.publisher, &publisher)
@@ -517,7 +461,7 @@ impl BaseSinkImpl for CudaIpcSink {
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (state, info) = self.snapshot()?;
         let result = cudaipc_channel::wait::timed(&self.render_ns, || {
-            publishing::render(&self.obj(), &state, &info, buffer)
+            publishing::render(self.obj().upcast_ref(), &state, &info, buffer)
         });
         self.held_back
             .check(self.obj().upcast_ref(), &state.publisher, || {

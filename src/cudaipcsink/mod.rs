@@ -18,28 +18,19 @@
 //! nvcodec provides its own, the bare name is nvcodec's (see
 //! `element_names`).
 
-use std::sync::LazyLock;
-
 use gst::glib;
 use gst::prelude::*;
 
 mod held_back;
 mod imp;
+mod lending;
 mod pool;
 mod publishing;
+mod settings;
+mod state;
 
-/// The sink's channel end; a published lent buffer is kept as a
-/// `gst::Buffer` (upstream gets it back when the sink drops it).
-type SinkPublisher = cudaipc_transport::Publisher<gst::Buffer>;
-
-/// Shared by the element and its slot pool.
-pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "cudaipcsink",
-        gst::DebugColorFlags::empty(),
-        Some("CUDA IPC sink"),
-    )
-});
+/// The debug category, for the plugin's own (`lib.rs`).
+pub(crate) use state::CAT;
 
 glib::wrapper! {
     pub struct CudaIpcSink(ObjectSubclass<imp::CudaIpcSink>) @extends gst_base::BaseSink, gst::Element, gst::Object;

@@ -10,65 +10,16 @@ use std::sync::Arc;
 
 use gst::prelude::*;
 
+use super::lending;
 use super::pool::{self, SlotPool};
-use super::{CAT, SinkPublisher};
+use super::state::{CAT, SinkLender, SinkPublisher, State, flow_error, report_slots};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::memory::{self, CudaAllocator};
 use crate::video;
-use cudaipc_channel::layout::MAX_SLOTS;
-use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{ChannelError, FrameMeta};
 use cudaipc_transport::cuda;
-use cudaipc_transport::{
-    Allocated, ConfigureError, Learned, LendableFrame, PublishError, PublisherConfig,
-    PublisherStats, SlotMemory, TransportKind,
-};
-
-/// From `start` to `stop`; `render` works on a copy.
-#[derive(Clone)]
-pub(super) struct State {
-    pub(super) publisher: Arc<SinkPublisher>,
-    pub(super) info: Option<gst_video::VideoInfo>,
-    /// The `GstCudaBufferPool` proposed upstream, whose buffers may become
-    /// the slots (see `learn`).
-    pub(super) lendable: Option<gst::BufferPool>,
-    /// Orders upstream's stream-ordered `GstCudaMemory` on the GPU
-    /// (GStreamer 1.24+, cuda transport).
-    pub(super) ordering: Option<Arc<gstcuda::StreamOrdering>>,
-}
-
-/// The device whose context to share with GStreamer's CUDA elements:
-/// ours, when that library is there and we use the cuda transport.
-pub(super) fn context_device(
-    transport: Option<TransportKind>,
-    device_id: i32,
-) -> Option<Arc<cuda::Device>> {
-    (gstcuda::available() && TransportKind::resolve(transport) == TransportKind::Cuda)
-        .then(|| cuda::Device::get(device_id).ok())
-        .flatten()
-}
-
-/// The device of the cuda transport (`None` for the host transport).
-pub(super) fn device_for(
-    kind: TransportKind,
-    device_id: i32,
-) -> Result<Option<Arc<cuda::Device>>, gst::ErrorMessage> {
-    match kind {
-        TransportKind::Cuda => cuda::Device::get(device_id).map(Some).map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                (
-                    "transport=cuda needs CUDA device {}: {}{}",
-                    device_id,
-                    e,
-                    crate::hints::cuda(&e)
-                )
-            )
-        }),
-        TransportKind::Host => Ok(None),
-    }
-}
+use cudaipc_transport::{PublisherConfig, PublisherStats, SlotMemory, TransportKind};
 
 /// GStreamer 1.24+ memory may come with its writes still queued on its
 /// stream: ordered on the GPU, not by a host wait per frame.
@@ -78,18 +29,6 @@ pub(super) fn stream_ordering(
     device
         .filter(|_| gstcuda::api_level() >= gstcuda::ApiLevel::V1_24)
         .map(|device| Arc::new(gstcuda::StreamOrdering::new(device.clone())))
-}
-
-/// The consumers `allowed-uids` and `allowed-gids` name.
-pub(super) fn peers(uids: &str, gids: &str) -> Result<Peers, gst::ErrorMessage> {
-    let parse = |property: &str, text: &str| {
-        Peers::parse_ids(text)
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}: {}", property, e)))
-    };
-    Ok(Peers {
-        uids: parse("allowed-uids", uids)?,
-        gids: parse("allowed-gids", gids)?,
-    })
 }
 
 /// Creates the channel, or the error to post.
@@ -110,61 +49,18 @@ pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorM
 }
 
 /// Publishes the frame in `buffer`: without a copy when upstream wrote it
-/// into a slot (of our pool, or lent), else copied into a free slot.
+/// into a slot (lent, or of our pool), else copied into a free slot.
 pub(super) fn render(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     state: &State,
     info: &gst_video::VideoInfo,
     buffer: &gst::Buffer,
 ) -> Result<gst::FlowSuccess, gst::FlowError> {
-    let (publisher, lendable, ordering) =
-        (&state.publisher, &state.lendable, state.ordering.as_deref());
-    publisher.reap_retired();
-    let pool_frame = lendable
-        .as_ref()
-        .filter(|_| publisher.can_lend())
-        .and_then(|pool| pool_frame(publisher, pool, buffer, info));
+    let publisher = &state.publisher;
+    let lendable = lending::lendable_frame(state, buffer, info);
     let meta = frame_meta(buffer, info);
-    if publisher.is_lent() {
-        if let Some(frame) = &pool_frame {
-            let meta = FrameMeta {
-                size: frame.size as u64,
-                planes: frame.planes.clone(),
-                ..meta.clone()
-            };
-            // Dropping the released buffers gives them back upstream; on
-            // 1.24+ upstream's stream waits for the consumers' reads.
-            let writer_stream = |buffer: &gst::Buffer| {
-                ordering.and_then(|ordering| ordering.writer_stream(buffer.peek_memory(0)))
-            };
-            // Consumers read the frame after its ready mark, queued on our
-            // stream, which follows upstream's writes (on 1.24+ through an
-            // event on upstream's stream: a mark queued there itself, a
-            // fenced write to host memory, held upstream's next kernel back,
-            // 5% of 13b's rate on an H100, docs/performance.md).
-            if let (Some(ordering), Some(device)) = (ordering, publisher.device()) {
-                ordering
-                    .wait_for_upstream(buffer.peek_memory(0), &device.stream())
-                    .map_err(|e| flow_error(sink, PublishError::Transport(e.into())))?;
-            }
-            match publisher.publish_lent(&frame.key, buffer.clone(), &meta, &writer_stream) {
-                Ok(Some(_released)) => return Ok(gst::FlowSuccess::Ok),
-                Ok(None) => {}
-                Err(e) => return Err(flow_error(sink, PublishError::Transport(e))),
-            }
-        }
-        gst::info!(
-            CAT,
-            obj = sink,
-            "frame outside the lent slots; copying again"
-        );
-        report_slots(sink, publisher.configure(info.size())).map_err(|e| {
-            e.log_with_object(sink);
-            match publisher.is_interrupted() {
-                true => gst::FlowError::Flushing,
-                false => gst::FlowError::Error,
-            }
-        })?;
+    if lending::publish(sink, state, lendable.as_ref(), info, buffer, &meta)? {
+        return Ok(gst::FlowSuccess::Ok);
     }
     // Upstream wrote into a slot of our pool: its memory carries the loan.
     if let Some(loan) = pool::take_loan(buffer, publisher) {
@@ -172,6 +68,24 @@ pub(super) fn render(
         gst::trace!(CAT, obj = sink, "published slot {} without a copy", slot);
         return Ok(gst::FlowSuccess::Ok);
     }
+    if publish_copy(sink, state, info, buffer, &meta)?
+        && let Some(frame) = lendable
+    {
+        lending::learn(sink, state, frame, info);
+    }
+    Ok(gst::FlowSuccess::Ok)
+}
+
+/// Copies the frame in `buffer` into a free slot, or publishes again a slot
+/// that still holds it; `false`: every slot was busy, and it was dropped.
+fn publish_copy(
+    sink: &gst::Element,
+    state: &State,
+    info: &gst_video::VideoInfo,
+    buffer: &gst::Buffer,
+    meta: &FrameMeta,
+) -> Result<bool, gst::FlowError> {
+    let publisher = &state.publisher;
     if publisher.awaits_consumers() {
         gst::info!(
             CAT,
@@ -179,13 +93,13 @@ pub(super) fn render(
             "waiting for consumers before the first frame"
         );
     }
-    let copy = |slot: &_| copy_into_slot(buffer, info, ordering, slot);
+    let copy = |slot: &_| copy_into_slot(buffer, info, state.ordering.as_deref(), slot);
     // Our reference keeps the memory unchanged (GStreamer lets nobody write
     // memory that others hold): pushed again, it is published again from a
     // slot that still holds it.
     let source = source_identity(buffer).map(|key| (key, buffer.clone()));
     match publisher
-        .publish_copy_of(source, &meta, copy)
+        .publish_copy_of(source, meta, copy)
         .map_err(|e| flow_error(sink, e))?
     {
         Some((slot, true)) => gst::trace!(CAT, obj = sink, "copied into slot {}", slot),
@@ -202,59 +116,10 @@ pub(super) fn render(
                 "all slots busy: dropped {:?}",
                 buffer.pts()
             );
-            return Ok(gst::FlowSuccess::Ok);
+            return Ok(false);
         }
     }
-    if let (Some(pool), Some(frame)) = (lendable, pool_frame)
-        && let Err(e) = learn(sink, publisher, pool, frame, info)
-    {
-        gst::warning!(
-            CAT,
-            obj = sink,
-            "cannot share the buffers of {}, copying: {}",
-            pool.name(),
-            e
-        );
-        // The channel may already describe the lent buffers.
-        if let Err(e) = report_slots(sink, publisher.allocate(info.size()).map(Some)) {
-            e.log_with_object(sink);
-        }
-    }
-    Ok(gst::FlowSuccess::Ok)
-}
-
-/// An error posted on the bus, or flushing when the sink was unlocked.
-fn flow_error(sink: &super::CudaIpcSink, e: PublishError) -> gst::FlowError {
-    if e.is_interrupted() {
-        return gst::FlowError::Flushing;
-    }
-    gst::element_error!(sink, gst::ResourceError::Write, ("{}", e));
-    gst::FlowError::Error
-}
-
-/// Logs slots just allocated, or posts why they could not be.
-pub(super) fn report_slots(
-    sink: &super::CudaIpcSink,
-    result: Result<Option<Allocated>, ConfigureError>,
-) -> Result<(), gst::LoggableError> {
-    match result {
-        Ok(None) => Ok(()),
-        Ok(Some(slots)) => {
-            gst::info!(
-                CAT,
-                obj = sink,
-                "{} slots of {} bytes",
-                slots.count,
-                slots.size
-            );
-            Ok(())
-        }
-        Err(e @ ConfigureError::Allocate { .. }) => {
-            gst::element_error!(sink, gst::ResourceError::NoSpaceLeft, ("{}", e));
-            Err(gst::loggable_error!(CAT, "slot allocation failed"))
-        }
-        Err(e) => Err(gst::loggable_error!(CAT, "{}", e)),
-    }
+    Ok(true)
 }
 
 /// Answers an allocation query for `caps`: the lendable `GstCudaBufferPool`
@@ -262,9 +127,10 @@ pub(super) fn report_slots(
 /// proposed: its buffers become the slots), then the slot pool (which this
 /// plugin's elements find after it). `Some`: the lendable pool changed.
 pub(super) fn propose(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     query: &mut gst::query::Allocation,
     publisher: &Arc<SinkPublisher>,
+    lender: Option<&Arc<SinkLender>>,
     lendable: Option<gst::BufferPool>,
     caps: &gst::Caps,
     context: Option<gstcuda::CudaContext>,
@@ -280,8 +146,8 @@ pub(super) fn propose(
         .map_err(|_| gst::loggable_error!(CAT, "cannot parse caps {}", caps))?;
     // Upstream may ask again for the same caps (and keep the pool it has):
     // the same pool then.
-    let proposed = lendable.filter(|pool| pool_has_caps(pool, caps));
-    if proposed.is_none() || !publisher.is_lent() {
+    let proposed = lendable.filter(|pool| lending::pool_has_caps(pool, caps));
+    if proposed.is_none() || !lending::is_lent(lender.map(|l| &**l)) {
         // Upstream may ask before the caps event reached us (imagefreeze
         // does): the slots must exist for the pool to hand them out.
         report_slots(sink, publisher.configure(info.size()))?;
@@ -290,8 +156,10 @@ pub(super) fn propose(
     let lendable = match proposed {
         Some(pool) => Some(pool),
         None => {
-            publisher.restart_learning();
-            lendable_pool(context, publisher, caps, &info)
+            if let Some(lender) = lender {
+                lender.restart();
+            }
+            lending::lendable_pool(context, publisher, lender, caps, &info)
         }
     };
     if let Some(pool) = &lendable
@@ -306,7 +174,7 @@ pub(super) fn propose(
         );
         query.add_allocation_pool(Some(pool), size, min, max);
     }
-    propose_slot_pool(sink, query, publisher.clone(), caps, &info)?;
+    propose_slot_pool(sink, query, publisher.clone(), lender.cloned(), caps, &info)?;
     Ok(changed.then_some(lendable))
 }
 
@@ -352,10 +220,11 @@ fn copy_into_slot(
         .unwrap_or_else(|| dst_planes.clone());
     let target = match memory {
         SlotMemory::Device(slot) => Target::Device(slot),
-        // SAFETY: the slot is reserved by us, so no consumer reads it until
-        // it is published, and this copy is the only view of it.
         SlotMemory::Host(slot) => {
-            Target::Host(unsafe { slot.as_mut_slice() }.ok_or("the slot's mapping is read-only")?)
+            // SAFETY: the slot is reserved by us, so no consumer reads it
+            // until it is published, and this copy is the only view of it.
+            let bytes = unsafe { slot.as_mut_slice() };
+            Target::Host(bytes.ok_or("the slot's mapping is read-only")?)
         }
     };
     let copy = |src, target| {
@@ -390,171 +259,19 @@ fn copy_into_slot(
     copy(Source::Host(&map), target)
 }
 
-/// The frame in `buffer` if it is a buffer of `pool`, the
-/// `GstCudaBufferPool` proposed upstream, whose memory CUDA IPC can export.
-fn pool_frame(
-    publisher: &SinkPublisher,
-    pool: &gst::BufferPool,
-    buffer: &gst::BufferRef,
-    info: &gst_video::VideoInfo,
-) -> Option<LendableFrame> {
-    let device = publisher.device()?;
-    // SAFETY: `pool` is a public field of GstBuffer, set when the buffer
-    // was acquired from a pool; we hold a reference to the buffer.
-    if unsafe { (*buffer.as_ptr()).pool } != pool.as_ptr() {
-        gst::log!(CAT, "buffer not of {}: copied", pool.name());
-        return None;
-    }
-    let not_lendable = |why: &dyn std::fmt::Display| {
-        gst::debug!(CAT, "buffer of {} not lendable: {}", pool.name(), why);
-    };
-    let Some(mapped) = gstcuda::MappedCudaMemory::of_buffer(buffer, false) else {
-        not_lendable(&"not one GstCudaMemory that maps on the device");
-        return None;
-    };
-    let (key, allocated) = match cuda::exportable_allocation(device, mapped.ptr) {
-        Ok(Some(allocation)) => allocation,
-        Ok(None) => {
-            not_lendable(&"the allocation cannot be exported with CUDA IPC");
-            return None;
-        }
-        Err(e) => {
-            not_lendable(&e);
-            return None;
-        }
-    };
-    let planes = video::meta_planes(buffer).unwrap_or_else(|| mapped.planes.clone());
-    let size = mapped.size.min(allocated);
-    if let Err(e) = video::layout_fits(info, &planes, size as u64) {
-        not_lendable(&e);
-        return None;
-    }
-    Some(LendableFrame {
-        key,
-        ptr: mapped.ptr,
-        size,
-        planes,
-    })
-}
-
-/// Notes a copied frame of the proposed pool; once every buffer of the
-/// pool went through, they become the slots (zero copy from then on).
-/// `Err`: they could not, and the slots are in an unknown state.
-fn learn(
-    sink: &super::CudaIpcSink,
-    publisher: &SinkPublisher,
-    pool: &gst::BufferPool,
-    frame: LendableFrame,
-    info: &gst_video::VideoInfo,
-) -> Result<(), cudaipc_transport::TransportError> {
-    // A pool of at most `max` buffers (decoders set `min` to 0: they
-    // allocate on demand) hands each of them out in turn.
-    let count = pool.config().params().and_then(|(_, _, _, max)| {
-        (1..=MAX_SLOTS)
-            .contains(&(max as usize))
-            .then_some(max as usize)
-    });
-    let mut learned = publisher.learn(frame, count);
-    // GStreamer 1.24+ pools allocate buffers only when asked for one more
-    // than they have: upstream, which rarely holds more than two at once,
-    // would never make the others. So, once, take every buffer the pool can
-    // give without waiting (it allocates the rest) to know them all; they
-    // go back to it when `spare` is dropped, after lending.
-    let mut spare = Vec::new();
-    if let (Learned::New(1), Some(count)) = (&learned, count) {
-        let params =
-            gst::BufferPoolAcquireParams::with_flags(gst::BufferPoolAcquireFlags::DONTWAIT);
-        while spare.len() < count {
-            match pool.acquire_buffer(Some(&params)) {
-                Ok(buffer) => spare.push(buffer),
-                Err(_) => break,
-            }
-        }
-        for buffer in &spare {
-            if let Some(frame) = pool_frame(publisher, pool, buffer, info) {
-                learned = publisher.learn(frame, Some(count));
-                if matches!(learned, Learned::All(_)) {
-                    break;
-                }
-            }
-        }
-        gst::debug!(
-            CAT,
-            obj = sink,
-            "took {} spare buffers of {} to learn them",
-            spare.len(),
-            pool.name()
-        );
-    }
-    let frames = match learned {
-        Learned::New(seen) => {
-            gst::debug!(CAT, obj = sink, "{} buffers of {} seen", seen, pool.name());
-            return Ok(());
-        }
-        Learned::Known => return Ok(()),
-        Learned::All(frames) => frames,
-    };
-    let count = frames.len();
-    // SAFETY: `pool_frame` checked that each frame starts an exportable
-    // allocation of at least its size, of a buffer of the proposed pool,
-    // which keeps its buffers allocated while the lent set, holding
-    // published ones, is in use.
-    if unsafe { publisher.lend(frames) }? {
-        gst::info!(
-            CAT,
-            obj = sink,
-            "zero copy from now: the {} buffers of {} are the slots",
-            count,
-            pool.name()
-        );
-    }
-    Ok(())
-}
-
-/// Whether `pool` was configured for `caps`.
-fn pool_has_caps(pool: &gst::BufferPool, caps: &gst::Caps) -> bool {
-    pool.config()
-        .params()
-        .and_then(|(pool_caps, ..)| pool_caps)
-        .is_some_and(|pool_caps| &pool_caps == caps)
-}
-
-/// A `GstCudaBufferPool` of `context` (ours) with `lendable_count` buffers,
-/// for GStreamer's CUDA elements upstream to write into.
-fn lendable_pool(
-    context: Option<gstcuda::CudaContext>,
-    publisher: &SinkPublisher,
-    caps: &gst::Caps,
-    info: &gst_video::VideoInfo,
-) -> Option<gst::BufferPool> {
-    let device = publisher.device()?;
-    // CUDAIPC_LEND=0: copy instead (to compare, or to rule lending out).
-    if !gstcuda::available() || std::env::var_os("CUDAIPC_LEND").is_some_and(|v| v == "0") {
-        return None;
-    }
-    let pool = context
-        .filter(|c| c.is_primary_of(device))?
-        .new_buffer_pool()?;
-    let count = publisher.lendable_count(info.size()) as u32;
-    if !video::configure_pool(&pool, caps, info.size() as u32, count, count) {
-        gst::debug!(CAT, "{} refused {}", pool.name(), caps);
-        return None;
-    }
-    Some(pool)
-}
-
 /// Adds the slot pool (whose buffers are free slots) to `query`.
 fn propose_slot_pool(
-    sink: &super::CudaIpcSink,
+    sink: &gst::Element,
     query: &mut gst::query::Allocation,
     publisher: Arc<SinkPublisher>,
+    lender: Option<Arc<SinkLender>>,
     caps: &gst::Caps,
     info: &gst_video::VideoInfo,
 ) -> Result<(), gst::LoggableError> {
     let allocator = publisher
         .device()
         .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
-    let pool = SlotPool::new(publisher, sink.upcast_ref());
+    let pool = SlotPool::new(publisher, lender, sink);
     let mut config = pool.config();
     config.set_params(Some(caps), info.size() as u32, 0, 0);
     if let Some(allocator) = allocator.as_ref() {

@@ -11,60 +11,22 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::channel::{self, Channel, Output};
+use super::settings::{
+    DEFAULT_CHANNEL, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_DEVICE_ID, DEFAULT_IS_LIVE,
+    DEFAULT_TIMESTAMP_MODE, Settings,
+};
 use super::stats::Stats;
 use super::{CAT, TimestampMode};
 use crate::enums::{self, OutputMemory, ProducerLost};
 use crate::gstcuda;
 use crate::video;
 use cudaipc_channel::ConsumerWaker;
-use cudaipc_transport::Subscriber;
-
-pub(super) const DEFAULT_CHANNEL: &str = "default";
-const DEFAULT_DEVICE_ID: i32 = -1;
-const DEFAULT_CONNECT_TIMEOUT_MS: i64 = 10_000;
-const DEFAULT_IS_LIVE: bool = false;
-const DEFAULT_TIMESTAMP_MODE: TimestampMode = TimestampMode::Pipeline;
-
-#[derive(Debug, Clone)]
-pub(super) struct Settings {
-    pub(super) channel: String,
-    pub(super) device_id: i32,
-    pub(super) wait_mode: enums::WaitMode,
-    pub(super) connect_timeout_ms: i64,
-    pub(super) on_producer_lost: ProducerLost,
-    pub(super) is_live: bool,
-    pub(super) timestamp_mode: TimestampMode,
-    pub(super) frames: enums::ConsumerMode,
-    /// Buffers downstream keeps while this source pushes the next (0: none
-    /// declared).
-    pub(super) hold: u32,
-    pub(super) output_memory: OutputMemory,
-    pub(super) ipc_mode: enums::SrcIpcMode,
-    /// Producers trusted beside the own user (descriptor channels).
-    pub(super) allowed_producers: String,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            channel: DEFAULT_CHANNEL.into(),
-            device_id: DEFAULT_DEVICE_ID,
-            wait_mode: enums::WaitMode::default(),
-            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            on_producer_lost: ProducerLost::default(),
-            is_live: DEFAULT_IS_LIVE,
-            timestamp_mode: DEFAULT_TIMESTAMP_MODE,
-            frames: enums::ConsumerMode::default(),
-            hold: 0,
-            output_memory: OutputMemory::default(),
-            ipc_mode: enums::SrcIpcMode::default(),
-            allowed_producers: String::new(),
-        }
-    }
-}
+use cudaipc_transport::{Subscriber, SubscriberConfig};
 
 #[derive(Default)]
 pub(super) struct State {
+    /// The subscriber's configuration, made from the settings at `start`.
+    pub(super) config: Option<SubscriberConfig>,
     /// Taken out by the streaming thread while it waits on the channel.
     pub(super) subscriber: Option<Subscriber>,
     pub(super) channel: Option<Channel>,
@@ -320,16 +282,17 @@ impl BaseSrcImpl for CudaIpcSrc {
         let settings = self.settings.lock().unwrap().clone();
         cudaipc_channel::shm::validate_channel_name(&settings.channel)
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
-        cudaipc_channel::socket::Peers::parse_ids(&settings.allowed_producers).map_err(|e| {
-            gst::error_msg!(gst::ResourceError::Settings, ("allowed-producers: {}", e))
-        })?;
+        let config = settings.subscriber_config()?;
         if settings.output_memory == OutputMemory::GstCuda && !gstcuda::available() {
             return Err(gst::error_msg!(
                 gst::ResourceError::Settings,
                 ("output-memory=gstcuda needs GStreamer's CUDA library (libgstcuda-1.0, gst-plugins-bad) and a CUDA driver")
             ));
         }
-        *self.state.lock().unwrap() = State::default();
+        *self.state.lock().unwrap() = State {
+            config: Some(config),
+            ..State::default()
+        };
         *self.stats.lock().unwrap() = Stats::default();
         self.interrupt.store(false, Ordering::SeqCst);
         Ok(())

@@ -36,6 +36,7 @@ mod copy;
 mod frame;
 mod gstcuda_out;
 mod imp;
+mod settings;
 mod stats;
 mod streaming;
 

@@ -4,7 +4,6 @@
 //! turn it into a buffer, caps or the end of the stream. No element lock is
 //! held while it waits.
 
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -16,13 +15,13 @@ use super::TimestampMode;
 use super::channel::{self, Channel};
 use super::frame::{self, Failure, Timestamps};
 use super::gstcuda_out::GstCudaPath;
-use super::imp::{CudaIpcSrc, Settings};
+use super::imp::CudaIpcSrc;
+use super::settings::Settings;
 use crate::enums::ProducerLost;
 use crate::video;
 use cudaipc_channel::ProducerGone;
 use cudaipc_transport::{
-    Event, HeldFrame, Subscriber, SubscriberConfig, SubscriberCorruption, SubscriberError,
-    TransportKind,
+    Event, HeldFrame, Subscriber, SubscriberCorruption, SubscriberError, TransportKind,
 };
 
 /// How long a consumer waits for a producer before it says so at the
@@ -73,39 +72,27 @@ impl Drop for WaitWarning {
 impl CudaIpcSrc {
     fn connect(&self) -> Result<Subscriber, gst::FlowError> {
         let settings = self.settings.lock().unwrap().clone();
-        let reconnect = self.state.lock().unwrap().connected_before;
+        // Made at `start` (`Settings::subscriber_config`).
+        let (reconnect, config) = {
+            let state = self.state.lock().unwrap();
+            (state.connected_before, state.config.clone())
+        };
         if !reconnect
             && let Some(message) = channel::mixed_with_upstream(
                 &settings.channel,
-                settings.channel == super::imp::DEFAULT_CHANNEL,
+                settings.channel == super::settings::DEFAULT_CHANNEL,
             )
         {
             self.post_error_message(message);
             return Err(gst::FlowError::Error);
         }
-        let config = SubscriberConfig {
-            channel: settings.channel.clone(),
-            mode: settings.frames.into(),
-            wait_mode: settings.wait_mode.into(),
-            // A reconnection waits as long as it takes (on-producer-lost=wait).
-            connect_timeout: (!reconnect && settings.connect_timeout_ms >= 0)
-                .then(|| Duration::from_millis(settings.connect_timeout_ms as u64)),
-            device_id: (settings.device_id >= 0).then_some(settings.device_id),
-            on_finish_read_error: Arc::new(|slot, e| {
-                gst::warning!(CAT, "cannot mark the end of reading slot {slot}: {e}");
-            }),
-            ipc_mode: settings.ipc_mode.into(),
-            // Checked in `start`.
-            producers: cudaipc_channel::socket::Peers {
-                uids: cudaipc_channel::socket::Peers::parse_ids(&settings.allowed_producers)
-                    .unwrap_or_default(),
-                gids: Vec::new(),
-            },
-            hold: (settings.hold > 0).then_some(settings.hold),
-            // Downstream's threads release our frames while we wait, and we
-            // copy frames rather than hold every slot (`frame_to_buffer`).
-            refuse_self_wait: false,
+        let Some(mut config) = config else {
+            return Err(gst::FlowError::Flushing);
         };
+        if reconnect {
+            // A reconnection waits as long as it takes (on-producer-lost=wait).
+            config.connect_timeout = None;
+        }
         let warns = config
             .connect_timeout
             .is_none_or(|timeout| timeout > WAIT_WARNING_AFTER);

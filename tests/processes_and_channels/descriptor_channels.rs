@@ -73,7 +73,7 @@ fn frames_cross_a_descriptor_channel_that_names_nothing_but_its_socket() {
         .names()
         .into_iter()
         // Waiting consumers' markers, and a marker's name for the moment
-        // before it is linked to its final one (shm.rs WaiterMarker::create).
+        // before it is linked to its final one (directory.rs WaiterMarker::create).
         .filter(|n| !n.contains("@waiter.") && !n.starts_with(".cudaipc-waiter-"))
         .collect();
     assert_eq!(

@@ -11,7 +11,7 @@ use std::process::Command;
 use crate::FRAME_BYTES;
 use crate::measure::Row;
 use crate::names;
-use crate::rows::gstcuda::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM};
+use crate::names::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM};
 
 pub use plot::plot;
 

@@ -17,7 +17,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::measure::Row;
-use crate::rows::gstcuda::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM};
+use crate::names::{PAIR_ALONE, PAIR_OURS, PAIR_UPSTREAM};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {

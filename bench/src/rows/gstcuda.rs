@@ -28,15 +28,10 @@ use gst::prelude::*;
 use crate::measure::{
     Child, QUEUED_FRAMES, Row, failed_row, queue_of_frames, result_of, row_from, spawn,
 };
+use crate::names::{PAIR_ALONE, PAIR_ALONE_QUEUED, PAIR_OURS, PAIR_UPSTREAM};
 use crate::options::{GST_CUDA_IDS, Options, left_out};
 use crate::rows::channel;
 use crate::{HEIGHT, WIDTH};
-
-/// The three ways rows 13 take a producer's frames (the middle of a config).
-pub const PAIR_ALONE: &str = "alone";
-const PAIR_ALONE_QUEUED: &str = "alone, halves queued apart";
-pub const PAIR_OURS: &str = "rscudaipc pair";
-pub const PAIR_UPSTREAM: &str = "upstream import";
 
 /// A producer of rows 13: GStreamer's CUDA elements up to the sink.
 struct GstCudaProducer {

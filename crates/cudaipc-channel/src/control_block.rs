@@ -1,12 +1,84 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! A second mapping of a channel's control block, to watch a channel from
-//! outside (or, in tests, to tamper with it, playing a hostile peer).
+//! A channel's control block as a mapped file: its header, whether the
+//! producer it records may still run, taking a dead producer's lock; and a
+//! second mapping of it, to watch a channel from outside (or, in tests, to
+//! tamper with it, playing a hostile peer). Above `layout` (the bytes) and
+//! `shm` (the files).
 
 use std::sync::atomic::Ordering;
 
-use crate::layout::{self, CONSUMER_ACTIVE, ControlHeader, PRODUCER_LOCK_BYTE};
+use crate::layout::{self, CONSUMER_ACTIVE, ControlHeader, PRODUCER_LOCK_BYTE, control_size};
 use crate::shm::{self, SharedFile};
+
+/// The header at the start of a mapped control file (its magic and version
+/// are not checked: see `directory` and `Consumer::open` for that).
+///
+/// # Panics
+/// When the mapping is smaller than [`control_size`]: every opener checks
+/// the size first.
+pub fn control_header(shared: &shm::SharedFile) -> &ControlHeader {
+    assert!(
+        shared.len() >= control_size(),
+        "a control file smaller than its header"
+    );
+    // SAFETY: the mapping is page aligned and at least as large as the header
+    // (asserted above), lives as long as `shared`, and ControlHeader consists
+    // of atomics only: every bit pattern is a valid value, and shared access
+    // from several processes is sound.
+    unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
+}
+
+/// Whether the producer a control block records may still run: its process
+/// runs, where its pid can be checked here (of our PID namespace, and of our
+/// user: /proc may hide other users' processes, `hidepid`), or the block is
+/// too small to record one.
+///
+/// The producer's lock says whether a producer lives, except for a moment
+/// after one is killed: on the GPU host a consumer started right after the
+/// producer was reaped saw the lock held, and gone 0.1 s later (the kernel
+/// drops it with the last reference to the open file; a mapping that the
+/// dead process's teardown still holds, likely through the GPU driver,
+/// would be one). Consumers and producers take a block whose recorded
+/// producer is gone for dead, or wait for its lock to go, instead of
+/// believing the lock for that moment.
+pub fn recorded_producer_may_run(shared: &shm::SharedFile) -> bool {
+    use std::sync::atomic::Ordering;
+    if shared.len() < control_size() {
+        return true;
+    }
+    let h = control_header(shared);
+    h.producer_pid_namespace.load(Ordering::Relaxed) != shm::pid_namespace()
+        || shared.owner_uid().ok() != Some(shm::effective_uid())
+        || shm::process_runs(
+            h.producer_pid.load(Ordering::Relaxed),
+            h.producer_start_time.load(Ordering::Relaxed),
+        )
+}
+
+/// How long a new producer (or `remove-stale`) waits for the lock of a
+/// block whose recorded producer is gone (see [`recorded_producer_may_run`])
+/// to go: the kernel keeps a dead process's files, and their locks, while
+/// it tears down its GPU context.
+const LINGERING_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the producer lock of `existing`; where a producer that is gone
+/// still holds it (for a moment after it was killed), waits for it to go:
+/// a producer restarted at once after a crash takes its channel back
+/// instead of finding it in use. The lock stays the arbiter between
+/// contenders.
+pub fn take_lock_of_dead_producer(existing: &shm::SharedFile) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + LINGERING_LOCK_WAIT;
+    loop {
+        if shm::try_lock_byte(&existing.file, PRODUCER_LOCK_BYTE)? {
+            return Ok(true);
+        }
+        if recorded_producer_may_run(existing) || std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
 
 /// The control block of a channel in the shm folder, mapped read-write
 /// beside the producer's and consumers' own mappings.
@@ -23,7 +95,7 @@ impl ControlBlock {
     }
 
     pub fn header(&self) -> &ControlHeader {
-        layout::control_header(&self.shared)
+        control_header(&self.shared)
     }
 
     /// Consumers attached now.

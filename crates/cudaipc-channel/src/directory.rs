@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
+use super::control_block::{control_header, recorded_producer_may_run, take_lock_of_dead_producer};
 use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket;
@@ -191,7 +192,7 @@ fn describe(mut entry: ChannelEntry, shared: &SharedFile) -> ChannelEntry {
     let state = h.state.load(Ordering::SeqCst);
     let live = (state == STATE_OPEN || state == STATE_CLOSING)
         && shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
-        && super::layout::recorded_producer_may_run(shared);
+        && recorded_producer_may_run(shared);
     entry.state = if live {
         ChannelState::Live
     } else {
@@ -315,8 +316,8 @@ pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
     // down a dead process's GPU context before it lets go of its files):
     // it is waited for, and then the block goes without it.
     if !shm::try_lock_byte(&shared.file, PRODUCER_LOCK_BYTE)?
-        && !super::layout::take_lock_of_dead_producer(&shared)?
-        && super::layout::recorded_producer_may_run(&shared)
+        && !take_lock_of_dead_producer(&shared)?
+        && recorded_producer_may_run(&shared)
     {
         return Ok(false);
     }
@@ -330,6 +331,50 @@ pub fn remove_if_stale(channel: &str) -> std::io::Result<bool> {
         shm::remove_session_data_files(channel, session);
     }
     Ok(true)
+}
+
+/// A waiting consumer's marker, locked while it lives; removed on drop.
+pub struct WaiterMarker {
+    file: SharedFile,
+}
+
+impl WaiterMarker {
+    pub fn create(channel: &str) -> Option<Self> {
+        // Those of consumers that died waiting (killed by a signal), of any
+        // channel: they would stay until a producer of theirs came.
+        remove_stale_waiters(None);
+        let session = shm::random_u64();
+        let path = shm::waiter_marker_path(channel, session);
+        // Locked before it gets its name: `count_live_waiters` removes
+        // unlocked markers as dead ones.
+        let temp = shm::shm_dir().join(format!(".cudaipc-waiter-{session:016x}"));
+        let mut file = SharedFile::create_exclusive(&temp, shm::MARKER_BYTES, 0o600).ok()?;
+        let owner = [
+            u64::from(std::process::id()),
+            shm::own_start_time().unwrap_or(0),
+            shm::pid_namespace(),
+        ];
+        let words = file.map.as_ptr() as *const std::sync::atomic::AtomicU64;
+        for (i, word) in owner.into_iter().enumerate() {
+            // SAFETY: the mapping holds MARKER_BYTES (three aligned u64
+            // words); atomics make a concurrent reader harmless.
+            unsafe { (*words.add(i)).store(word, std::sync::atomic::Ordering::Relaxed) };
+        }
+        let locked = shm::try_lock_byte(&file.file, 0).unwrap_or(false);
+        let named = locked && shm::link_exclusive(&temp, &path).is_ok();
+        let _ = std::fs::remove_file(&temp);
+        if !named {
+            return None;
+        }
+        file.path = path;
+        Some(Self { file })
+    }
+}
+
+impl Drop for WaiterMarker {
+    fn drop(&mut self) {
+        let _ = shm::remove_name(&self.file.path);
+    }
 }
 
 #[cfg(test)]
@@ -371,7 +416,7 @@ mod tests {
     #[test]
     fn a_dead_consumers_marker_is_listed_stale_and_removed_a_live_ones_kept() {
         let name = format!("waiters-{:x}", shm::random_u64());
-        let live = shm::WaiterMarker::create(&name).unwrap();
+        let live = super::WaiterMarker::create(&name).unwrap();
         // What a consumer killed while it waited leaves: an unlocked marker.
         let dead = shm::waiter_marker_path(&name, shm::random_u64());
         std::fs::write(&dead, [0u8; 8]).unwrap();
@@ -401,7 +446,7 @@ mod tests {
         // while (it tears down the process's GPU context first): the process
         // recorded in the marker decides then.
         let name = format!("waiters-{:x}", shm::random_u64());
-        let marker = shm::WaiterMarker::create(&name).unwrap();
+        let marker = super::WaiterMarker::create(&name).unwrap();
         assert!(list_waiters(Some(&name))[0].live);
         // A pid no process has: above Linux's pid_max (2^22), and not a
         // multiple of 4 as Windows' are. (No child is started for one: a
@@ -424,7 +469,7 @@ mod tests {
         let name = format!("waiters-{:x}", shm::random_u64());
         let dead = shm::waiter_marker_path(&name, shm::random_u64());
         std::fs::write(&dead, [0u8; 8]).unwrap();
-        let _live = shm::WaiterMarker::create(&format!("{name}-other")).unwrap();
+        let _live = super::WaiterMarker::create(&format!("{name}-other")).unwrap();
         assert!(!dead.exists());
     }
 

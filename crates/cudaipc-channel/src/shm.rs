@@ -78,53 +78,9 @@ pub fn waiter_marker_path(channel: &str, session: u64) -> PathBuf {
     shm_dir().join(format!("{FILE_PREFIX}{channel}@waiter.{session:016x}"))
 }
 
-/// A waiting consumer's marker, locked while it lives; removed on drop.
-pub struct WaiterMarker {
-    file: SharedFile,
-}
-
-impl WaiterMarker {
-    pub fn create(channel: &str) -> Option<Self> {
-        // Those of consumers that died waiting (killed by a signal), of any
-        // channel: they would stay until a producer of theirs came.
-        super::directory::remove_stale_waiters(None);
-        let session = random_u64();
-        let path = waiter_marker_path(channel, session);
-        // Locked before it gets its name: `count_live_waiters` removes
-        // unlocked markers as dead ones.
-        let temp = shm_dir().join(format!(".cudaipc-waiter-{session:016x}"));
-        let mut file = SharedFile::create_exclusive(&temp, MARKER_BYTES, 0o600).ok()?;
-        let owner = [
-            u64::from(std::process::id()),
-            own_start_time().unwrap_or(0),
-            pid_namespace(),
-        ];
-        let words = file.map.as_ptr() as *const std::sync::atomic::AtomicU64;
-        for (i, word) in owner.into_iter().enumerate() {
-            // SAFETY: the mapping holds MARKER_BYTES (three aligned u64
-            // words); atomics make a concurrent reader harmless.
-            unsafe { (*words.add(i)).store(word, std::sync::atomic::Ordering::Relaxed) };
-        }
-        let locked = try_lock_byte(&file.file, 0).unwrap_or(false);
-        let named = locked && link_exclusive(&temp, &path).is_ok();
-        let _ = std::fs::remove_file(&temp);
-        if !named {
-            return None;
-        }
-        file.path = path;
-        Some(Self { file })
-    }
-}
-
-impl Drop for WaiterMarker {
-    fn drop(&mut self) {
-        let _ = remove_name(&self.file.path);
-    }
-}
-
 /// A waiter marker's bytes: its consumer's pid, start time and pid
 /// namespace (three u64, little-endian).
-const MARKER_BYTES: usize = 24;
+pub(crate) const MARKER_BYTES: usize = 24;
 
 /// Whether the consumer of a waiter marker still waits: it holds the
 /// marker's lock, and the process recorded in it runs. The lock alone

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use super::control_block::{control_header, recorded_producer_may_run};
 use super::layout::*;
 use super::*;
 
@@ -372,7 +373,7 @@ fn the_first_frame_waits_for_consumers_still_waiting() {
     // there): the first reservation waits for the second, not just for any
     // one consumer.
     let channel = unique_channel("gate");
-    let still_waiting = shm::WaiterMarker::create(&channel).unwrap();
+    let still_waiting = crate::directory::WaiterMarker::create(&channel).unwrap();
     let p = Arc::new(producer(&channel, WhenFull::Block));
     let _attached = consumer(&channel, ConsumerMode::EveryFrame);
     let p2 = p.clone();

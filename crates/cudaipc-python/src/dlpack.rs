@@ -335,7 +335,12 @@ impl Consumed {
         };
         // SAFETY: a valid capsule of that name; the static name outlives it.
         let pointer = unsafe { ffi::PyCapsule_GetPointer(raw, name.as_ptr()) };
-        if pointer.is_null() || unsafe { ffi::PyCapsule_SetName(raw, used.as_ptr()) } != 0 {
+        if pointer.is_null() {
+            return Err(PyErr::fetch(capsule.py()));
+        }
+        // SAFETY: the same valid capsule; `used` is static, so the capsule's
+        // new name outlives it.
+        if unsafe { ffi::PyCapsule_SetName(raw, used.as_ptr()) } != 0 {
             return Err(PyErr::fetch(capsule.py()));
         }
         Ok(match versioned {

@@ -18,25 +18,23 @@
 mod memory;
 mod ordering;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudaipc_channel::platform::Shareable;
 
-use super::timeline::Timeline;
 use super::{
-    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, RECEIVED_POOL, SlotMemory, SlotRequest,
-    TransportError, WriterStream,
+    ConsumerSlots, GpuSync, GpuWork, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    WriterStream,
 };
-use crate::cuda::{Device, DeviceRegion, Event, IPC_HANDLE_BYTES, Stream};
+use crate::cuda::{Device, DeviceRegion, Event};
+use crate::slots::RECEIVED_POOL;
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
-use cudaipc_channel::{ChannelInfo, ConsumerSetFingerprint, IpcMode, PoolInfo, Producer};
+use cudaipc_channel::{ChannelInfo, IpcMode, PoolInfo, Producer};
 pub use memory::MemoryKind;
 use memory::{PoolAccess, ProducerMemory};
-use ordering::{ConsumerOrdering, ProducerOrdering};
+use ordering::{ConsumerOrdering, ProducerOrdering, Writer};
 
 /// One way to build the cuda transport's slots: where their memory comes
 /// from, and how GPU work on them is ordered across processes.
@@ -118,31 +116,6 @@ impl fmt::Display for CudaComposition {
         };
         write!(f, "{} memory ordered by {ordering}", self.memory)
     }
-}
-
-/// How long the producer waits for a consumer's released reads of a slot on
-/// the timeline before it stops counting that consumer's reads (its frames
-/// may then be overwritten while it reads them; the producer goes on).
-const TIMELINE_READS_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A consumer's release events, opened once per descriptor it publishes.
-struct ConsumerEvents {
-    session: u64,
-    /// Timeline: its reads did not finish within [`TIMELINE_READS_TIMEOUT`];
-    /// no longer waited for.
-    ignored: bool,
-    /// Per slot: the published descriptor and its event, opened.
-    events: Vec<([u8; RELEASE_DESCRIPTOR_BYTES], Option<Event>)>,
-}
-
-/// The release events of the attached consumers, as last read.
-#[derive(Default)]
-struct ConsumerEventCache {
-    /// The consumer set the events were read for.
-    seen: Option<ConsumerSetFingerprint>,
-    /// A consumer's descriptors were being rewritten: read again then.
-    retry_at: Option<Instant>,
-    consumers: HashMap<usize, ConsumerEvents>,
 }
 
 /// How long a producer waits on the host for consumers' GPU reads of a
@@ -251,11 +224,11 @@ pub struct CudaProducerSlots {
     device: Arc<Device>,
     memory: ProducerMemory,
     ordering: ProducerOrdering,
+    /// Where the slots are written: lent memory by upstream, outside our
+    /// stream.
+    writer: Writer,
     descriptors: Vec<[u8; SLOT_DESCRIPTOR_BYTES]>,
     size: usize,
-    /// See [`waits_on_host`].
-    host_waits: bool,
-    consumers: Mutex<ConsumerEventCache>,
 }
 
 impl CudaProducerSlots {
@@ -302,17 +275,20 @@ impl CudaProducerSlots {
     ) -> Result<Self, TransportError> {
         let composition = CudaComposition::for_request(memory.kind(), request)?;
         let count = memory.regions().len();
-        let ordering = ProducerOrdering::create(device, composition, request, count)?;
+        let ordering = ProducerOrdering::create(device, composition.ordering, request, count)?;
         let mut descriptors = memory.descriptors()?;
         ordering.describe(&mut descriptors)?;
+        let writer = match composition.memory {
+            MemoryKind::Lent => Writer::Elsewhere,
+            MemoryKind::Own | MemoryKind::Shared => Writer::OurStream,
+        };
         Ok(Self {
             device: device.clone(),
             memory,
             ordering,
+            writer,
             descriptors,
             size,
-            host_waits: waits_on_host(device),
-            consumers: Mutex::new(ConsumerEventCache::default()),
         })
     }
 
@@ -320,141 +296,8 @@ impl CudaProducerSlots {
     pub fn composition(&self) -> CudaComposition {
         CudaComposition {
             memory: self.memory.kind(),
-            ordering: match self.ordering {
-                ProducerOrdering::Host => GpuSync::Host,
-                ProducerOrdering::Event { .. } => GpuSync::Event,
-                ProducerOrdering::Timeline(_) => GpuSync::Timeline,
-            },
+            ordering: self.ordering.gpu_sync(),
         }
-    }
-
-    /// Makes later work on `stream` wait for the consumers' reads of
-    /// `slot` (their release events), on the GPU.
-    fn wait_for_reads_on(
-        &self,
-        slot: usize,
-        producer: &Producer,
-        stream: &Stream,
-    ) -> Result<(), TransportError> {
-        let mut cache = self.consumers.lock().unwrap();
-        self.refresh_consumers(producer, &mut cache);
-        for consumer in cache.consumers.values() {
-            if let Some((_, Some(event))) = consumer.events.get(slot) {
-                stream.wait_event(event)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits on the host until the consumers' GPU reads of `slot`'s last
-    /// frame are done: for a lent slot, whose next writer does not wait on
-    /// our stream, and without MPS (see [`waits_on_host`]). Consumers that
-    /// die meanwhile stop counting.
-    fn wait_reads_on_host(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
-        poll_on_host(
-            (GpuWork::ConsumerReads, slot),
-            Duration::from_micros(50),
-            || self.reads_done(slot, producer),
-            || {
-                producer.reclaim_dead_consumers();
-                false
-            },
-        )
-    }
-
-    /// Waits on the host until the consumers' GPU reads of `slot` that
-    /// they released are done, by the timeline. A consumer whose reads do
-    /// not finish within [`TIMELINE_READS_TIMEOUT`] is not waited for again
-    /// (it can delay the producer once, never stop it).
-    fn wait_reads_on_timeline(
-        &self,
-        timeline: &Timeline,
-        slot: usize,
-        producer: &Producer,
-    ) -> Result<(), TransportError> {
-        self.wait_written(timeline, slot)?;
-        // The consumers (rows) whose released reads of the slot are not done.
-        let late = || {
-            let mut cache = self.consumers.lock().unwrap();
-            self.refresh_consumers(producer, &mut cache);
-            let rows: Vec<usize> = cache
-                .consumers
-                .iter()
-                .filter(|(row, c)| !c.ignored && !timeline.reads_done(**row, slot))
-                .map(|(row, _)| *row)
-                .collect();
-            (cache, rows)
-        };
-        let polled = poll_for(
-            Duration::from_micros(50),
-            TIMELINE_READS_TIMEOUT,
-            || Ok(late().1.is_empty()),
-            || {
-                producer.reclaim_dead_consumers();
-                false
-            },
-        )?;
-        if let Polled::TimedOut = polled {
-            let (mut cache, rows) = late();
-            for row in rows {
-                if let Some(consumer) = cache.consumers.get_mut(&row) {
-                    consumer.ignored = true;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Opens the release events of consumers that attached since last time.
-    fn refresh_consumers(&self, producer: &Producer, cache: &mut ConsumerEventCache) {
-        let fingerprint = producer.consumer_fingerprint();
-        let retry_due = cache.retry_at.is_some_and(|at| Instant::now() >= at);
-        if cache.seen.as_ref() == Some(&fingerprint) && !retry_due {
-            return;
-        }
-        let (infos, unread) = producer.consumer_release_info();
-        // Events of a consumer whose record could not be read stay in use.
-        cache.consumers.retain(|index, c| {
-            unread.contains(index)
-                || infos
-                    .iter()
-                    .any(|i| i.index == *index && i.session == c.session)
-        });
-        for info in infos {
-            let entry = cache
-                .consumers
-                .entry(info.index)
-                .or_insert_with(|| ConsumerEvents {
-                    session: info.session,
-                    ignored: false,
-                    events: Vec::new(),
-                });
-            // Consumers publish new events with each pool they open.
-            entry.events.truncate(info.descriptors.len());
-            for (slot, descriptor) in info.descriptors.iter().enumerate() {
-                if entry.events.get(slot).is_some_and(|(d, _)| d == descriptor) {
-                    continue;
-                }
-                let mut handle = [0u8; IPC_HANDLE_BYTES];
-                handle.copy_from_slice(&descriptor[..IPC_HANDLE_BYTES]);
-                // A consumer that publishes garbage only loses its own
-                // ordering guarantee; it cannot stop the producer.
-                let event = match self.ordering {
-                    ProducerOrdering::Event { .. } => Event::open_ipc(&self.device, &handle).ok(),
-                    ProducerOrdering::Host | ProducerOrdering::Timeline(_) => None,
-                };
-                let opened = (*descriptor, event);
-                if slot < entry.events.len() {
-                    entry.events[slot] = opened;
-                } else {
-                    entry.events.push(opened);
-                }
-            }
-        }
-        cache.seen = Some(fingerprint);
-        // Bounded re-reads: a consumer stuck mid-write must not cost every
-        // frame a full seqlock read.
-        cache.retry_at = (!unread.is_empty()).then(|| Instant::now() + Duration::from_millis(1));
     }
 }
 
@@ -476,14 +319,14 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn pool_descriptor(&self) -> Vec<u8> {
-        match (&self.memory, &self.ordering) {
+        match (&self.memory, self.ordering.timeline()) {
             (ProducerMemory::Shared { .. }, _) => RECEIVED_POOL.to_vec(),
             // A legacy channel's timeline block is a data file named here.
-            (_, ProducerOrdering::Timeline(timeline)) => timeline
+            (_, Some(timeline)) => timeline
                 .name()
                 .map(|name| name.as_bytes().to_vec())
                 .unwrap_or_default(),
-            (_, ProducerOrdering::Host | ProducerOrdering::Event { .. }) => Vec::new(),
+            (_, None) => Vec::new(),
         }
     }
 
@@ -494,7 +337,7 @@ impl ProducerSlots for CudaProducerSlots {
             return Ok(Vec::new());
         };
         let mut fds = Vec::with_capacity(allocations.len() + 1);
-        if let ProducerOrdering::Timeline(timeline) = &self.ordering {
+        if let Some(timeline) = self.ordering.timeline() {
             fds.push(
                 timeline
                     .export()
@@ -512,54 +355,11 @@ impl ProducerSlots for CudaProducerSlots {
     }
 
     fn before_write(&self, slot: usize, producer: &Producer) -> Result<(), TransportError> {
-        match &self.ordering {
-            // Consumers synchronised before releasing: nothing is in flight.
-            ProducerOrdering::Host => Ok(()),
-            ProducerOrdering::Timeline(timeline) => {
-                self.wait_reads_on_timeline(timeline, slot, producer)
-            }
-            ProducerOrdering::Event { .. }
-                if self.memory.kind() == MemoryKind::Lent || self.host_waits =>
-            {
-                self.wait_reads_on_host(slot, producer)
-            }
-            ProducerOrdering::Event { .. } => {
-                self.wait_for_reads_on(slot, producer, &self.device.stream())
-            }
-        }
+        self.ordering.before_write(slot, producer, self.writer)
     }
 
     fn reads_done(&self, slot: usize, producer: &Producer) -> Result<bool, TransportError> {
-        match &self.ordering {
-            // Consumers synchronised before releasing.
-            ProducerOrdering::Host => Ok(true),
-            ProducerOrdering::Timeline(timeline) => {
-                if !timeline.is_written(slot) {
-                    return Ok(false);
-                }
-                let mut cache = self.consumers.lock().unwrap();
-                self.refresh_consumers(producer, &mut cache);
-                Ok(cache
-                    .consumers
-                    .iter()
-                    .all(|(&row, c)| c.ignored || timeline.reads_done(row, slot)))
-            }
-            ProducerOrdering::Event { ready } => {
-                if !ready[slot].is_complete()? {
-                    return Ok(false);
-                }
-                let mut cache = self.consumers.lock().unwrap();
-                self.refresh_consumers(producer, &mut cache);
-                for consumer in cache.consumers.values() {
-                    if let Some((_, Some(event))) = consumer.events.get(slot)
-                        && !event.is_complete()?
-                    {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            }
-        }
+        self.ordering.reads_done(slot, producer)
     }
 
     fn order_writer_after_reads(
@@ -568,61 +368,18 @@ impl ProducerSlots for CudaProducerSlots {
         producer: &Producer,
         writer: WriterStream,
     ) -> Result<bool, TransportError> {
-        match &self.ordering {
-            ProducerOrdering::Host => Ok(true),
-            ProducerOrdering::Timeline(_) => Ok(false),
-            ProducerOrdering::Event { .. } if self.host_waits => Ok(false),
-            ProducerOrdering::Event { .. } => {
-                // SAFETY: `WriterStream::new`'s contract: a live stream of
-                // this device's primary context.
-                let stream = unsafe { self.device.foreign_stream(writer.raw()) };
-                self.wait_for_reads_on(slot, producer, &stream)?;
-                Ok(true)
-            }
-        }
+        self.ordering
+            .order_writer_after_reads(slot, producer, writer)
     }
 
     fn after_write(&self, slot: usize) -> Result<(), TransportError> {
-        self.mark_written(slot, &self.device.stream())
-    }
-}
-
-impl CudaProducerSlots {
-    /// Waits on the host until the frame last published in `slot` is
-    /// written, before the slot is written again (or its lent buffer goes
-    /// back upstream): that bounds how far our queued GPU work runs ahead of
-    /// the GPU to the slots. Every-frame consumers bound it anyway (they
-    /// release a frame after reading it); without them the host would queue
-    /// as much as the driver takes (tens of milliseconds of 4K frames), and
-    /// a consumer of the latest frame would wait that long for each one.
-    fn wait_written(&self, timeline: &Timeline, slot: usize) -> Result<(), TransportError> {
-        poll_on_host(
-            (GpuWork::OwnWrites, slot),
-            Duration::from_micros(20),
-            || Ok(timeline.is_written(slot)),
-            || false,
-        )
-    }
-
-    /// Marks the frame in `slot` written once the work queued so far on
-    /// `stream` is done.
-    fn mark_written(&self, slot: usize, stream: &Stream) -> Result<(), TransportError> {
-        match &self.ordering {
-            ProducerOrdering::Timeline(timeline) => timeline.mark_written(slot, stream)?,
-            ProducerOrdering::Host => stream.synchronize()?,
-            ProducerOrdering::Event { ready } => stream.record(&ready[slot])?,
-        }
-        Ok(())
+        self.ordering.mark_written(slot, &self.device.stream())
     }
 }
 
 impl Drop for CudaProducerSlots {
     fn drop(&mut self) {
-        // The stream's pending writes into the timeline block must run
-        // before the block is unregistered.
-        if let ProducerOrdering::Timeline(_) = self.ordering {
-            let _ = self.device.stream().synchronize();
-        }
+        self.ordering.finish_before_drop();
     }
 }
 
@@ -712,56 +469,12 @@ impl ConsumerSlots for CudaConsumerSlots {
         give_up: &dyn Fn() -> bool,
     ) -> Result<bool, TransportError> {
         let on_host = on_host || self.host_waits;
-        match &self.ordering {
-            ConsumerOrdering::Host => return Ok(true),
-            ConsumerOrdering::Timeline(timeline) => {
-                let target = timeline.block.ready_target(slot);
-                timeline.targets[slot].store(target, Ordering::Relaxed);
-                match on_host {
-                    true => poll_on_host(
-                        (GpuWork::ProducerWrites, slot),
-                        Duration::from_micros(20),
-                        || Ok(timeline.block.is_ready(slot, target)),
-                        give_up,
-                    )?,
-                    false => timeline
-                        .block
-                        .wait_ready_on(slot, target, &self.device.stream())?,
-                }
-            }
-            ConsumerOrdering::Event { ready, .. } if on_host => {
-                wait_on_host(&ready[slot], (GpuWork::ProducerWrites, slot), give_up)?
-            }
-            ConsumerOrdering::Event { ready, .. } => {
-                self.device.stream().wait_event(&ready[slot])?
-            }
-        }
-        Ok(on_host)
+        self.ordering
+            .before_read(&self.device, slot, on_host, give_up)
     }
 
     fn finish_read(&self, slot: usize) -> Result<(), TransportError> {
-        let stream = self.device.stream();
-        match &self.ordering {
-            ConsumerOrdering::Host => stream.synchronize()?,
-            ConsumerOrdering::Timeline(timeline) => {
-                let target = timeline.targets[slot].load(Ordering::Relaxed);
-                // Downstream reads the frame on our stream or orders its
-                // reads before it (wrapped slots): with the stream idle the
-                // reads are done (or there were none, a consumer that drops
-                // frames), and the release needs no GPU work. Our earlier
-                // marks of the slot have run too, so no older value can
-                // land after this one.
-                if stream.is_idle()? {
-                    timeline.block.mark_read_done(timeline.row, slot, target);
-                } else {
-                    timeline
-                        .block
-                        .mark_read(timeline.row, slot, target, &stream)?;
-                }
-            }
-            ConsumerOrdering::Event { released, .. } => stream.record(&released[slot])?,
-        }
-        Ok(())
+        self.ordering.finish_read(&self.device, slot)
     }
 
     fn release_descriptors(&self) -> Vec<[u8; RELEASE_DESCRIPTOR_BYTES]> {
@@ -771,29 +484,6 @@ impl ConsumerSlots for CudaConsumerSlots {
 
 impl Drop for CudaConsumerSlots {
     fn drop(&mut self) {
-        let ConsumerOrdering::Timeline(timeline) = &self.ordering else {
-            return;
-        };
-        // Our stream may still wait for the producer's marks (a producer
-        // that died before its GPU wrote them): give them a moment, then
-        // write them ourselves, so that it never waits on memory that is
-        // gone; its own writes into the block run before it is unregistered.
-        let targets: Vec<u64> = timeline
-            .targets
-            .iter()
-            .map(|t| t.load(Ordering::Relaxed))
-            .collect();
-        let all_ready = || {
-            targets
-                .iter()
-                .enumerate()
-                .all(|(slot, &target)| timeline.block.is_ready(slot, target))
-        };
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while !all_ready() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        timeline.block.release_waits(&targets);
-        let _ = self.device.stream().synchronize();
+        self.ordering.finish_before_drop(&self.device);
     }
 }

@@ -7,10 +7,8 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{
-    ConsumerSlots, ProducerSlots, RECEIVED_POOL, SharedObject, SlotMemory, SlotRequest,
-    TransportError,
-};
+use super::{ConsumerSlots, ProducerSlots, SharedObject, SlotMemory, SlotRequest, TransportError};
+use crate::slots::RECEIVED_POOL;
 use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::mapping::SharedMapping;
 use cudaipc_channel::shm::{self, SharedFile};
@@ -259,9 +257,9 @@ impl HostConsumerSlots {
         pool: &PoolInfo,
         producers: &Peers,
     ) -> Result<Self, TransportError> {
-        super::check_pool_received(pool)?;
+        crate::slots::check_pool_received(pool)?;
         let (count, size, needed) = pool_extent(pool)?;
-        let fd = super::request_pool(channel, pool.generation, producers)?;
+        let fd = crate::slots::request_pool(channel, pool.generation, producers)?;
         let [fd] =
             <[Shareable; 1]>::try_from(fd).map_err(|fds| TransportError::DescriptorCount {
                 received: fds.len(),

@@ -14,14 +14,14 @@
 //!   pool hands one out per buffer, carried by the buffer's memory), writes
 //!   into its slot, and publishes it with [`SlotLoan::publish`];
 //! - lent: once every buffer of an upstream pool went through
-//!   ([`Publisher::learn`]), those buffers become the slots
-//!   ([`Publisher::lend`], [`Publisher::publish_lent`]).
+//!   ([`Lender::learn`](crate::Lender::learn)), those buffers become the
+//!   slots ([`Lender::publish`](crate::Lender::publish); see `lending`).
 //!
 //! Each ends the same way: the reserved slot is a `Reservation` (a
 //! `SlotLoan` holds one) that publishing consumes and that gives the slot
 //! back when dropped unpublished, on every error path alike.
 //!
-//! Locks: `current`, `retired` and `learned` are leaves (none is held while
+//! Locks: `current`, `retired` and the lending's are leaves (none is held while
 //! another is taken, and none across a wait).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    CudaProducerSlots, GpuSync, LentSlots, MemoryKind, ProducerSlots, SlotMemory, SlotRequest,
-    TransportError, TransportKind, WriterStream,
+    CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
+    TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::reservation::Reservation;
@@ -76,27 +76,6 @@ struct SlotSet<T> {
 /// A replaced slot set that consumers still read, with the consumers (bits
 /// per slot record) that held it at the switch.
 type Retired<T> = (Arc<SlotSet<T>>, [u64; MAX_SLOTS]);
-
-/// A buffer of an upstream pool whose device memory could become a slot.
-#[derive(Debug, Clone)]
-pub struct LendableFrame {
-    pub key: AllocationKey,
-    /// Device address of the buffer's memory.
-    pub ptr: u64,
-    pub size: usize,
-    /// (offset, stride) of each plane of the frame in it.
-    pub planes: Vec<(u64, u32)>,
-}
-
-/// What [`Publisher::learn`] made of a lendable buffer.
-#[derive(Debug)]
-pub enum Learned {
-    /// A buffer not seen before; that many seen so far.
-    New(usize),
-    Known,
-    /// Every buffer of the pool went through: lend them.
-    All(Vec<LendableFrame>),
-}
 
 /// Slots allocated by [`Publisher::configure`] or [`Publisher::allocate`].
 #[derive(Debug, Clone, Copy)]
@@ -218,8 +197,9 @@ pub struct Publisher<T> {
     paced: AtomicBool,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
-    /// Buffers of the lendable upstream pool seen so far.
-    learned: Mutex<Vec<LendableFrame>>,
+    /// Whether `retired` may hold a set: publishing takes no lock per frame
+    /// for the sets that are rarely there.
+    any_retired: AtomicBool,
     /// Set once `wait_for_consumers` consumers were attached.
     consumers_ready: AtomicBool,
     /// Set once the end of the stream was published.
@@ -270,7 +250,7 @@ impl<T: Send + 'static> Publisher<T> {
             paced: AtomicBool::new(false),
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
-            learned: Mutex::new(Vec::new()),
+            any_retired: AtomicBool::new(false),
             zero_copy: AtomicU64::new(0),
             copied: AtomicU64::new(0),
             repeated: AtomicU64::new(0),
@@ -293,11 +273,6 @@ impl<T: Send + 'static> Publisher<T> {
 
     pub fn is_interrupted(&self) -> bool {
         self.interrupt.load(Ordering::SeqCst)
-    }
-
-    /// Whether the current slots are buffers lent by an upstream pool.
-    pub fn is_lent(&self) -> bool {
-        self.current_set().is_some_and(|set| set.lent.is_some())
     }
 
     /// Ends every wait of the publisher (unlock: flushing or stopping).
@@ -380,7 +355,7 @@ impl<T: Send + 'static> Publisher<T> {
         self.allocate(frame_size).map(Some)
     }
 
-    fn auto_slots(&self, frame_size: usize) -> usize {
+    pub(crate) fn auto_slots(&self, frame_size: usize) -> usize {
         let device = self.device().map(|d| &**d);
         let paced = self.paced.load(Ordering::Relaxed);
         auto_slots(self.config.kind, device, frame_size, paced)
@@ -478,17 +453,24 @@ impl<T: Send + 'static> Publisher<T> {
         if let Some(old) = old
             && readers.iter().any(|&r| r != 0)
         {
-            self.retired.lock().unwrap().push((old, readers));
+            let mut retired = self.retired.lock().unwrap();
+            retired.push((old, readers));
+            self.any_retired.store(true, Ordering::Release);
         }
         Ok(())
     }
 
-    /// Frees the retired slot sets that no consumer reads any more. A bit
-    /// once seen clear stays clear: a consumer that released a frame of a
-    /// retired set cannot take another one from it.
-    pub fn reap_retired(&self) {
+    /// Frees the retired slot sets that no consumer reads any more (each
+    /// publish path does, once per frame). A bit once seen clear stays
+    /// clear: a consumer that released a frame of a retired set cannot take
+    /// another one from it.
+    fn reap_retired(&self) {
+        if !self.any_retired.load(Ordering::Acquire) {
+            return;
+        }
         let mut retired = self.retired.lock().unwrap();
         if retired.is_empty() {
+            self.any_retired.store(false, Ordering::Release);
             return;
         }
         let held = self.producer.held_slots();
@@ -498,6 +480,8 @@ impl<T: Send + 'static> Publisher<T> {
             }
             readers.iter().any(|&r| r != 0)
         });
+        self.any_retired
+            .store(!retired.is_empty(), Ordering::Release);
     }
 
     /// Reserves a slot to write the next frame into; before the first
@@ -546,6 +530,7 @@ impl<T: Send + 'static> Publisher<T> {
         meta: &FrameMeta,
         fill: impl FnOnce(&SlotMemory) -> Result<(), E>,
     ) -> Result<Option<(usize, bool)>, PublishError> {
+        self.reap_retired();
         let key = source.as_ref().map(|(key, _)| *key);
         // A free slot that holds the frame already, else any free slot.
         let reserved =
@@ -683,95 +668,55 @@ impl<T: Send + 'static> Publisher<T> {
             .as_ref()
             .is_some_and(|current| Arc::ptr_eq(current, set))
     }
+}
 
-    /// Forgets the lendable buffers seen so far (a new pool was proposed).
-    pub fn restart_learning(&self) {
-        self.learned.lock().unwrap().clear();
+/// What the lending (`lending.rs`, which sits above the publisher) asks of
+/// it: its terms, whether the slots are lent, to lend a pool's buffers, and
+/// to publish a frame from a lent slot. The learning is the lending's own.
+impl<T: Send + 'static> Publisher<T> {
+    /// What the publisher was made with (the lending's terms).
+    pub(crate) fn config(&self) -> &PublisherConfig {
+        &self.config
     }
 
-    /// Notes a copied frame of the lendable pool, of `pool_buffers` buffers
-    /// (`None`: not a pool whose buffers can all be known).
-    pub fn learn(&self, frame: LendableFrame, pool_buffers: Option<usize>) -> Learned {
-        let mut learned = self.learned.lock().unwrap();
-        let new = !learned.iter().any(|f| f.key == frame.key);
-        if new {
-            learned.push(frame);
-        }
-        let Some(count) = pool_buffers.filter(|&n| learned.len() >= n) else {
-            return if new {
-                Learned::New(learned.len())
-            } else {
-                Learned::Known
-            };
-        };
-        let seen = std::mem::take(&mut *learned);
-        if seen.len() > count {
-            // More buffers than the pool holds: it was reallocated since.
-            // Learn it again.
-            return Learned::Known;
-        }
-        Learned::All(seen)
+    /// Whether the current slots are buffers lent by an upstream pool.
+    pub(crate) fn is_lent(&self) -> bool {
+        self.current_set().is_some_and(|set| set.lent.is_some())
     }
 
-    /// Whether buffers of another allocator can become the slots (see
-    /// `lend`): on the cuda transport of a legacy channel in block mode.
-    /// Lent memory has only legacy IPC handles, which a descriptor channel
-    /// does not hand out; and upstream gets a lent buffer back only once
-    /// consumers release it, so with consumers holding every one the sink
-    /// would wait, which `when-full=drop` promises never to do (it copies).
-    /// And at least two slots: upstream keeps one buffer to write into while
-    /// another is published.
-    pub fn can_lend(&self) -> bool {
-        self.device().is_some()
-            && self.config.ipc_mode == MemoryKind::Lent.ipc_mode()
-            && self.config.when_full == WhenFull::Block
-            && self.config.slots != 1
-    }
-
-    /// How many buffers a pool whose buffers may be lent as slots should
-    /// have: the slots set, or with `slots=0` the automatic count but at
-    /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
-    /// buffer it rendered last and upstream must have another to write into.
-    pub fn lendable_count(&self, frame_size: usize) -> usize {
-        match self.config.slots {
-            0 => self.auto_slots(frame_size).max(AUTO_LENT_SLOTS_MIN),
-            slots => slots.max(2),
-        }
-    }
-
-    /// Makes the lendable buffers `frames` the slots (zero copy from then
-    /// on). `Ok(false)`: they cannot be (see `can_lend`; too many records).
+    /// Makes the buffers at `ptrs` (of `size` bytes at least, keyed by
+    /// `keys`) the slots, after a placeholder for each record of the current
+    /// pool, which consumers may still hold. `Ok(false)`: that many records
+    /// do not fit in a channel.
     ///
     /// # Safety
-    /// Each frame's `ptr` must start a device allocation of at least its
-    /// `size` bytes on the publisher's device that stays allocated while
-    /// the publisher exists (an upstream pool keeps its buffers allocated,
-    /// and the lent set holds the published ones).
-    pub unsafe fn lend(&self, frames: Vec<LendableFrame>) -> Result<bool, TransportError> {
+    /// Each pointer must start a device allocation of at least `size` bytes
+    /// on the publisher's device that stays allocated while the publisher
+    /// exists (an upstream pool keeps its buffers allocated, and the lent
+    /// set holds the published ones).
+    pub(crate) unsafe fn lend(
+        &self,
+        ptrs: Vec<u64>,
+        keys: Vec<AllocationKey>,
+        size: usize,
+    ) -> Result<bool, TransportError> {
         let Some(device) = self.device() else {
             return Ok(false);
         };
-        if !self.can_lend() {
-            return Ok(false);
-        }
-        // The records of the current pool, which consumers may still hold,
-        // become placeholders.
         let placeholders = self.producer.slot_count();
-        if placeholders + frames.len() > MAX_SLOTS {
+        if placeholders + ptrs.len() > MAX_SLOTS {
             return Ok(false);
         }
-        let size = frames.iter().map(|f| f.size).min().unwrap_or(0);
-        let ptrs = frames.iter().map(|f| f.ptr).collect();
-        let keys = frames.iter().map(|f| f.key).collect();
+        let config = &self.config;
         let request = SlotRequest {
-            channel: self.config.channel.clone(),
+            channel: config.channel.clone(),
             session: self.producer.session(),
             generation: self.producer.pool_generation() + 1,
-            count: placeholders + frames.len(),
+            count: placeholders + ptrs.len(),
             size,
-            permissions: self.config.permissions,
-            gpu_sync: self.config.gpu_sync,
-            ipc_mode: self.config.ipc_mode,
+            permissions: config.permissions,
+            gpu_sync: config.gpu_sync,
+            ipc_mode: config.ipc_mode,
         };
         // SAFETY: the caller's contract.
         let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }?;
@@ -779,19 +724,19 @@ impl<T: Send + 'static> Publisher<T> {
         Ok(true)
     }
 
-    /// Publishes a frame upstream wrote into the lent buffer `key`, keeping
-    /// `buffer` while it is published, then takes back the buffers
-    /// consumers are done with (for the caller to give back upstream).
-    /// The caller ordered our stream after upstream's writes.
-    /// `writer_stream` names, per buffer, the stream of the device's primary
-    /// context upstream writes it on next, if any: that stream waits for the
-    /// consumers' reads on the GPU; other buffers come back once the reads
-    /// are done. `Ok(None)`: `key` is no lent slot waiting for a frame.
-    pub fn publish_lent(
+    /// Publishes the frame upstream wrote into the lent buffer `key` with
+    /// `meta`, keeping `buffer` while it is published, then takes back the
+    /// buffers consumers are done with (for the caller to give back
+    /// upstream). Before publishing, `order_after_writer` orders our stream
+    /// after upstream's writes; `writer_stream` as in
+    /// [`LentSlots::take_released`]. `Ok(None)`: the slots are not lent, or
+    /// `key` is no lent slot waiting for a frame.
+    pub(crate) fn publish_lent(
         &self,
         key: &AllocationKey,
         buffer: T,
         meta: &FrameMeta,
+        order_after_writer: impl FnOnce() -> Result<(), TransportError>,
         writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
     ) -> Result<Option<Vec<T>>, TransportError> {
         let Some(set) = self.current_set() else {
@@ -800,6 +745,8 @@ impl<T: Send + 'static> Publisher<T> {
         let Some(lent) = &set.lent else {
             return Ok(None);
         };
+        self.reap_retired();
+        order_after_writer()?;
         let Some(reservation) = lent
             .slot_of(key)
             .and_then(|slot| lent.waiting_for_frame(slot, &self.producer))
@@ -858,6 +805,7 @@ impl<T: Send + 'static> SlotLoan<T> {
     pub fn publish(mut self, meta: &FrameMeta) -> Result<usize, PublishError> {
         self.published = true;
         let publisher = &self.publisher;
+        publisher.reap_retired();
         let reservation =
             Reservation::of_generation(&publisher.producer, self.slot, self.generation);
         if !publisher.is_current(&self.set) {
@@ -883,12 +831,6 @@ impl<T: Send + 'static> Drop for SlotLoan<T> {
         }
     }
 }
-
-/// How many buffers an upstream pool whose buffers may be lent as slots
-/// gets with `slots=0`, at least: with MPS, a consumer feeding GStreamer's
-/// `cudaconvert` from lent 4K slots ran 13% faster with four than with two
-/// (and one that drops frames as fast), see docs/performance.md.
-const AUTO_LENT_SLOTS_MIN: usize = 4;
 
 /// The ring depth `slots=0` stands for without MPS, for frames that come as
 /// fast as the pipeline runs: as many slots as 1 GiB holds, or 5% of the

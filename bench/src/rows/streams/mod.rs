@@ -36,9 +36,6 @@ use crate::report::print_row;
 use crate::rows::frame_geometry;
 use search::streams_row;
 
-/// Rows 14: seconds of a trial (after every consumer's first frame) that
-/// are not counted.
-pub const STREAMS_SETTLE_S: f64 = 2.0;
 /// The frame rate of rows 14's producers.
 pub(super) const STREAM_FPS: f64 = 30.0;
 /// A pair is late below this share of the frames its producer should make.

@@ -3,10 +3,9 @@
 //! Rows 14's search for the most pairs a GPU carries with no late frame.
 
 use super::trial::streams_trial;
-use super::{
-    STREAM_FPS, STREAMS_MEMORY_SHARE, STREAMS_SETTLE_S, StreamPair, StreamsTrial, gpu_memory_mib,
-};
+use super::{STREAM_FPS, STREAMS_MEMORY_SHARE, StreamPair, StreamsTrial, gpu_memory_mib};
 use crate::measure::Row;
+use crate::names::STREAMS_SETTLE_S;
 use crate::options::Options;
 
 /// The trials of a search, in the order they ran.

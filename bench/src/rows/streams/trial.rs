@@ -8,10 +8,10 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use super::{
-    STREAM_FPS, STREAM_FRAMES_NEEDED, STREAMS_SETTLE_S, STREAMS_START_LIMIT, StreamPair,
-    StreamsTrial, gpu_memory_mib,
+    STREAM_FPS, STREAM_FRAMES_NEEDED, STREAMS_START_LIMIT, StreamPair, StreamsTrial, gpu_memory_mib,
 };
 use crate::measure::{Child, number, row_from};
+use crate::names::STREAMS_SETTLE_S;
 use crate::options::Options;
 use crate::procs::{ChildResult, Proc, ProcEvent, finish_all};
 use crate::report::opt;

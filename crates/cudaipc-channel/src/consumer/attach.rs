@@ -23,7 +23,7 @@ impl Consumer {
         // consumers (the subscriber's first look, then its wait) could catch
         // it instead of the lasting one.
         let mut marker = (config.connect_timeout != Some(Duration::ZERO))
-            .then(|| shm::WaiterMarker::create(&config.channel))
+            .then(|| crate::directory::WaiterMarker::create(&config.channel))
             .flatten();
         let mut waited = false;
         loop {

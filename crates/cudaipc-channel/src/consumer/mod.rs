@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::control_block::{control_header, recorded_producer_may_run};
 use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};
@@ -195,7 +196,7 @@ pub struct Consumer {
     caught_up: bool,
     /// The marker of a consumer that waited for the producer, kept until
     /// it is ready: the producer's first frame waits for it.
-    waiter_marker: Option<shm::WaiterMarker>,
+    waiter_marker: Option<crate::directory::WaiterMarker>,
 }
 
 impl std::fmt::Debug for Consumer {

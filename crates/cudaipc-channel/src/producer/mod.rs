@@ -3,6 +3,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use super::control_block::{control_header, take_lock_of_dead_producer};
 use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};

@@ -192,8 +192,8 @@ impl<'a> PoolAccess<'a> {
                 producer_uid: info.producer_uid,
             });
         };
-        super::super::check_pool_received(pool)?;
-        let fds = super::super::request_pool(channel, pool.generation, producers)?;
+        crate::slots::check_pool_received(pool)?;
+        let fds = crate::slots::request_pool(channel, pool.generation, producers)?;
         let expected = pool.slot_descriptors.len() + first;
         if fds.len() != expected {
             return Err(TransportError::DescriptorCount {

@@ -8,11 +8,17 @@ use std::sync::{Mutex, MutexGuard};
 use api::FrameLoan;
 
 use crate::handles::Registry;
-use crate::publisher::cudaipc_loan;
 use crate::status::{
     CUDAIPC_ERROR_INVALID_HANDLE, CUDAIPC_OK, Failure, Result, cudaipc_status, guard,
 };
 use crate::types::{check_out, cudaipc_layout, cudaipc_loan_info, pts};
+
+/// A slot lent by `cudaipc_publisher_loan`, to write one frame into in
+/// place. Opaque; ends with `cudaipc_loan_publish` or
+/// `cudaipc_loan_discard`.
+pub struct cudaipc_loan {
+    _opaque: (),
+}
 
 /// A loan; `None` once published or discarded by a call that raced with
 /// another on the same handle.

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_void};
 use api::{IpcMode, Published, Publisher, PublisherOptions, Transport, WhenFull};
 
 use crate::handles::Registry;
-use crate::loan::{LOANS, Loan};
+use crate::loan::{LOANS, Loan, cudaipc_loan};
 use crate::status::{CUDAIPC_DROPPED, CUDAIPC_OK, Failure, Result, cudaipc_status, guard};
 use crate::types::{
     channel_name, cudaipc_layout, cudaipc_publisher_options, enum_value, pts, read_sized, write_out,
@@ -17,13 +17,6 @@ use crate::types::{
 /// pipeline). Opaque; made by `cudaipc_publisher_create`, freed by
 /// `cudaipc_publisher_free`.
 pub struct cudaipc_publisher {
-    _opaque: (),
-}
-
-/// A slot lent by `cudaipc_publisher_loan`, to write one frame into in
-/// place. Opaque; ends with `cudaipc_loan_publish` or
-/// `cudaipc_loan_discard`.
-pub struct cudaipc_loan {
     _opaque: (),
 }
 

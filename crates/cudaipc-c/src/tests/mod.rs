@@ -40,10 +40,8 @@ fn layout(format: cudaipc_format, width: u32, height: u32) -> cudaipc_layout {
 fn host_publisher(channel: &CStr, layout: &cudaipc_layout) -> *mut cudaipc_publisher {
     let mut options = std::mem::MaybeUninit::<cudaipc_publisher_options>::uninit();
     // SAFETY: writable options.
-    assert_eq!(
-        unsafe { cudaipc_publisher_options_init(options.as_mut_ptr()) },
-        CUDAIPC_OK
-    );
+    let status = unsafe { cudaipc_publisher_options_init(options.as_mut_ptr()) };
+    assert_eq!(status, CUDAIPC_OK);
     // SAFETY: initialised above.
     let mut options = unsafe { options.assume_init() };
     options.transport = cudaipc_transport::CUDAIPC_TRANSPORT_HOST as u32;
@@ -69,10 +67,8 @@ fn subscriber(channel: &CStr, frames: cudaipc_frames) -> *mut cudaipc_subscriber
 fn subscriber_options() -> cudaipc_subscriber_options {
     let mut options = std::mem::MaybeUninit::<cudaipc_subscriber_options>::uninit();
     // SAFETY: writable options.
-    assert_eq!(
-        unsafe { cudaipc_subscriber_options_init(options.as_mut_ptr()) },
-        CUDAIPC_OK
-    );
+    let status = unsafe { cudaipc_subscriber_options_init(options.as_mut_ptr()) };
+    assert_eq!(status, CUDAIPC_OK);
     // SAFETY: initialised above.
     unsafe { options.assume_init() }
 }

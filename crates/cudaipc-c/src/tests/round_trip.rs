@@ -108,10 +108,8 @@ fn published_frames_arrive_with_their_layout_and_time() {
     assert!(frame.is_null());
     let mut missed = 9;
     // SAFETY: live handle, writable out.
-    assert_eq!(
-        unsafe { cudaipc_subscriber_frames_missed(subscriber, &mut missed) },
-        CUDAIPC_OK
-    );
+    let status = unsafe { cudaipc_subscriber_frames_missed(subscriber, &mut missed) };
+    assert_eq!(status, CUDAIPC_OK);
     assert_eq!(missed, 0);
     assert_eq!(cudaipc_subscriber_free(subscriber), CUDAIPC_OK);
     assert_eq!(cudaipc_publisher_free(publisher), CUDAIPC_OK);
@@ -164,10 +162,8 @@ fn a_loaned_slot_written_in_place_is_read_as_written() {
     }
     let mut frame = null_mut();
     // SAFETY: live handle, writable out.
-    assert_eq!(
-        unsafe { cudaipc_subscriber_next_frame(subscriber, 5000, &mut frame) },
-        CUDAIPC_OK
-    );
+    let status = unsafe { cudaipc_subscriber_next_frame(subscriber, 5000, &mut frame) };
+    assert_eq!(status, CUDAIPC_OK);
     let got = frame_info(frame);
     assert_eq!((got.pts_ns, got.layout.offsets[1]), (5, 48));
     assert_eq!(bytes(&got), pattern(7, 72));

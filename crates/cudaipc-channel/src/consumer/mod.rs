@@ -614,13 +614,8 @@ impl Consumer {
         let mut target = self.cursor;
         if self.config.mode == ConsumerMode::Latest || published - target > QUEUE_LEN as u64 {
             target = published - 1;
-        } else if let Some(end) = self.end_to_skip_to(published) {
-            if end == published {
-                // The producer stops without an end of stream: nothing to take.
-                self.advance(published, published - self.cursor);
-                return Ok(None);
-            }
-            target = end;
+        } else if let Some(newest_frame) = self.end_to_skip_to(published) {
+            target = newest_frame;
         }
         let skipped = target - self.cursor;
         let entry = protocol::load_queue_entry(&h.queue[target as usize % QUEUE_LEN]);
@@ -692,13 +687,14 @@ impl Consumer {
     }
 
     /// Where a consumer at its own pace on a live channel goes once the
-    /// producer is stopping while it is more than [`KEEP_UP_FRAMES`]
-    /// behind: to the end of stream if that is the newest item, else past
-    /// the newest item, the frames between counted missed. It never kept
-    /// the producer waiting for them while it ran, and at the end it does
-    /// not either: the producer then waits only for the frame it reads.
-    /// One that keeps up takes every frame; while the producer runs, one
-    /// behind an end of stream still takes what the ring kept.
+    /// producer is stopping while it is more than [`KEEP_UP_FRAMES`] behind
+    /// the newest frame: to that frame, the frames between counted missed
+    /// (then to the end of stream that follows it, if there is one). It
+    /// never kept the producer waiting for them while it ran, and at the
+    /// end it does not either: the producer then waits only for the frame
+    /// it reads and the newest. One that keeps up takes every frame; while
+    /// the producer runs, one behind an end of stream still takes what the
+    /// ring kept.
     fn end_to_skip_to(&self, published: u64) -> Option<u64> {
         let h = self.header();
         let live = h.live.load(Ordering::Relaxed) != 0;
@@ -710,11 +706,13 @@ impl Consumer {
         }
         let newest = published - 1;
         let entry = protocol::load_queue_entry(&h.queue[newest as usize % QUEUE_LEN]);
-        let end = match queue_entry_seq(entry) == newest && queue_entry_kind(entry) == QUEUE_EOS {
-            true => newest,
-            false => published,
+        let ends = queue_entry_seq(entry) == newest && queue_entry_kind(entry) == QUEUE_EOS;
+        // The newest frame: before the end of stream, if that is the newest item.
+        let frame = match ends {
+            true => newest.checked_sub(1)?,
+            false => newest,
         };
-        (end - self.cursor > KEEP_UP_FRAMES).then_some(end)
+        (frame >= self.cursor && frame - self.cursor > KEEP_UP_FRAMES).then_some(frame)
     }
 
     fn advance(&mut self, cursor: u64, missed: u64) {

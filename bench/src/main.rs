@@ -36,7 +36,7 @@
 //! what each runs), `measure` (a row from its processes' `RESULT` lines),
 //! `rows/` (one module per family: `two_process` rows 1-6, `wait_modes` row 8,
 //! `viewer` rows 9, `gstcuda` rows 13, `streams` rows 14, `python` rows 15,
-//! `own_pace` rows 16), `names` (each row id's descriptive name) and `report/`
+//! `native` row 15c (the C API), `own_pace` rows 16), `names` (each row id's descriptive name) and `report/`
 //! (the table, the CSV and the plot; `--replot`). docs/performance.md says
 //! what each row measures and what to expect.
 //!

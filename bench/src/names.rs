@@ -42,6 +42,7 @@ pub const ROW_NAMES: &[(&str, &str)] = &[
     ("14u", "streams-per-gpu-upstream"),
     ("15", "python-consumer"),
     ("15p", "python-producer"),
+    ("15c", "cpp-consumer"),
     ("16a", "live-every-frame"),
     ("16b", "live-beside-slow-consumer"),
     ("16r", "python-one-frame-at-a-time"),

@@ -7,7 +7,7 @@
 use crate::measure::{Mps, Row};
 use crate::options::{Options, gst_cuda_wanted};
 use crate::report::{self, machine_description, print_row, print_table, write_csv};
-use crate::rows::{gstcuda, own_pace, python, streams, two_process, viewer, wait_modes};
+use crate::rows::{gstcuda, native, own_pace, python, streams, two_process, viewer, wait_modes};
 
 pub fn run_benchmark(o: &Options) -> i32 {
     gst::init().unwrap();
@@ -96,6 +96,9 @@ fn gpu_rows_under(o: &Options, env: &[(String, String)], mps: bool, rows: &mut V
     }
     if python::python_wanted() {
         keep(rows, python::python_rows(o, env, true), mps, true);
+    }
+    if native::native_wanted() {
+        keep(rows, native::native_rows(o, env), mps, true);
     }
     // Rows 9 and 14 print their own progress.
     keep(rows, viewer::viewer_rows(o, env, true), mps, false);

@@ -8,13 +8,23 @@
 # path: 0 host synchronisations and 0 frame copies per frame in the
 # consumer) when CUPTI and the GStreamer 1.26 runtime the census needs are
 # staged.
-# usage (repo root, GPU host): scripts/gpu-host/c-api.sh [FRAMES]   (default 2000)
+# With --bench it then runs the benchmark's row 15c (examples/cpp/
+# bench_consumer.cu against rscudaipcsrc ! fakesink, MPS off and on, on the
+# staged 1.22 build).
+# usage (repo root, GPU host): scripts/gpu-host/c-api.sh [FRAMES] [--bench]   (default 2000)
 # environment: NVCC (default /usr/local/cuda/bin/nvcc), CAPI_BUILD (default
 # /tmp/c-api), CENSUS_MAX_CALLS (the consumer's driver calls a frame the
 # census allows; default here 16: it orders two streams a frame through
 # events, each a record and a wait, beside the kernel launch).
 set -euo pipefail
-frames=${1:-2000}
+frames=2000 bench=0
+for arg in "$@"; do
+  case $arg in
+    --bench) bench=1 ;;
+    *[!0-9]* | "") echo "usage: $0 [FRAMES] [--bench]" >&2; exit 2 ;;
+    *) frames=$arg ;;
+  esac
+done
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 build=${CAPI_BUILD:-/tmp/c-api}
 # Staged by stage.sh into each runtime's build (pack.sh 122 or 126 carries one).
@@ -30,7 +40,7 @@ mkdir -p "$build"
 # them; the rpath finds them there.
 cp "$lib" "$build/libcudaipc.so.0"
 ln -sfn libcudaipc.so.0 "$build/libcudaipc.so"
-for program in gpu_consumer gpu_producer; do
+for program in gpu_consumer gpu_producer bench_consumer; do
   "$nvcc" -std=c++17 -O3 -arch=native "examples/cpp/$program.cu" -I crates/cudaipc-c/include \
     -L"$build" -lcudaipc -Xlinker -rpath="$build" -o "$build/$program"
 done
@@ -59,4 +69,13 @@ if [ -f .gpu-host126/env126.sh ]; then
     OUT=${OUT:-/tmp/census-c-api} scripts/gpu-host/census.sh
 else
   echo "c-api: census not run: it needs the GStreamer 1.26 runtime (scripts/gpu-host/stage.sh --gst126)"
+fi
+
+if [ $bench = 1 ]; then
+  echo "c-api: the benchmark's row 15c (C++ consumer against rscudaipcsrc ! fakesink), MPS off and on"
+  # shellcheck source=/dev/null
+  ( source .gpu-host/env.sh >/dev/null
+    CUDAIPC_BENCH_CPP_CONSUMER=$build/bench_consumer timeout 200 .gpu-host/build/bench --rows 15c \
+      --frames "${BENCH_FRAMES:-20000}" --mps both --out "${OUT:-/tmp/census-c-api}/bench15c" 2>&1 |
+      grep -E "^\| *15c" | cut -c1-240 ) || true
 fi

@@ -6,6 +6,7 @@
 pub mod copy;
 pub mod gstcuda;
 pub mod own_pace;
+pub mod native;
 pub mod python;
 pub mod streams;
 pub mod two_process;

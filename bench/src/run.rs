@@ -125,6 +125,9 @@ fn host_run(o: &Options) -> Vec<Row> {
     if python::python_wanted() {
         keep(&mut rows, python::python_rows(o, &[], false), false, true);
     }
+    if native::native_wanted() {
+        keep(&mut rows, vec![native::without_gpu()], false, true);
+    }
     // Without a CUDA device their elements are missing: rows of notes.
     if gst_cuda_wanted() {
         keep(&mut rows, gstcuda::gst_cuda_rows(o, &[]), false, true);

@@ -5,8 +5,8 @@
 
 pub mod copy;
 pub mod gstcuda;
-pub mod own_pace;
 pub mod native;
+pub mod own_pace;
 pub mod python;
 pub mod streams;
 pub mod two_process;

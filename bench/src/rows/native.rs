@@ -22,7 +22,8 @@ const REFERENCE: &str = "15c reference: rscudaipcsrc ! fakesink";
 
 /// Whether row 15c was asked for.
 pub fn native_wanted() -> bool {
-    ROWS.get().is_some_and(|rows| rows.iter().any(|r| r == "15c"))
+    ROWS.get()
+        .is_some_and(|rows| rows.iter().any(|r| r == "15c"))
 }
 
 /// Row 15c and its reference, on the cuda transport at 4K RGB.
@@ -79,6 +80,11 @@ pub fn native_rows(o: &crate::options::Options, env: &[(String, String)]) -> Vec
         row.frame_bytes = f64::from(WIDTH * HEIGHT * 3);
     }
     rows
+}
+
+/// Row 15c where there is no GPU: its consumer reads device memory.
+pub fn without_gpu() -> Row {
+    not_measured("the C++ consumer reads frames on the GPU (cuda transport)")
 }
 
 fn not_measured(why: &str) -> Row {

@@ -613,3 +613,72 @@ fn a_consumer_on_another_gpu_reads_every_frame_through_peer_access() {
         "the consumer reads on GPU 1"
     );
 }
+
+/// One consumer process reading several channels at once, as a
+/// video-analytics application does (one CUDA context for all): a
+/// `gst-launch-1.0` with one `rscudaipcsrc` branch per producer gets every
+/// frame of each.
+fn one_consumer_process_reads_several_channels(transport: Transport) {
+    const CHANNELS: usize = 4;
+    let channels: Vec<String> = (0..CHANNELS)
+        .map(|i| unique_channel(&format!("many-{i}")))
+        .collect();
+    // A moving ball, of another colour on each channel: every frame differs.
+    let sources: Vec<String> = (0..CHANNELS)
+        .map(|i| {
+            let colour = 0xff00_0000u32 | ((0x40 * (i as u32 + 1)) << 8);
+            format!(
+                "videotestsrc num-buffers=30 pattern=ball foreground-color={colour} ! {}",
+                transport.caps
+            )
+        })
+        .collect();
+    let mut expected: Vec<String> = sources
+        .iter()
+        .flat_map(|s| reference_checksums(s))
+        .collect();
+    let branches: Vec<String> = channels
+        .iter()
+        .map(|c| format!("rscudaipcsrc channel={c} connect-timeout=120000 ! checksumsink"))
+        .collect();
+    let consumer = launch(&branches.join(" "));
+    for channel in &channels {
+        wait_for_waiting_consumers(channel, 1, transport.limit);
+    }
+    let producers: Vec<Launch> = channels
+        .iter()
+        .zip(&sources)
+        .map(|(c, s)| {
+            launch(&format!(
+                "{s} ! rscudaipcsink channel={c} {} sync=false",
+                transport.sink
+            ))
+        })
+        .collect();
+    for producer in producers {
+        producer.finish(transport.limit).assert_success("producer");
+    }
+    let done = consumer.finish(transport.limit);
+    done.assert_success("the consumer of every channel");
+    // The branches print in any order between them: every frame of every
+    // channel, once.
+    let mut got = done.checksums();
+    got.sort();
+    expected.sort();
+    assert_eq!(got.len(), CHANNELS * 30);
+    let distinct: HashSet<&String> = expected.iter().collect();
+    assert_eq!(distinct.len(), CHANNELS * 30, "every frame differs");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn host_one_consumer_process_reads_several_channels() {
+    one_consumer_process_reads_several_channels(HOST);
+}
+
+#[test]
+fn cuda_one_consumer_process_reads_several_channels() {
+    if CUDA.runs_here("cuda_one_consumer_process_reads_several_channels") {
+        one_consumer_process_reads_several_channels(CUDA);
+    }
+}

@@ -31,4 +31,5 @@ Next, in two terminals:
   GST_PLUGIN_PATH=$plugin_dir gst-launch-1.0 rscudaipcsrc channel=cam0 ! videoconvert ! autovideosink
 List channels: GST_PLUGIN_PATH=$plugin_dir gst-device-monitor-1.0 Video/Source/CudaIpc
            or: $plugin_dir/cudaipc-channels   (remove-stale --all: what dead processes left)
+Watch each consumer's rate, misses and lag: $plugin_dir/cudaipc-channels watch
 NEXT

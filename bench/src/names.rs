@@ -39,6 +39,7 @@ pub const ROW_NAMES: &[(&str, &str)] = &[
     ("13d", "nvcodec-h264-decoder"),
     ("13e", "nvcodec-jpeg-decoder"),
     ("14", "streams-per-gpu"),
+    ("14m", "streams-per-gpu-one-consumer-process"),
     ("14u", "streams-per-gpu-upstream"),
     ("15", "python-consumer"),
     ("15p", "python-producer"),

@@ -5,7 +5,7 @@
 //! (`Control`, rows 14), on one clock for every process (`monotonic_ns`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -70,26 +70,52 @@ impl ProducerClock {
 }
 
 /// A child that rows 14 run in step with others, through its standard
-/// input and output: a consumer says `READY` at its first frame; the parent
-/// then sends every consumer `WINDOW <start> <end>` (CLOCK_MONOTONIC
-/// nanoseconds: the counted time) and each producer `STOP` (or closes its
-/// input) to end its stream.
+/// input and output: a consumer says `READY` once each of its branches had
+/// its first frame; the parent then sends every consumer `WINDOW <start>
+/// <end>` (CLOCK_MONOTONIC nanoseconds: the counted time) and each producer
+/// `STOP` (or closes its input) to end its stream. A consumer of one
+/// channel has one branch, its elements named `src` and `sink`; one
+/// consumer of several (row 14m) names branch `i`'s `src{i}` and `sink{i}`,
+/// and reports its figures prefixed `b{i}.`.
 pub struct Control {
     state: Arc<ControlState>,
+    branches: Vec<(String, Arc<BranchWindow>)>,
 }
 
 #[derive(Default)]
 pub struct ControlState {
     stop: AtomicBool,
-    /// `READY` was said (at the first frame).
+    window_start: AtomicU64,
+    window_end: AtomicU64,
+    /// Branches that had their first frame.
+    ready: AtomicUsize,
+}
+
+/// One branch's frames in the window.
+#[derive(Default)]
+struct BranchWindow {
+    /// It had its first frame.
     ready: AtomicBool,
     /// A frame came in the window.
     in_window: AtomicBool,
-    window_start: AtomicU64,
-    window_end: AtomicU64,
     window_frames: AtomicU64,
-    /// The source's (`src`) stats at the first frame after the window.
+    /// Its source's stats at the first frame after the window.
     window_stats: Mutex<Option<gst::Structure>>,
+}
+
+/// The branches of `pipeline`: (prefix of its figures, source, sink).
+pub fn branches(pipeline: &gst::Pipeline) -> Vec<(String, String, String)> {
+    if pipeline.by_name("sink").is_some() {
+        return vec![(String::new(), "src".into(), "sink".into())];
+    }
+    (0..)
+        .map_while(|i| {
+            let sink = format!("sink{i}");
+            pipeline
+                .by_name(&sink)
+                .map(|_| (format!("b{i}."), format!("src{i}"), sink))
+        })
+        .collect()
 }
 
 impl Control {
@@ -118,69 +144,92 @@ impl Control {
                 state.stop.store(true, Ordering::SeqCst);
             });
         }
-        let source = pipeline
-            .by_name("src")
-            .filter(|s| s.find_property("stats").is_some());
-        if let Some(pad) = pipeline.by_name("sink").and_then(|s| s.static_pad("sink")) {
-            let state = state.clone();
-            pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
-                if !state.ready.swap(true, Ordering::Relaxed) {
-                    println!("READY");
+        let all = branches(pipeline);
+        let count = all.len();
+        let branches = all
+            .into_iter()
+            .map(|(prefix, source, sink)| {
+                let branch: Arc<BranchWindow> = Arc::default();
+                let source = pipeline
+                    .by_name(&source)
+                    .filter(|s| s.find_property("stats").is_some());
+                if let Some(pad) = pipeline.by_name(&sink).and_then(|s| s.static_pad("sink")) {
+                    let (state, branch) = (state.clone(), branch.clone());
+                    pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+                        count_frame(&state, &branch, source.as_ref(), count);
+                        gst::PadProbeReturn::Ok
+                    });
                 }
-                let start = state.window_start.load(Ordering::SeqCst);
-                if start == 0 {
-                    return gst::PadProbeReturn::Ok;
-                }
-                let now = monotonic_ns();
-                let end = state.window_end.load(Ordering::SeqCst);
-                if now >= end {
-                    let mut stats = state.window_stats.lock().unwrap();
-                    if stats.is_none() {
-                        *stats = Some(
-                            source
-                                .as_ref()
-                                .map(|s| s.property::<gst::Structure>("stats"))
-                                .unwrap_or_else(|| gst::Structure::new_empty("none")),
-                        );
-                    }
-                } else if now >= start {
-                    if !state.in_window.swap(true, Ordering::Relaxed)
-                        && let Some(source) = &source
-                    {
-                        // The latency figures cover the window only.
-                        source.emit_by_name::<()>("reset-stats", &[]);
-                    }
-                    state.window_frames.fetch_add(1, Ordering::Relaxed);
-                }
-                gst::PadProbeReturn::Ok
-            });
-        }
-        Control { state }
+                (prefix, branch)
+            })
+            .collect();
+        Control { state, branches }
     }
 
     pub fn stop_asked(&self) -> bool {
         self.state.stop.load(Ordering::SeqCst)
     }
 
-    /// `window.frames` and `window.seconds`, and the source's stats over
-    /// the window (`window.<stat>`) when a frame came after it.
+    /// Per branch, `window.frames` and `window.seconds`, and the source's
+    /// stats over the window (`window.<stat>`) when a frame came after it.
     pub fn report(&self, fields: &mut BTreeMap<String, String>) {
         let start = self.state.window_start.load(Ordering::SeqCst);
         if start == 0 {
             return;
         }
         let end = self.state.window_end.load(Ordering::SeqCst);
-        let frames = self.state.window_frames.load(Ordering::Relaxed);
-        fields.insert("window.frames".into(), frames.to_string());
-        fields.insert(
-            "window.seconds".into(),
-            format!("{:.6}", end.saturating_sub(start) as f64 / 1e9),
-        );
-        if let Some(stats) = self.state.window_stats.lock().unwrap().as_ref() {
-            for (field, value) in stats.iter() {
-                let text = value.serialize().map(|s| s.to_string()).unwrap_or_default();
-                fields.insert(format!("window.{field}"), text);
+        for (prefix, branch) in &self.branches {
+            let frames = branch.window_frames.load(Ordering::Relaxed);
+            fields.insert(format!("{prefix}window.frames"), frames.to_string());
+            fields.insert(
+                format!("{prefix}window.seconds"),
+                format!("{:.6}", end.saturating_sub(start) as f64 / 1e9),
+            );
+            if let Some(stats) = branch.window_stats.lock().unwrap().as_ref() {
+                for (field, value) in stats.iter() {
+                    let text = value.serialize().map(|s| s.to_string()).unwrap_or_default();
+                    fields.insert(format!("{prefix}window.{field}"), text);
+                }
             }
         }
+    }
+}
+
+/// A frame at a branch's sink: `READY` once every one of the `branches`
+/// had one; counted when it comes in the window.
+fn count_frame(
+    state: &ControlState,
+    branch: &BranchWindow,
+    source: Option<&gst::Element>,
+    branches: usize,
+) {
+    if !branch.ready.swap(true, Ordering::Relaxed)
+        && state.ready.fetch_add(1, Ordering::SeqCst) + 1 == branches
+    {
+        println!("READY");
+    }
+    let start = state.window_start.load(Ordering::SeqCst);
+    if start == 0 {
+        return;
+    }
+    let now = monotonic_ns();
+    let end = state.window_end.load(Ordering::SeqCst);
+    if now >= end {
+        let mut stats = branch.window_stats.lock().unwrap();
+        if stats.is_none() {
+            *stats = Some(
+                source
+                    .map(|s| s.property::<gst::Structure>("stats"))
+                    .unwrap_or_else(|| gst::Structure::new_empty("none")),
+            );
+        }
+    } else if now >= start {
+        if !branch.in_window.swap(true, Ordering::Relaxed)
+            && let Some(source) = source
+        {
+            // The latency figures cover the window only.
+            source.emit_by_name::<()>("reset-stats", &[]);
+        }
+        branch.window_frames.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -81,7 +81,18 @@ pub fn run_pipeline(warmup: u64, description: &str) -> i32 {
     if let Some(control) = &control {
         control.report(&mut fields);
     }
-    for (name, prefix) in [("src", "src"), ("check", "check"), ("ipcsink", "ipcsink")] {
+    // One consumer of several channels (row 14m): each branch's too.
+    let mut named: Vec<(String, String)> = ["src", "check", "ipcsink"]
+        .iter()
+        .map(|n| (n.to_string(), n.to_string()))
+        .collect();
+    for (i, (prefix, _, _)) in clocks::branches(&pipeline).iter().enumerate() {
+        if !prefix.is_empty() {
+            named.push((format!("src{i}"), format!("{prefix}src")));
+            named.push((format!("check{i}"), format!("{prefix}check")));
+        }
+    }
+    for (name, prefix) in &named {
         if let Some(element) = pipeline.by_name(name)
             && element.find_property("stats").is_some()
         {
@@ -244,6 +255,7 @@ fn run_to_end(pipeline: &gst::Pipeline, ending: Option<&StreamEnd>) -> bool {
 fn wait_for_gpu(pipeline: &gst::Pipeline) {
     let ordinal = pipeline
         .by_name("src")
+        .or_else(|| pipeline.by_name("src0"))
         .filter(|s| s.find_property("cuda-device-id").is_some())
         .map_or(0, |s| s.property::<i32>("cuda-device-id").max(0));
     if cudaipc_transport::cuda::is_available()

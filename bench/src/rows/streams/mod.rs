@@ -3,7 +3,7 @@
 //! Rows 14 of the benchmark: streams per GPU, this pair's and upstream's,
 //! found by starting N pairs at once.
 //!
-//! Rows 14 run only when `--rows` names them. `--rows 14,14u`: streams per GPU, N
+//! Rows 14 run only when `--rows` names them. `--rows 14,14m,14u`: streams per GPU, N
 //! pairs of a live 4K@30 producer and a consumer that processes every frame
 //! (ours: `cudaprocess operation=invert verify=true`; upstream's
 //! `cudaipcsink`/`cudaipcsrc io-mode=import`, GStreamer 1.24+: `cudaconvert`
@@ -18,6 +18,10 @@
 //! together), capped by `--max-streams` (64) and the device memory a pair
 //! took in the first trials (`nvidia-smi`). Without a GPU both rows run on
 //! the host transport (320x240, no GPU work); 14u says why it cannot run.
+//!
+//! Row 14m runs row 14's producers with one consumer process for all of
+//! them, a branch per channel (`src{i} ! check{i} ! sink{i}`), judged
+//! branch by branch as row 14 judges pairs.
 //!
 //! `search` finds N; `trial` runs N pairs once.
 
@@ -49,6 +53,10 @@ pub(super) const STREAMS_MEMORY_SHARE: f64 = 0.9;
 pub(super) type PairPipelines = Box<dyn Fn(&str) -> (String, String)>;
 /// The file of a channel (upstream's socket).
 pub(super) type AddressOf = Box<dyn Fn(&str) -> PathBuf>;
+/// Branch `i` of one consumer process that reads every channel (row 14m):
+/// its pipeline fragment on a channel, its elements named `src{i}`,
+/// `check{i}` and `sink{i}`.
+pub(super) type BranchOf = Box<dyn Fn(&str, usize) -> String>;
 
 /// One of rows 14's pairs: the pipelines of its producer and consumer on a
 /// channel (or address), and what its consumer does.
@@ -60,6 +68,9 @@ pub(super) struct StreamPair {
     pub(super) latency_known: bool,
     /// Files to remove after a trial, by channel tag (upstream's sockets).
     pub(super) address_of: Option<AddressOf>,
+    /// One consumer process for every pair's channel, with a branch each
+    /// (row 14m), instead of a consumer per pair.
+    pub(super) one_consumer: Option<BranchOf>,
 }
 
 /// How one trial of N pairs went.
@@ -110,6 +121,21 @@ pub fn streams_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row
     let mut rows: Vec<Row> = Vec::new();
     if asked_for("14") {
         let row = streams_row(&our_pair(gpu), o, &env, gpu, frame_bytes);
+        print_row(&row);
+        rows.push(row);
+    }
+    if asked_for("14m") {
+        let mut row = streams_row(&one_consumer_process(gpu), o, &env, gpu, frame_bytes);
+        if let Some(ours) = rows.iter().find(|r| r.config.starts_with("14 "))
+            && ours.frames > 0
+            && row.frames > 0
+        {
+            row.note = format!(
+                "{:.2}x the streams of row 14 (a consumer process per pair); {}",
+                row.frames as f64 / ours.frames as f64,
+                row.note
+            );
+        }
         print_row(&row);
         rows.push(row);
     }
@@ -180,6 +206,7 @@ fn our_pair(gpu: bool) -> StreamPair {
     };
     StreamPair {
         config: format!("14 streams per GPU, this pair{transport}"),
+        one_consumer: None,
         make: Box::new(move |ch: &str| {
             (
                 format!(
@@ -230,5 +257,31 @@ fn upstream_pair(config: &str) -> StreamPair {
         consumer_does: "converts every frame to BGRx (cudaconvert); no check, no latency figure",
         latency_known: false,
         address_of: Some(Box::new(address)),
+        one_consumer: None,
     }
+}
+
+/// Row 14m: row 14's producers, and one consumer process for all of them
+/// (a video-analytics application's shape: one CUDA context), a branch per
+/// channel doing what row 14's consumer does.
+fn one_consumer_process(gpu: bool) -> StreamPair {
+    let mut pair = our_pair(gpu);
+    let check = if gpu {
+        "cudaprocess name=check{i} operation=invert verify=true ! "
+    } else {
+        ""
+    };
+    pair.config = pair.config.replacen(
+        "14 streams per GPU, this pair",
+        "14m streams per GPU, one consumer process for every channel",
+        1,
+    );
+    pair.one_consumer = Some(Box::new(move |ch: &str, i: usize| {
+        format!(
+            "rscudaipcsrc name=src{i} channel={ch} connect-timeout=60000 frames=every {} ! {}fakesink name=sink{i} sync=false",
+            std::env::var("CUDAIPC_BENCH_SRC_PROPS").unwrap_or_default(),
+            check.replace("{i}", &i.to_string())
+        )
+    }));
+    pair
 }

@@ -34,9 +34,12 @@ pub(super) fn streams_trial(
     let tags: Vec<String> = (0..n)
         .map(|i| channel(&format!("streams-{n}-{i}")))
         .collect();
-    let (mut consumers, mut producers, mut failure) = start_pairs(pair, &tags, &env, &events);
+    let (mut consumers, mut producers, mut failure) = match &pair.one_consumer {
+        None => start_pairs(pair, &tags, &env, &events),
+        Some(branch) => start_one_consumer(pair, branch, &tags, &env, &events),
+    };
     if failure.is_none() {
-        failure = wait_until_running(&heard, n).err();
+        failure = wait_until_running(&heard, consumers.len() as u32).err();
     }
     let memory_used_mib = match failure {
         None => run_window(&mut consumers, o, gpu),
@@ -81,8 +84,80 @@ pub(super) fn streams_trial(
             limit.as_secs()
         ));
     }
+    let consumed = match pair.one_consumer {
+        None => consumed,
+        // Its branches, judged as row 14's consumers.
+        Some(_) => split_branches(&consumed[0], tags.len()),
+    };
     judge(&mut trial, pair, o, &consumed, &produced);
     trial
+}
+
+/// Row 14m: one consumer process with a branch per channel (started
+/// first: each branch waits for its producer), then the producers.
+fn start_one_consumer(
+    pair: &StreamPair,
+    branch: &super::BranchOf,
+    tags: &[String],
+    env: &[(String, String)],
+    events: &Sender<ProcEvent>,
+) -> (Vec<Proc>, Vec<Proc>, Option<String>) {
+    let child = |pipeline: String| Child {
+        role: "pipeline",
+        warmup: 0,
+        pipeline,
+    };
+    let branches: Vec<String> = tags.iter().enumerate().map(|(i, t)| branch(t, i)).collect();
+    let consumer = match Proc::start(
+        "consumer".into(),
+        &child(branches.join(" ")),
+        env,
+        0,
+        events,
+    ) {
+        Ok(consumer) => consumer,
+        Err(e) => return (Vec::new(), Vec::new(), Some(e)),
+    };
+    let mut producers = Vec::new();
+    for (i, tag) in tags.iter().enumerate() {
+        let (producer, _) = (pair.make)(tag);
+        match Proc::start(
+            format!("producer {i}"),
+            &child(producer),
+            env,
+            2 * i + 1,
+            events,
+        ) {
+            Ok(p) => producers.push(p),
+            Err(e) => return (vec![consumer], producers, Some(e)),
+        }
+    }
+    (vec![consumer], producers, None)
+}
+
+/// The figures of each of `n` branches of one consumer process: its
+/// `b{i}.`-prefixed fields without the prefix, beside the process's own
+/// (its CPU time, shared by all).
+fn split_branches(consumer: &ChildResult, n: usize) -> Vec<ChildResult> {
+    (0..n)
+        .map(|i| {
+            let fields = consumer.as_ref().map_err(Clone::clone)?;
+            let prefix = format!("b{i}.");
+            let mut branch: BTreeMap<String, String> = fields
+                .iter()
+                .filter(|(k, _)| {
+                    !k.starts_with('b') || !k[1..].starts_with(|c: char| c.is_ascii_digit())
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            branch.extend(
+                fields
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), v.clone()))),
+            );
+            Ok(branch)
+        })
+        .collect()
 }
 
 /// Starts a consumer and a producer on each of `tags`, consumers first:

@@ -244,3 +244,47 @@ fn watch_refreshes_until_ctrl_c_and_ends_with_status_0() {
         "refreshed every 0.2 s:\n{text}"
     );
 }
+
+#[test]
+fn watch_reads_a_consumer_record_a_hostile_peer_scribbled_on() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = ShmDir::new("watch-hostile");
+    let channel = unique_channel("watch-hostile");
+    let env = dir.env();
+    let producer = launch_with(
+        &[],
+        &env,
+        &format!(
+            "videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host channel={channel}"
+        ),
+    );
+    let consumer = launch_with(
+        &[],
+        &env,
+        &format!("rscudaipcsrc channel={channel} ! fakesink"),
+    );
+    wait_for_consumers(&dir, &channel, 1);
+    // A consumer may write its own record: values no consumer would write.
+    let path = dir.path(&format!("cudaipc-{channel}"));
+    let block = cudaipc_channel::ControlBlock {
+        shared: cudaipc_channel::shm::SharedFile::open(&path).unwrap(),
+    };
+    let h = block.header();
+    let record = h
+        .consumers
+        .iter()
+        .find(|c| c.pid.load(SeqCst) == consumer.pid())
+        .expect("the consumer's record");
+    record.mode.store(99, SeqCst);
+    record.cursor.store(u64::MAX, SeqCst);
+    record.frames_missed.store(u64::MAX, SeqCst);
+    record.ready_ns.store(1, SeqCst);
+    record.attached_ns.store(u64::MAX, SeqCst);
+    let c = snapshot(&dir, &channel, "0.2");
+    let scribbled = consumer_of(&c, consumer.pid());
+    assert_eq!(scribbled["mode"], "?", "{scribbled}");
+    assert_eq!(scribbled["behind"], 0, "{scribbled}");
+    assert_eq!(scribbled["missed"], u64::MAX, "{scribbled}");
+    assert_eq!(c["producer_pid"], producer.pid(), "{c}");
+    drop((consumer, producer));
+}

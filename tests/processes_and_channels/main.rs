@@ -16,6 +16,18 @@ mod soak;
 mod streams;
 mod watch;
 
+/// The `cudaipc-channels` command: beside this test binary where the GPU
+/// host's staging puts both, else where cargo built it.
+fn channels_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let staged = exe.parent().unwrap().join("cudaipc-channels");
+    if staged.is_file() {
+        staged
+    } else {
+        env!("CARGO_BIN_EXE_cudaipc-channels").into()
+    }
+}
+
 #[test]
 #[ignore = "entry point of the child pipelines (common::PipelineChild)"]
 fn child_pipeline() {

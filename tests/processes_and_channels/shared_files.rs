@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::channels_binary;
 use common::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -261,18 +262,6 @@ fn a_shm_folder_too_small_for_the_slots_is_a_clear_error_and_leaves_nothing() {
             stderr.contains(needed),
             "the error says {needed:?}:\n{stderr}"
         );
-    }
-}
-
-/// The `cudaipc-channels` command: beside this test binary where the GPU
-/// host's staging puts both, else where cargo built it.
-fn channels_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let staged = exe.parent().unwrap().join("cudaipc-channels");
-    if staged.is_file() {
-        staged
-    } else {
-        env!("CARGO_BIN_EXE_cudaipc-channels").into()
     }
 }
 

@@ -3,6 +3,7 @@
 // that a slow every-frame consumer holds back. Rates, misses and lag are
 // checked within tolerances wide enough for a busy CI machine.
 
+use crate::channels_binary;
 use crate::common;
 
 use std::process::Command;
@@ -13,14 +14,16 @@ use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-fn channels_binary() -> std::path::PathBuf {
-    // Beside this test binary where the GPU host's staging puts both.
-    let exe = std::env::current_exe().unwrap();
-    let staged = exe.parent().unwrap().join("cudaipc-channels");
-    match staged.is_file() {
-        true => staged,
-        false => env!("CARGO_BIN_EXE_cudaipc-channels").into(),
-    }
+/// A producer of small RGB frames at 30 FPS on the host transport:
+/// `source_props` on its videotestsrc, `sink_props` on its sink.
+fn producer(dir: &ShmDir, channel: &str, source_props: &str, sink_props: &str) -> Launch {
+    launch_with(
+        &[],
+        &dir.env(),
+        &format!(
+            "videotestsrc {source_props} ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host {sink_props} channel={channel}"
+        ),
+    )
 }
 
 /// One `watch --once --json` snapshot, rates over `interval_s`: the
@@ -81,13 +84,7 @@ fn watch_shows_each_consumers_rate_misses_and_lag_on_a_live_channel() {
     let dir = ShmDir::new("watch");
     let channel = unique_channel("watch");
     let env = dir.env();
-    let producer = launch_with(
-        &[],
-        &env,
-        &format!(
-            "videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host channel={channel}"
-        ),
-    );
+    let producer = producer(&dir, &channel, "is-live=true", "");
     let source = format!("rscudaipcsrc channel={channel}");
     let fast = launch_with(&[], &env, &format!("{source} ! fakesink"));
     // At most 10 frames a second: a third of the producer's.
@@ -187,13 +184,7 @@ fn watch_names_the_consumer_that_holds_the_producer_back() {
     let env = dir.env();
     // Not live and not synchronised to the clock: as fast as its
     // consumers let it.
-    let producer = launch_with(
-        &[],
-        &env,
-        &format!(
-            "videotestsrc ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host slots=4 sync=false channel={channel}"
-        ),
-    );
+    let producer = producer(&dir, &channel, "", "slots=4 sync=false");
     let slow = launch_with(
         &[],
         &env,
@@ -251,13 +242,7 @@ fn watch_reads_a_consumer_record_a_hostile_peer_scribbled_on() {
     let dir = ShmDir::new("watch-hostile");
     let channel = unique_channel("watch-hostile");
     let env = dir.env();
-    let producer = launch_with(
-        &[],
-        &env,
-        &format!(
-            "videotestsrc is-live=true ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! rscudaipcsink transport=host channel={channel}"
-        ),
-    );
+    let producer = producer(&dir, &channel, "is-live=true", "");
     let consumer = launch_with(
         &[],
         &env,

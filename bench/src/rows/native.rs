@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use crate::measure::{Child, Row, two_process};
 use crate::options::ROWS;
 use crate::rows::channel;
-use crate::rows::python::{python_pair, python_producer};
+use crate::rows::python::{note_share_of, python_pair, python_producer};
 use crate::{HEIGHT, WIDTH};
 
 const ROW: &str = "15c C++ consumer: every frame through cudaipc.hpp (stream_wait, release_after on its own stream)";
@@ -64,17 +64,7 @@ pub fn native_rows(o: &crate::options::Options, env: &[(String, String)]) -> Vec
         }
         Err(e) => not_measured(&format!("cannot start {}: {e}", program.to_string_lossy())),
     };
-    if reference.fps > 0.0 && row.fps > 0.0 {
-        let ratio = format!(
-            "{:.1}% of the reference's rate (row 15c reference, same producer)",
-            100.0 * row.fps / reference.fps
-        );
-        row.note = [row.note.clone(), ratio]
-            .into_iter()
-            .filter(|n| !n.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-    }
+    note_share_of(&mut row, &reference, "row 15c reference");
     let mut rows = vec![reference, row];
     for row in &mut rows {
         row.frame_bytes = f64::from(WIDTH * HEIGHT * 3);

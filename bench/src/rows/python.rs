@@ -76,6 +76,22 @@ pub fn python_pair(
     pair_row(config, producer, consumer)
 }
 
+/// Adds to `row`'s note its rate as a share of `reference`'s (named
+/// `reference_name`, on the same producer), when both were measured.
+pub fn note_share_of(row: &mut Row, reference: &Row, reference_name: &str) {
+    if reference.fps > 0.0 && row.fps > 0.0 {
+        let ratio = format!(
+            "{:.1}% of the reference's rate ({reference_name}, same producer)",
+            100.0 * row.fps / reference.fps
+        );
+        row.note = [row.note.clone(), ratio]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+}
+
 /// The producer of rows 15, 16r and 16c: `total` frames as fast as its
 /// consumer takes them (4K RGB on a GPU, 320x240 on the host transport),
 /// published once one consumer is attached; `sink_props` adds properties
@@ -150,16 +166,8 @@ pub fn python_rows(o: &Options, env: &[(String, String)], gpu: bool) -> Vec<Row>
             pipeline: producer(&ch),
         };
         let mut row = python_pair(python_consumer, python, pipeline, true, env);
-        if let Some(reference) = rows.first().filter(|r| r.fps > 0.0 && row.fps > 0.0) {
-            let ratio = format!(
-                "{:.1}% of the reference's rate (row 15 reference, same producer)",
-                100.0 * row.fps / reference.fps
-            );
-            row.note = [row.note.clone(), ratio]
-                .into_iter()
-                .filter(|n| !n.is_empty())
-                .collect::<Vec<_>>()
-                .join("; ");
+        if let Some(reference) = rows.first() {
+            note_share_of(&mut row, reference, "row 15 reference");
         }
         rows.push(row);
     }

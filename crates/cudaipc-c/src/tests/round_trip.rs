@@ -178,20 +178,29 @@ fn a_loaned_slot_written_in_place_is_read_as_written() {
     cudaipc_publisher_free(publisher);
 }
 
+/// A thread blocked in `cudaipc_subscriber_next_frame` on `subscriber`
+/// (for up to `timeout_ms`, -1: no limit); its status and error message.
+fn blocked_in_next_frame(
+    subscriber: *mut cudaipc_subscriber,
+    timeout_ms: i64,
+) -> thread::JoinHandle<(cudaipc_status, String)> {
+    let handle = subscriber.addr();
+    thread::spawn(move || {
+        let mut frame = null_mut();
+        let subscriber = std::ptr::without_provenance_mut(handle);
+        // SAFETY: a handle (checked by the library), a writable out.
+        let status = unsafe { cudaipc_subscriber_next_frame(subscriber, timeout_ms, &mut frame) };
+        (status, last_error())
+    })
+}
+
 #[test]
 fn close_from_another_thread_wakes_a_blocked_next_frame() {
     let channel = channel();
     let gray = layout(cudaipc_format::CUDAIPC_FORMAT_GRAY8, 8, 8);
     let publisher = host_publisher(&channel, &gray);
     let subscriber = subscriber(&channel, cudaipc_frames::CUDAIPC_FRAMES_AUTO);
-    let handle = subscriber.addr();
-    let reader = thread::spawn(move || {
-        let mut frame = null_mut();
-        let subscriber = std::ptr::without_provenance_mut(handle);
-        // SAFETY: a handle (checked by the library), a writable out.
-        let status = unsafe { cudaipc_subscriber_next_frame(subscriber, -1, &mut frame) };
-        (status, last_error())
-    });
+    let reader = blocked_in_next_frame(subscriber, -1);
     thread::sleep(Duration::from_millis(100));
     assert_eq!(cudaipc_subscriber_close(subscriber), CUDAIPC_OK);
     let (status, message) = reader.join().unwrap();
@@ -221,16 +230,10 @@ fn free_from_another_thread_wakes_a_blocked_next_frame() {
     let gray = layout(cudaipc_format::CUDAIPC_FORMAT_GRAY8, 8, 8);
     let publisher = host_publisher(&channel, &gray);
     let subscriber = subscriber(&channel, cudaipc_frames::CUDAIPC_FRAMES_AUTO);
-    let handle = subscriber.addr();
-    let reader = thread::spawn(move || {
-        let mut frame = null_mut();
-        let subscriber = std::ptr::without_provenance_mut(handle);
-        // SAFETY: as above.
-        unsafe { cudaipc_subscriber_next_frame(subscriber, 60_000, &mut frame) }
-    });
+    let reader = blocked_in_next_frame(subscriber, 60_000);
     thread::sleep(Duration::from_millis(100));
     assert_eq!(cudaipc_subscriber_free(subscriber), CUDAIPC_OK);
-    assert_eq!(reader.join().unwrap(), CUDAIPC_ERROR_CLOSED);
+    assert_eq!(reader.join().unwrap().0, CUDAIPC_ERROR_CLOSED);
     assert_eq!(cudaipc_publisher_free(publisher), CUDAIPC_OK);
 }
 

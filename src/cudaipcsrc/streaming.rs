@@ -359,9 +359,13 @@ impl CudaIpcSrc {
 
     /// Counts frames missed in the stats, warning the first time.
     fn count_missed(&self, missed: u64) {
+        // Most frames follow the last one: no second lock of the stats.
+        if missed == 0 {
+            return;
+        }
         let mut stats = self.stats.lock().unwrap();
         stats.missed += missed;
-        let first_missed = missed > 0 && !std::mem::replace(&mut stats.warned_behind, true);
+        let first_missed = !std::mem::replace(&mut stats.warned_behind, true);
         let total_missed = stats.missed;
         drop(stats);
         if first_missed {

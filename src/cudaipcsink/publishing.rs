@@ -147,21 +147,24 @@ pub(super) fn propose(
     // Upstream may ask again for the same caps (and keep the pool it has):
     // the same pool then.
     let proposed = lendable.filter(|pool| lending::pool_has_caps(pool, caps));
-    if proposed.is_none() || !lending::is_lent(lender.map(|l| &**l)) {
+    let changed = proposed.is_none();
+    let lent = lending::is_lent(lender.map(|l| &**l));
+    let lendable = match proposed {
+        Some(pool) => Some(pool),
+        None => {
+            let pool = lending::lendable_pool(context, publisher, lender, caps, &info);
+            if let Some(lender) = lender {
+                // Our own ring is as deep as it goes unless it may be lent.
+                lender.restart(pool.is_some());
+            }
+            pool
+        }
+    };
+    if changed || !lent {
         // Upstream may ask before the caps event reached us (imagefreeze
         // does): the slots must exist for the pool to hand them out.
         report_slots(sink, publisher.configure(info.size()))?;
     }
-    let changed = proposed.is_none();
-    let lendable = match proposed {
-        Some(pool) => Some(pool),
-        None => {
-            if let Some(lender) = lender {
-                lender.restart();
-            }
-            lending::lendable_pool(context, publisher, lender, caps, &info)
-        }
-    };
     if let Some(pool) = &lendable
         && let Some((_, size, min, max)) = pool.config().params()
     {

@@ -119,15 +119,19 @@ impl<T: Send + 'static> Lender<T> {
         match self.publisher.config().slots {
             0 => self
                 .publisher
-                .auto_slots(frame_size)
+                .auto_slots(frame_size, true)
                 .max(AUTO_LENT_SLOTS_MIN),
             slots => slots.max(2),
         }
     }
 
-    /// Forgets the buffers seen so far (a new pool was proposed).
-    pub fn restart(&self) {
+    /// A new pool was proposed upstream, `lendable` or not: forgets the
+    /// buffers seen so far, and sizes the publisher's own ring at its next
+    /// `configure`: as deep as a ring goes where nothing may be lent, half
+    /// as deep where a lent ring must fit beside it.
+    pub fn restart(&self, lendable: bool) {
         self.seen.lock().unwrap().clear();
+        self.publisher.set_may_lend(lendable);
     }
 
     /// Publishes the frame upstream wrote into the lent buffer `frame`

@@ -21,6 +21,7 @@ mod lending;
 mod lent_slots;
 mod publisher;
 mod reservation;
+mod ring_depth;
 mod slots;
 mod subscriber;
 #[cfg(test)]

@@ -34,6 +34,7 @@ use super::{
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::reservation::Reservation;
+use crate::ring_depth::auto_slots;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::wait::timed;
@@ -195,6 +196,9 @@ pub struct Publisher<T> {
     /// Frames come paced (a clock, a live source): `slots=0` needs no deep
     /// ring (see `auto_slots`).
     paced: AtomicBool,
+    /// An upstream pool whose buffers may become the slots was proposed:
+    /// `slots=0` leaves room for as many lent slots (see `auto_slots`).
+    may_lend: AtomicBool,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
     /// Whether `retired` may hold a set: publishing takes no lock per frame
@@ -248,6 +252,7 @@ impl<T: Send + 'static> Publisher<T> {
             config,
             interrupt: AtomicBool::new(false),
             paced: AtomicBool::new(false),
+            may_lend: AtomicBool::new(false),
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
             any_retired: AtomicBool::new(false),
@@ -343,22 +348,40 @@ impl<T: Send + 'static> Publisher<T> {
     }
 
     /// Makes sure slots of our own of at least `frame_size` bytes are the
-    /// current ones (allocating them if the current ones are too small or
-    /// lent). `Some` if it allocated.
+    /// current ones (allocating them if the current ones are too small,
+    /// lent, or not as many as `slots=0` stands for now). `Some` if it
+    /// allocated.
     pub fn configure(&self, frame_size: usize) -> Result<Option<Allocated>, ConfigureError> {
         if let Some(current) = self.current_set()
             && current.slots.slot_size() >= frame_size
             && current.lent.is_none()
+            && current.slots.slot_count() == self.slot_count_for(frame_size)
         {
             return Ok(None);
         }
         self.allocate(frame_size).map(Some)
     }
 
-    pub(crate) fn auto_slots(&self, frame_size: usize) -> usize {
+    /// The slots a set of our own has for frames of `frame_size` bytes.
+    fn slot_count_for(&self, frame_size: usize) -> usize {
+        match self.config.slots {
+            0 => self.auto_slots(frame_size, self.may_lend.load(Ordering::Relaxed)),
+            n => n,
+        }
+    }
+
+    /// The depth `slots=0` stands for now; `may_lend`: leaving room for as
+    /// many lent slots.
+    pub(crate) fn auto_slots(&self, frame_size: usize, may_lend: bool) -> usize {
         let device = self.device().map(|d| &**d);
         let paced = self.paced.load(Ordering::Relaxed);
-        auto_slots(self.config.kind, device, frame_size, paced)
+        auto_slots(self.config.kind, device, frame_size, paced, may_lend)
+    }
+
+    /// Says whether an upstream pool whose buffers may become the slots is
+    /// proposed; takes effect at the next `configure`.
+    pub(crate) fn set_may_lend(&self, may_lend: bool) {
+        self.may_lend.store(may_lend, Ordering::Relaxed);
     }
 
     /// Says whether frames come paced (synchronised to a clock, or from a
@@ -385,10 +408,7 @@ impl<T: Send + 'static> Publisher<T> {
 
     /// Allocates and publishes a new set of slots of our own.
     pub fn allocate(&self, frame_size: usize) -> Result<Allocated, ConfigureError> {
-        let count = match self.config.slots {
-            0 => self.auto_slots(frame_size),
-            n => n,
-        };
+        let count = self.slot_count_for(frame_size);
         let request = SlotRequest {
             channel: self.config.channel.clone(),
             session: self.producer.session(),
@@ -829,65 +849,5 @@ impl<T: Send + 'static> Drop for SlotLoan<T> {
                 self.generation,
             ));
         }
-    }
-}
-
-/// The ring depth `slots=0` stands for without MPS, for frames that come as
-/// fast as the pipeline runs: as many slots as 1 GiB holds, or 5% of the
-/// device's `total_memory` if that is less; at least 8, at most half of
-/// `MAX_SLOTS`, so that a ring of lent buffers as deep fits beside it (lent
-/// slots follow the slots they replace in one set).
-pub fn deep_ring_slots(total_memory: usize, frame_size: usize) -> usize {
-    let budget = (1usize << 30).min(total_memory / 20);
-    (budget / frame_size.max(1)).clamp(8, MAX_SLOTS / 2)
-}
-
-/// The ring depth `slots=0` stands for, for frames of `frame_size` bytes.
-/// Without MPS the two processes' contexts take turns on the GPU, each turn
-/// change costs the GPU a fixed time, and each lap of the ring needs two:
-/// for frames that come as fast as the pipeline runs, [`deep_ring_slots`]
-/// make the laps long; `paced` frames leave time between them, and 8 do:
-/// enough, on a live channel, for several consumers each at its own pace to
-/// hold a frame while the producer writes the next.
-/// With MPS the kernels run side by side, and a shallow ring keeps the
-/// frame in flight inside the L2 cache (and the latency low). Figures in
-/// docs/performance.md.
-fn auto_slots(
-    kind: TransportKind,
-    device: Option<&Device>,
-    frame_size: usize,
-    paced: bool,
-) -> usize {
-    match (kind, device) {
-        (_, _) if paced => 8,
-        (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
-        (TransportKind::Cuda, Some(device)) => deep_ring_slots(device.total_memory(), frame_size),
-        (TransportKind::Cuda, None) => 8,
-        (TransportKind::Host, _) => 4,
-    }
-}
-
-#[cfg(test)]
-mod ring_depth {
-    use super::deep_ring_slots;
-
-    const GIB: usize = 1 << 30;
-    const RGB_4K: usize = 3840 * 2160 * 3;
-
-    #[test]
-    fn the_deep_ring_stays_within_1_gib_or_5_percent_of_the_device() {
-        // An 80 GB card: 32 4K RGB frames, 800 MB.
-        assert_eq!(deep_ring_slots(80 * GIB, RGB_4K), 32);
-        // A 16 GB card: 5% of it.
-        assert_eq!(deep_ring_slots(16 * GIB, 3840 * 2160 * 4), 25);
-        assert!(deep_ring_slots(16 * GIB, 3840 * 2160 * 4) * 3840 * 2160 * 4 <= 16 * GIB / 20);
-    }
-
-    #[test]
-    fn the_deep_ring_has_8_to_32_slots_leaving_room_for_as_many_lent_ones() {
-        assert_eq!(deep_ring_slots(80 * GIB, 640 * 480 * 3 / 2), 32);
-        assert!(2 * deep_ring_slots(80 * GIB, 640 * 480 * 3 / 2) <= super::MAX_SLOTS);
-        assert_eq!(deep_ring_slots(80 * GIB, 7680 * 4320 * 4), 8);
-        assert_eq!(deep_ring_slots(0, RGB_4K), 8);
     }
 }

@@ -26,6 +26,9 @@ pub struct Options {
     pub pairs: Vec<String>,
     /// Rows 14 (`--max-streams`): the most pairs a trial starts.
     pub max_streams: u32,
+    /// Rows 14 (`--min-streams`): the pairs of the first trial (1); the
+    /// search doubles from there while no pair is late.
+    pub min_streams: u32,
     /// Rows 14 (`--streams-seconds`): how long each trial runs once every
     /// consumer has its first frame; the first `STREAMS_SETTLE_S` are not
     /// counted.
@@ -77,6 +80,7 @@ impl Options {
             gst_cuda_seconds: 2.5,
             pairs: ["alone", "ours", "upstream"].map(String::from).to_vec(),
             max_streams: 64,
+            min_streams: 1,
             streams_seconds: 6.0,
             live_frames: 600,
         };
@@ -93,6 +97,7 @@ impl Options {
                 "--gst-cuda-seconds" => o.gst_cuda_seconds = number("--gst-cuda-seconds", &value)?,
                 "--pairs" => o.pairs = value.split(',').map(str::to_string).collect(),
                 "--max-streams" => o.max_streams = number("--max-streams", &value)?,
+                "--min-streams" => o.min_streams = number("--min-streams", &value)?,
                 "--streams-seconds" => o.streams_seconds = number("--streams-seconds", &value)?,
                 "--live-frames" => o.live_frames = number("--live-frames", &value)?,
                 "--paced-seconds" => o.paced_seconds = number("--paced-seconds", &value)?,
@@ -181,12 +186,12 @@ fn row_ids(value: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-pub const USAGE: &str = "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v|NAME,...] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--streams-seconds S] [--live-frames N] [--out DIR] [--smoke]\n\
+pub const USAGE: &str = "usage: bench [--frames N] [--warmup N] [--mps off|on|both] [--slots 1,2,4] [--paced-seconds N] [--consumer-device N] [--two-gpu] [--rows 5,5t,5v|NAME,...] [--gst-cuda] [--gst-cuda-seconds S] [--pairs alone,queued,ours,upstream] [--max-streams N] [--min-streams N] [--streams-seconds S] [--live-frames N] [--out DIR] [--smoke]\n\
                          --rows: row ids or names (bench/src/names.rs, docs/performance.md)\n\
                          --gst-cuda: only rows 13a-13e, this pair next to GStreamer's CUDA elements and upstream's cudaipcsink/cudaipcsrc (GStreamer 1.24+ with nvcodec); with --rows, those rows too\n\
                          --pairs: in rows 13, only the producer alone, alone with a queue of 32 frames before the consumer's half (queued, not run by default), our pair or upstream's\n\
                          --rows 9: a slow latest-frame viewer beside four verifying consumers (9a without, 9b with)\n\
-                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --streams-seconds the time of a trial (6, the first 2 not counted)\n\
+                         --rows 14,14u: streams per GPU, this pair and upstream's; --max-streams caps the pairs (64), --min-streams starts the search there (1), --streams-seconds the time of a trial (6, the first 2 not counted)\n\
                          --rows 16: consumers at their own pace: 16a a live 60 FPS producer and a frames=every consumer, 16b the same and a consumer taking 20 ms a frame, 16r/16c the Python consumer one frame at a time and in batches of 8 (hold=7); --live-frames: frames of 16a/16b after their warm-up of 60 (600)";
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! 98% of the frames its producer should have made in that window, at a
 //! frame received over a frame period (33 ms) after it was published (ours
 //! only), at a corrupt or missing frame, or when its processes fail. N
-//! doubles from 1 until a pair is late, then bisects; the row gives the
+//! doubles from 1 (`--min-streams`) until a pair is late, then bisects; the row gives the
 //! largest N without a late pair (its frames column; FPS: all its streams
 //! together), capped by `--max-streams` (64) and the device memory a pair
 //! took in the first trials (`nvidia-smi`). Without a GPU both rows run on

@@ -75,7 +75,7 @@ fn search(pair: &StreamPair, o: &Options, env: &[(String, String)], gpu: bool) -
     let mut trials: Vec<StreamsTrial> = Vec::new();
     let mut good: Option<usize> = None;
     let mut bad: Option<u32> = None;
-    let mut n = 1;
+    let mut n = o.min_streams.clamp(1, cap);
     loop {
         let trial = streams_trial(pair, n, o, env, gpu);
         eprintln!(

@@ -272,10 +272,8 @@ impl Device {
         // parameter of the right type.
         unsafe {
             check("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
-            check(
-                "cuDevicePrimaryCtxRetain",
-                sys::cuDevicePrimaryCtxRetain(&mut context, device),
-            )?;
+            context = context_limits::retain_primary_context(device)
+                .or_else(|code| check("cuDevicePrimaryCtxRetain", code).map(|()| context))?;
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(context))?;
             CURRENT.with(|c| c.set(context));
             context_limits::trim_current_context();

@@ -155,7 +155,7 @@ pub(super) fn propose(
             let pool = lending::lendable_pool(context, publisher, lender, caps, &info);
             if let Some(lender) = lender {
                 // Our own ring is as deep as it goes unless it may be lent.
-                lender.restart(pool.is_some());
+                lender.restart(pool.is_some() && lender.can_lend());
             }
             pool
         }

@@ -26,35 +26,29 @@ pub(super) fn trim_current_context() {
     let _ = unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, STACK_BYTES) };
 }
 
-/// How long opening a device retries a context the GPU had no memory for.
-const RETAIN_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
-
-/// Retains `device`'s primary context. A context holds the driver's full
-/// reservation from its creation until `trim_current_context`: when many
-/// processes start at once (a hundred cameras at boot), their contexts
-/// briefly need twice the memory they keep, and a creation can fail with
-/// `CUDA_ERROR_OUT_OF_MEMORY` while the memory is about to come back.
-/// Such a failure is retried, after a growing pause with jitter, for up to
-/// `RETAIN_RETRY_LIMIT`; any other error, or memory that stays taken, is
-/// returned.
-pub(super) fn retain_primary_context(
-    device: sys::CUdevice,
-) -> Result<sys::CUcontext, sys::CUresult> {
-    let start = std::time::Instant::now();
-    // Processes started together should not retry together.
-    let mut pause_ms = 10 + u64::from(std::process::id() % 40);
-    loop {
-        let mut context = std::ptr::null_mut();
-        // SAFETY: the driver is initialised (the caller got `device` from
-        // it) and `context` is a valid out pointer.
-        let code = unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) };
-        match code {
-            sys::CUresult::CUDA_SUCCESS => return Ok(context),
-            sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY if start.elapsed() < RETAIN_RETRY_LIMIT => {
-                std::thread::sleep(std::time::Duration::from_millis(pause_ms));
-                pause_ms = (pause_ms * 2).min(500);
-            }
-            code => return Err(code),
-        }
+/// Retains `device`'s primary context. Without MPS each process has a
+/// context of its own, and an H100 took about 100 of them (50 pairs; 98
+/// producers and one consumer process), whatever their memory: the 101st
+/// failed with `CUDA_ERROR_OUT_OF_MEMORY` with 37 GB of 80 in use
+/// (docs/performance.md, "Streams per GPU"). That failure says so.
+pub(super) fn retain_primary_context(device: sys::CUdevice) -> super::Result<sys::CUcontext> {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: the driver is initialised (the caller got `device` from it)
+    // and `context` is a valid out pointer.
+    let code = unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) };
+    match super::check("cuDevicePrimaryCtxRetain", code) {
+        Ok(()) => Ok(context),
+        Err(super::CudaError::Call {
+            call,
+            name,
+            description,
+        }) if code == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(super::CudaError::Call {
+            call,
+            name,
+            description: format!(
+                "{description}: the GPU has no room for another CUDA context (its memory is full, or, without MPS, it holds about 100 processes' contexts at most: read several channels in one process, or use MPS)"
+            ),
+        }),
+        Err(e) => Err(e),
     }
 }

@@ -261,7 +261,7 @@ impl Device {
 
     fn open(ordinal: i32) -> Result<Self> {
         let mut device = 0;
-        let mut context = std::ptr::null_mut();
+        let context;
         let mut stream = std::ptr::null_mut();
         let mut uuid = sys::CUuuid { bytes: [0; 16] };
         let mut name = [0 as std::ffi::c_char; 256];
@@ -272,8 +272,7 @@ impl Device {
         // parameter of the right type.
         unsafe {
             check("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
-            context = context_limits::retain_primary_context(device)
-                .or_else(|code| check("cuDevicePrimaryCtxRetain", code).map(|()| context))?;
+            context = context_limits::retain_primary_context(device)?;
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(context))?;
             CURRENT.with(|c| c.set(context));
             context_limits::trim_current_context();

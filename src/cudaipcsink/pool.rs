@@ -112,7 +112,7 @@ mod imp {
     use gst::glib;
     use gst::subclass::prelude::*;
 
-    use super::super::state::{CAT, SinkLender, SinkPublisher};
+    use super::super::state::{CAT, SinkLender, SinkPublisher, report_slots};
     use crate::memory::CudaAllocator;
     use cudaipc_transport::{HostRegion, ReserveError, SlotMemory};
 
@@ -193,7 +193,22 @@ mod imp {
         }
 
         fn start(&self) -> bool {
-            // Buffers are made per acquisition; nothing to preallocate.
+            // Buffers are made per acquisition; nothing to preallocate. But
+            // upstream took this pool, not the lendable one proposed beside
+            // it: nothing will be lent, so the ring may be as deep as a ring
+            // goes (`slots=0`), before the first slot is handed out.
+            let lender = self.lender.lock().unwrap().clone();
+            let publisher = self.publisher.lock().unwrap().clone();
+            let info = self.info.lock().unwrap().clone();
+            let sink = self.sink.lock().unwrap().upgrade();
+            if let (Some(lender), Some(publisher), Some(info), Some(sink)) =
+                (lender, publisher, info, sink)
+                && lender.writes_in_place()
+                && let Err(e) = report_slots(&sink, publisher.configure(info.size()))
+            {
+                e.log_with_object(&sink);
+                return false;
+            }
             true
         }
 

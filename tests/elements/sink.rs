@@ -245,3 +245,45 @@ fn the_stats_say_how_long_the_producer_waited_for_a_slow_consumer() {
     assert!(ms("render-time") > 0.0, "{stats}");
     assert!(ms("render-time") < ms("slot-wait-time"), "{stats}");
 }
+
+/// With `slots=0` the ring's depth follows what it holds. Upstream that
+/// writes into the sink's own slots (`cudatestsrc` takes them even where a
+/// lendable `GstCudaBufferPool` is proposed first) is never lent, so
+/// frames that come as fast as the pipeline runs get every slot record the
+/// device's 5% holds (64 small frames; 2 with MPS); a live source keeps
+/// the shallow ring of 8.
+#[test]
+fn a_ring_written_in_place_is_as_deep_as_a_ring_goes_unless_live() {
+    const FRAMES: u64 = 30;
+    init();
+    if !gpu("a_ring_written_in_place_is_as_deep_as_a_ring_goes_unless_live") {
+        return;
+    }
+    let mps = cudaipc_transport::cuda::Device::get(0)
+        .unwrap()
+        .mps_enabled();
+    for (live, expected) in [(false, if mps { 2 } else { 64 }), (true, 8)] {
+        let channel = unique_channel("depth");
+        let producer = pipeline(&format!(
+            "cudatestsrc num-buffers={FRAMES} is-live={live} ! video/x-raw(memory:CUDAMemory),format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink name=sink channel={channel} transport=cuda sync=false"
+        ));
+        producer.set_state(gst::State::Playing).unwrap();
+        let end = producer
+            .bus()
+            .unwrap()
+            .timed_pop_filtered(
+                gst::ClockTime::from_seconds(20),
+                &[gst::MessageType::Eos, gst::MessageType::Error],
+            )
+            .expect("the producer neither finished nor failed");
+        let stats = stats(&producer);
+        producer.set_state(gst::State::Null).unwrap();
+        assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
+        assert_eq!(stats.get::<u64>("zero-copy").unwrap(), FRAMES, "{stats}");
+        assert_eq!(
+            stats.get::<u32>("slots").unwrap(),
+            expected,
+            "live={live}: {stats}"
+        );
+    }
+}

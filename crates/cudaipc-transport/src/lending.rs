@@ -17,6 +17,7 @@
 //! has, when they go back) is [`LentSlots`](crate::LentSlots), in
 //! `lent_slots.rs`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cuda::AllocationKey;
@@ -79,6 +80,9 @@ pub struct Lender<T> {
     /// The buffers of the lendable pool seen so far (a leaf lock, as the
     /// publisher's).
     seen: Mutex<Vec<LendableFrame>>,
+    /// Upstream took the publisher's own slots to write into: nothing will
+    /// be lent, however often a lendable pool is proposed again.
+    writes_in_place: AtomicBool,
 }
 
 impl<T: Send + 'static> Lender<T> {
@@ -88,6 +92,7 @@ impl<T: Send + 'static> Lender<T> {
         publisher.device().is_some().then(|| Self {
             publisher,
             seen: Mutex::new(Vec::new()),
+            writes_in_place: AtomicBool::new(false),
         })
     }
 
@@ -131,7 +136,18 @@ impl<T: Send + 'static> Lender<T> {
     /// as deep where a lent ring must fit beside it.
     pub fn restart(&self, lendable: bool) {
         self.seen.lock().unwrap().clear();
-        self.publisher.set_may_lend(lendable);
+        let in_place = self.writes_in_place.load(Ordering::Relaxed);
+        self.publisher.set_may_lend(lendable && !in_place);
+    }
+
+    /// Upstream took the publisher's own slots to write into, not the
+    /// lendable pool proposed beside them: nothing will be lent, and the
+    /// publisher's own ring may be as deep as a ring goes at its next
+    /// `configure`. Returns whether that changed anything.
+    pub fn writes_in_place(&self) -> bool {
+        let first = !self.writes_in_place.swap(true, Ordering::Relaxed);
+        self.publisher.set_may_lend(false);
+        first
     }
 
     /// Publishes the frame upstream wrote into the lent buffer `frame`

@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock};
 use gst::glib;
 use gst::glib::translate::IntoGlib;
 
-use super::state::{SinkLender, SinkPublisher};
+use super::state::SinkPublisher;
 
 /// A slot lent to upstream through a buffer of the pool.
 type SinkLoan = cudaipc_transport::SlotLoan<gst::Buffer>;
@@ -87,19 +87,13 @@ glib::wrapper! {
 }
 
 impl SlotPool {
-    /// A pool of `publisher`'s slots (which `lender` may make buffers of
-    /// another pool); its failures are posted as errors of `sink`, since
-    /// upstream only sees a flow error.
-    pub(super) fn new(
-        publisher: Arc<SinkPublisher>,
-        lender: Option<Arc<SinkLender>>,
-        sink: &gst::Element,
-    ) -> Self {
+    /// A pool of `publisher`'s slots; its failures are posted as errors of
+    /// `sink`, since upstream only sees a flow error.
+    pub(super) fn new(publisher: Arc<SinkPublisher>, sink: &gst::Element) -> Self {
         let pool: Self = glib::Object::new();
         use glib::object::ObjectExt;
         use gst::subclass::prelude::ObjectSubclassIsExt;
         *pool.imp().publisher.lock().unwrap() = Some(publisher);
-        *pool.imp().lender.lock().unwrap() = lender;
         *pool.imp().sink.lock().unwrap() = sink.downgrade();
         pool
     }
@@ -112,7 +106,7 @@ mod imp {
     use gst::glib;
     use gst::subclass::prelude::*;
 
-    use super::super::state::{CAT, SinkLender, SinkPublisher};
+    use super::super::state::{CAT, SinkPublisher};
     use crate::memory::CudaAllocator;
     use cudaipc_transport::{HostRegion, ReserveError, SlotMemory};
 
@@ -138,14 +132,11 @@ mod imp {
         }
     }
 
-    /// Lock order: `publisher`, `lender`, `sink` and `info` are leaves (each is cloned out
-    /// and released before anything waits).
+    /// Lock order: `publisher`, `sink` and `info` are leaves (each is cloned
+    /// out and released before anything waits).
     #[derive(Default)]
     pub struct SlotPool {
         pub(super) publisher: Mutex<Option<Arc<SinkPublisher>>>,
-        /// The publisher's lending, which may make the slots buffers of
-        /// the other pool proposed.
-        pub(super) lender: Mutex<Option<Arc<SinkLender>>>,
         /// Weak: the sink owns the publisher, upstream owns this pool.
         pub(super) sink: Mutex<glib::WeakRef<gst::Element>>,
         info: Mutex<Option<gst_video::VideoInfo>>,
@@ -224,11 +215,10 @@ mod imp {
                 .unwrap()
                 .clone()
                 .ok_or(gst::FlowError::NotNegotiated)?;
-            if publisher.is_closed() {
+            if publisher.status().closed {
                 return Err(gst::FlowError::Flushing);
             }
-            let lender = self.lender.lock().unwrap().clone();
-            if crate::cudaipcsink::lending::is_lent(lender.as_deref()) {
+            if publisher.status().lent {
                 // The slots are buffers of the GstCudaBufferPool proposed
                 // with this one; upstream may use only one of the two.
                 gst::warning!(CAT, imp = self, "the slots are lent by the other pool");

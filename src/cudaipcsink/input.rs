@@ -2,9 +2,9 @@
 
 //! What `render` reads of the buffer it gets, once, for whichever path
 //! publishes it (lent, loaned or copied): the frame's channel metadata, the
-//! planes its memory holds, and its `GstCudaMemory` mapped on the device,
-//! mapped when a path first asks for it and then kept until the frame is
-//! published.
+//! planes its memory holds, and its `GstCudaMemory` mapped on the device
+//! when a way first asks for it (then kept until `render` returns: a
+//! lendable buffer that is copied is mapped once, not twice).
 
 use std::cell::OnceCell;
 

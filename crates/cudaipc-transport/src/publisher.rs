@@ -215,7 +215,7 @@ pub struct Publisher<T> {
     /// Set while the sink is unlocked (flushing or stopping).
     interrupt: AtomicBool,
     /// How many slots a ring of ours gets; the lending sizes its pool by it.
-    depth: Arc<RingDepth>,
+    depth: RingDepth,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
     /// Whether `retired` may hold a set: publishing takes no lock per frame
@@ -262,11 +262,7 @@ impl<T: Send + 'static> Publisher<T> {
             ipc_mode: config.ipc_mode,
             peers: config.peers.clone(),
         })?;
-        let depth = Arc::new(RingDepth::new(
-            config.kind,
-            config.device.clone(),
-            config.slots,
-        ));
+        let depth = RingDepth::new(config.kind, config.device.clone(), config.slots);
         Ok(Self {
             producer,
             ended: AtomicBool::new(false),
@@ -683,7 +679,7 @@ impl<T: Send + 'static> Publisher<T> {
 impl<T: Send + 'static> Publisher<T> {
     /// How deep the rings are; the lending sizes its pool by it and says
     /// when one may be lent.
-    pub(crate) fn ring_depth(&self) -> &Arc<RingDepth> {
+    pub(crate) fn ring_depth(&self) -> &RingDepth {
         &self.depth
     }
 

@@ -41,12 +41,6 @@ pub enum Learned {
     NotLendable,
 }
 
-/// How many buffers an upstream pool whose buffers may be lent as slots
-/// gets with `slots=0`, at least: with MPS, a consumer feeding GStreamer's
-/// `cudaconvert` from lent 4K slots ran 13% faster with four than with two
-/// (and one that drops frames as fast), see docs/performance.md.
-const AUTO_LENT_SLOTS_MIN: usize = 4;
-
 /// The lending of a publisher whose slots may be buffers of an upstream
 /// pool: it learns the pool's buffers from copied frames, and once it knows
 /// them all, asks the publisher to make them the slots and publishes frames
@@ -55,8 +49,6 @@ pub struct Lender<T> {
     publisher: Arc<Publisher<T>>,
     /// The publisher's terms allow lending (see [`Lender::can_lend`]).
     can_lend: bool,
-    /// `slots` as configured (0: automatic).
-    slots: usize,
     /// The buffers of the lendable pool seen so far (a leaf lock, as the
     /// publisher's).
     seen: Mutex<Vec<LendableFrame>>,
@@ -72,7 +64,6 @@ impl<T: Send + 'static> Lender<T> {
             can_lend: config.ipc_mode == MemoryKind::Lent.ipc_mode()
                 && config.when_full == WhenFull::Block
                 && config.slots != 1,
-            slots: config.slots,
             publisher,
             seen: Mutex::new(Vec::new()),
         })
@@ -91,18 +82,9 @@ impl<T: Send + 'static> Lender<T> {
     }
 
     /// How many buffers a pool whose buffers may be lent as slots should
-    /// have: the slots set, or with `slots=0` the automatic count but at
-    /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
-    /// buffer it rendered last and upstream must have another to write into.
+    /// have (see `RingDepth::lent`).
     pub fn pool_buffers(&self, frame_size: usize) -> usize {
-        match self.slots {
-            0 => self
-                .publisher
-                .ring_depth()
-                .automatic(frame_size, true)
-                .max(AUTO_LENT_SLOTS_MIN),
-            slots => slots.max(2),
-        }
+        self.publisher.ring_depth().lent(frame_size)
     }
 
     /// A new pool was proposed upstream, `lendable` or not: forgets the

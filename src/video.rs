@@ -65,19 +65,6 @@ pub fn add_meta(
     .map(|_| ())
 }
 
-/// (offset, stride) of each plane the buffer's `GstVideoMeta` describes.
-pub fn meta_planes(buffer: &gst::BufferRef) -> Option<Vec<(u64, u32)>> {
-    let meta = buffer.meta::<gst_video::VideoMeta>()?;
-    Some(
-        meta.offset()
-            .iter()
-            .zip(meta.stride())
-            .take(meta.n_planes() as usize)
-            .map(|(o, s)| (*o as u64, *s as u32))
-            .collect(),
-    )
-}
-
 /// Configures a pool of another element for `caps`, with video meta when it
 /// offers that; false if it refuses.
 pub fn configure_pool(

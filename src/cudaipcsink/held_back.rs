@@ -32,7 +32,7 @@ impl HeldBack {
         publisher: &SinkPublisher,
         channel: impl FnOnce() -> String,
     ) {
-        if !publisher.is_paced() {
+        if !publisher.status().paced {
             return;
         }
         let stats = publisher.stats();
@@ -46,7 +46,7 @@ impl HeldBack {
         if last_warned.is_some_and(|at| at.elapsed() < INTERVAL) {
             return;
         }
-        let blockers = publisher.last_blockers();
+        let blockers = &stats.last_blockers;
         if blockers.is_empty() {
             return;
         }

@@ -333,7 +333,7 @@ impl BaseSinkImpl for CudaIpcSink {
             kind,
             ipc_mode,
             gpu_sync,
-            match publisher.device() {
+            match &publisher.config().device {
                 Some(device) if transport::waits_on_host(device) => {
                     "; waits for consumers' GPU work on the host (no MPS)"
                 }
@@ -392,7 +392,7 @@ impl BaseSinkImpl for CudaIpcSink {
         let publisher = self
             .publisher()
             .ok_or_else(|| gst::loggable_error!(CAT, "caps before start"))?;
-        if publisher.kind() == TransportKind::Host
+        if publisher.config().kind == TransportKind::Host
             && memory::caps_are_cuda(caps)
             && !cuda::is_available()
         {
@@ -487,14 +487,14 @@ impl BaseSinkImpl for CudaIpcSink {
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
         if let Some(publisher) = self.publisher() {
-            publisher.interrupt();
+            publisher.set_interrupted(true);
         }
         Ok(())
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
         if let Some(publisher) = self.publisher() {
-            publisher.resume();
+            publisher.set_interrupted(false);
         }
         Ok(())
     }

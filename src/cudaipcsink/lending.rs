@@ -9,48 +9,41 @@ use std::sync::Arc;
 
 use gst::prelude::*;
 
+use super::input::Input;
 use super::state::{CAT, SinkLender, SinkPublisher, State, flow_error, report_slots};
 use crate::gstcuda;
 use crate::video;
-use cudaipc_channel::FrameMeta;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_transport::cuda;
 use cudaipc_transport::{Learned, LendableFrame, Lent, PublishError, TransportError};
 
-/// The frame in `buffer` if lending may take it: a buffer of the pool
-/// proposed upstream, on a publisher that can lend.
-pub(super) fn lendable_frame(
-    state: &State,
-    buffer: &gst::BufferRef,
-    info: &gst_video::VideoInfo,
-) -> Option<LendableFrame> {
-    let pool = state.lendable.as_ref()?;
-    if !state.lender.as_ref()?.can_lend() {
-        return None;
-    }
-    pool_frame(&state.publisher, pool, buffer, info)
+/// What became of a frame offered to the lending ([`try_publish`]).
+pub(super) enum Lending {
+    /// Published from its lent slot.
+    Published,
+    /// To be copied; `Some`: a buffer of the lendable pool, for [`learn`]
+    /// once copied.
+    Copy(Option<LendableFrame>),
 }
 
-/// Whether the slots are buffers lent by the pool proposed upstream.
-pub(super) fn is_lent(lender: Option<&SinkLender>) -> bool {
-    lender.is_some_and(|lender| lender.is_lent())
-}
-
-/// Publishes `buffer` from its lent slot, where the slots are the pool's
-/// buffers (`frame`: the buffer is one of them); `true` if it did. A frame
+/// Publishes the frame of `input` from its lent slot, where the slots are
+/// the buffers of the pool proposed upstream and it is one of them. A frame
 /// outside the lent slots makes the slots our own again, to copy it into.
-pub(super) fn publish(
+pub(super) fn try_publish(
     sink: &gst::Element,
     state: &State,
-    frame: Option<&LendableFrame>,
-    info: &gst_video::VideoInfo,
-    buffer: &gst::Buffer,
-    meta: &FrameMeta,
-) -> Result<bool, gst::FlowError> {
+    input: &Input,
+) -> Result<Lending, gst::FlowError> {
     let publisher = &state.publisher;
     let Some(lender) = &state.lender else {
-        return Ok(false);
+        return Ok(Lending::Copy(None));
     };
+    // A buffer of the pool proposed upstream, on a publisher that can lend.
+    let frame = match &state.lendable {
+        Some(pool) if lender.can_lend() => pool_frame(publisher, pool, input),
+        _ => None,
+    };
+    let (buffer, info) = (input.buffer, input.info);
     let ordering = state.ordering.as_deref();
     // Dropping the released buffers gives them back upstream; on 1.24+
     // upstream's stream waits for the consumers' reads.
@@ -62,16 +55,22 @@ pub(super) fn publish(
     // upstream's stream: a mark queued there itself, a fenced write to host
     // memory, held upstream's next kernel back, 5% of 13b's rate on an
     // H100, docs/performance.md).
-    let after_upstream = || match (ordering, publisher.device()) {
+    let after_upstream = || match (ordering, &publisher.config().device) {
         (Some(ordering), Some(device)) => ordering
             .wait_for_upstream(buffer.peek_memory(0), &device.stream())
             .map(drop)
             .map_err(TransportError::from),
         _ => Ok(()),
     };
-    match lender.publish(frame, buffer, meta, after_upstream, &writer_stream) {
-        Ok(Lent::Published(_released)) => Ok(true),
-        Ok(Lent::NotLent) => Ok(false),
+    match lender.publish(
+        frame.as_ref(),
+        buffer,
+        &input.meta,
+        after_upstream,
+        &writer_stream,
+    ) {
+        Ok(Lent::Published(_released)) => Ok(Lending::Published),
+        Ok(Lent::NotLent) => Ok(Lending::Copy(frame)),
         Ok(Lent::Outside) => {
             gst::info!(
                 CAT,
@@ -80,12 +79,12 @@ pub(super) fn publish(
             );
             report_slots(sink, publisher.configure(info.size())).map_err(|e| {
                 e.log_with_object(sink);
-                match publisher.is_interrupted() {
+                match publisher.status().interrupted {
                     true => gst::FlowError::Flushing,
                     false => gst::FlowError::Error,
                 }
             })?;
-            Ok(false)
+            Ok(Lending::Copy(frame))
         }
         Err(e) => Err(flow_error(sink, PublishError::Transport(e))),
     }
@@ -112,22 +111,23 @@ pub(super) fn learn(
             pool.name(),
             e
         );
-        // The channel may already describe the lent buffers.
-        if let Err(e) = report_slots(sink, publisher.allocate(info.size()).map(Some)) {
+        // Our own slots, unless they still are the ones the channel
+        // describes (it may describe the lent buffers already).
+        if let Err(e) = report_slots(sink, publisher.configure(info.size())) {
             e.log_with_object(sink);
         }
     }
 }
 
-/// The frame in `buffer` if it is a buffer of `pool`, the
+/// The frame of `input` if it is a buffer of `pool`, the
 /// `GstCudaBufferPool` proposed upstream, whose memory CUDA IPC can export.
 fn pool_frame(
     publisher: &SinkPublisher,
     pool: &gst::BufferPool,
-    buffer: &gst::BufferRef,
-    info: &gst_video::VideoInfo,
+    input: &Input,
 ) -> Option<LendableFrame> {
-    let device = publisher.device()?;
+    let device = publisher.config().device.as_ref()?;
+    let buffer = input.buffer;
     // SAFETY: `pool` is a public field of GstBuffer, set when the buffer
     // was acquired from a pool; we hold a reference to the buffer.
     if unsafe { (*buffer.as_ptr()).pool } != pool.as_ptr() {
@@ -137,7 +137,7 @@ fn pool_frame(
     let not_lendable = |why: &dyn std::fmt::Display| {
         gst::debug!(CAT, "buffer of {} not lendable: {}", pool.name(), why);
     };
-    let Some(mapped) = gstcuda::MappedCudaMemory::of_buffer(buffer, false) else {
+    let Some(mapped) = input.gst_cuda() else {
         not_lendable(&"not one GstCudaMemory that maps on the device");
         return None;
     };
@@ -152,9 +152,9 @@ fn pool_frame(
             return None;
         }
     };
-    let planes = video::meta_planes(buffer).unwrap_or_else(|| mapped.planes.clone());
+    let planes = input.planes();
     let size = mapped.size.min(allocated);
-    if let Err(e) = video::layout_fits(info, &planes, size as u64) {
+    if let Err(e) = video::layout_fits(input.info, &planes, size as u64) {
         not_lendable(&e);
         return None;
     }
@@ -205,7 +205,8 @@ fn learn_pool(
             }
         }
         for buffer in &spare {
-            if let Some(frame) = pool_frame(publisher, pool, buffer, info) {
+            let on_device = publisher.config().device.is_some();
+            if let Some(frame) = pool_frame(publisher, pool, &Input::new(buffer, info, on_device)) {
                 // SAFETY: `pool_frame` checked this frame as the first
                 // (see above).
                 learned = unsafe { lender.learn(frame, Some(count)) }?;
@@ -256,7 +257,7 @@ pub(super) fn lendable_pool(
     info: &gst_video::VideoInfo,
 ) -> Option<gst::BufferPool> {
     let lender = lender?;
-    let device = publisher.device()?;
+    let device = publisher.config().device.as_ref()?;
     // CUDAIPC_LEND=0: copy instead (to compare, or to rule lending out).
     if !gstcuda::available() || std::env::var_os("CUDAIPC_LEND").is_some_and(|v| v == "0") {
         return None;

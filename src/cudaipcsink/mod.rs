@@ -23,6 +23,7 @@ use gst::prelude::*;
 
 mod held_back;
 mod imp;
+mod input;
 mod lending;
 mod pool;
 mod publishing;

@@ -87,8 +87,8 @@ glib::wrapper! {
 }
 
 impl SlotPool {
-    /// A pool of `publisher`'s slots (which `lender` may make buffers of
-    /// another pool); its failures are posted as errors of `sink`, since
+    /// A pool of `publisher`'s slots, which tells `lender` when upstream
+    /// takes it; its failures are posted as errors of `sink`, since
     /// upstream only sees a flow error.
     pub(super) fn new(
         publisher: Arc<SinkPublisher>,
@@ -138,13 +138,12 @@ mod imp {
         }
     }
 
-    /// Lock order: `publisher`, `lender`, `sink` and `info` are leaves (each is cloned out
-    /// and released before anything waits).
+    /// Lock order: `publisher`, `lender`, `sink` and `info` are leaves (each
+    /// is cloned out and released before anything waits).
     #[derive(Default)]
     pub struct SlotPool {
         pub(super) publisher: Mutex<Option<Arc<SinkPublisher>>>,
-        /// The publisher's lending, which may make the slots buffers of
-        /// the other pool proposed.
+        /// The publisher's lending: upstream taking this pool rules it out.
         pub(super) lender: Mutex<Option<Arc<SinkLender>>>,
         /// Weak: the sink owns the publisher, upstream owns this pool.
         pub(super) sink: Mutex<glib::WeakRef<gst::Element>>,
@@ -239,11 +238,10 @@ mod imp {
                 .unwrap()
                 .clone()
                 .ok_or(gst::FlowError::NotNegotiated)?;
-            if publisher.is_closed() {
+            if publisher.status().closed {
                 return Err(gst::FlowError::Flushing);
             }
-            let lender = self.lender.lock().unwrap().clone();
-            if crate::cudaipcsink::lending::is_lent(lender.as_deref()) {
+            if publisher.status().lent {
                 // The slots are buffers of the GstCudaBufferPool proposed
                 // with this one; upstream may use only one of the two.
                 gst::warning!(CAT, imp = self, "the slots are lent by the other pool");

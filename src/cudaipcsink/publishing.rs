@@ -1,23 +1,22 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! The sink's publishing, in GStreamer's terms on one side and the
-//! publisher's on the other: a buffer's frame metadata, its copy into a
-//! slot, whether it is a buffer of the lendable `GstCudaBufferPool` (and
-//! when to lend that pool's buffers as slots), the pools proposed in an
-//! allocation query, and the statistics as a structure.
+//! publisher's on the other: which way a frame goes (lent, loaned, copied;
+//! decided in `render` alone), its copy into a slot, the pools proposed in
+//! an allocation query, and the statistics as a structure.
 
 use std::sync::Arc;
 
 use gst::prelude::*;
 
-use super::lending;
+use super::input::Input;
+use super::lending::{self, Lending};
 use super::pool::{self, SlotPool};
 use super::state::{CAT, SinkLender, SinkPublisher, State, flow_error, report_slots};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::memory::{self, CudaAllocator};
-use crate::video;
-use cudaipc_channel::{ChannelError, FrameMeta};
+use cudaipc_channel::ChannelError;
 use cudaipc_transport::cuda;
 use cudaipc_transport::{PublisherConfig, PublisherStats, SlotMemory, TransportKind};
 
@@ -49,7 +48,9 @@ pub(super) fn open(config: PublisherConfig) -> Result<SinkPublisher, gst::ErrorM
 }
 
 /// Publishes the frame in `buffer`: without a copy when upstream wrote it
-/// into a slot (lent, or of our pool), else copied into a free slot.
+/// into a slot (lent, or of our pool), else copied into a free slot. The
+/// one place that decides which; what each way needs of the buffer is read
+/// once (`Input`).
 pub(super) fn render(
     sink: &gst::Element,
     state: &State,
@@ -57,18 +58,18 @@ pub(super) fn render(
     buffer: &gst::Buffer,
 ) -> Result<gst::FlowSuccess, gst::FlowError> {
     let publisher = &state.publisher;
-    let lendable = lending::lendable_frame(state, buffer, info);
-    let meta = frame_meta(buffer, info);
-    if lending::publish(sink, state, lendable.as_ref(), info, buffer, &meta)? {
-        return Ok(gst::FlowSuccess::Ok);
-    }
+    let input = Input::new(buffer, info, publisher.config().device.is_some());
+    let lendable = match lending::try_publish(sink, state, &input)? {
+        Lending::Published => return Ok(gst::FlowSuccess::Ok),
+        Lending::Copy(lendable) => lendable,
+    };
     // Upstream wrote into a slot of our pool: its memory carries the loan.
     if let Some(loan) = pool::take_loan(buffer, publisher) {
-        let slot = loan.publish(&meta).map_err(|e| flow_error(sink, e))?;
+        let slot = loan.publish(&input.meta).map_err(|e| flow_error(sink, e))?;
         gst::trace!(CAT, obj = sink, "published slot {} without a copy", slot);
         return Ok(gst::FlowSuccess::Ok);
     }
-    if publish_copy(sink, state, info, buffer, &meta)?
+    if publish_copy(sink, state, &input)?
         && let Some(frame) = lendable
     {
         lending::learn(sink, state, frame, info);
@@ -76,30 +77,26 @@ pub(super) fn render(
     Ok(gst::FlowSuccess::Ok)
 }
 
-/// Copies the frame in `buffer` into a free slot, or publishes again a slot
+/// Copies the frame of `input` into a free slot, or publishes again a slot
 /// that still holds it; `false`: every slot was busy, and it was dropped.
-fn publish_copy(
-    sink: &gst::Element,
-    state: &State,
-    info: &gst_video::VideoInfo,
-    buffer: &gst::Buffer,
-    meta: &FrameMeta,
-) -> Result<bool, gst::FlowError> {
+fn publish_copy(sink: &gst::Element, state: &State, input: &Input) -> Result<bool, gst::FlowError> {
     let publisher = &state.publisher;
-    if publisher.awaits_consumers() {
+    if publisher.status().awaits_consumers {
         gst::info!(
             CAT,
             obj = sink,
             "waiting for consumers before the first frame"
         );
     }
-    let copy = |slot: &_| copy_into_slot(buffer, info, state.ordering.as_deref(), slot);
+    let copy = |slot: &_| copy_into_slot(input, state.ordering.as_deref(), slot);
     // Our reference keeps the memory unchanged (GStreamer lets nobody write
     // memory that others hold): pushed again, it is published again from a
     // slot that still holds it.
-    let source = source_identity(buffer).map(|key| (key, buffer.clone()));
+    let source = input
+        .source_identity()
+        .map(|key| (key, input.buffer.clone()));
     match publisher
-        .publish_copy_of(source, meta, copy)
+        .publish_copy_of(source, &input.meta, copy)
         .map_err(|e| flow_error(sink, e))?
     {
         Some((slot, true)) => gst::trace!(CAT, obj = sink, "copied into slot {}", slot),
@@ -114,7 +111,7 @@ fn publish_copy(
                 CAT,
                 obj = sink,
                 "all slots busy: dropped {:?}",
-                buffer.pts()
+                input.buffer.pts()
             );
             return Ok(false);
         }
@@ -135,7 +132,7 @@ pub(super) fn propose(
     caps: &gst::Caps,
     context: Option<gstcuda::CudaContext>,
 ) -> Result<Option<Option<gst::BufferPool>>, gst::LoggableError> {
-    let matches = match publisher.kind() {
+    let matches = match publisher.config().kind {
         TransportKind::Cuda => memory::caps_are_cuda(caps),
         TransportKind::Host => !memory::caps_are_cuda(caps),
     };
@@ -148,7 +145,7 @@ pub(super) fn propose(
     // the same pool then.
     let proposed = lendable.filter(|pool| lending::pool_has_caps(pool, caps));
     let changed = proposed.is_none();
-    let lent = lending::is_lent(lender.map(|l| &**l));
+    let lent = publisher.status().lent;
     let lendable = match proposed {
         Some(pool) => Some(pool),
         None => {
@@ -181,46 +178,22 @@ pub(super) fn propose(
     Ok(changed.then_some(lendable))
 }
 
-/// The channel's metadata of the frame in `buffer`, in the caps' default
-/// layout.
-fn frame_meta(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> FrameMeta {
-    FrameMeta {
-        size: info.size() as u64,
-        pts: buffer.pts().map(|t| t.nseconds()),
-        dts: buffer.dts().map(|t| t.nseconds()),
-        duration: buffer.duration().map(|t| t.nseconds()),
-        offset: buffer.offset(),
-        offset_end: buffer.offset_end(),
-        flags: buffer.flags().bits(),
-        planes: video::planes(info),
-    }
-}
-
-/// What tells the frame of `buffer` apart as a source to publish again
-/// (see `publish_copy_of`): its only memory, by address, which the
-/// reference kept with it keeps from being freed or written.
-fn source_identity(buffer: &gst::BufferRef) -> Option<usize> {
-    (buffer.n_memory() == 1).then(|| buffer.peek_memory(0).as_ptr() as usize)
-}
-
-/// Copies (or uploads, or downloads) `buffer` into a free slot, in the
-/// caps' default layout.
+/// Copies (or uploads, or downloads) the frame of `input` into a free
+/// slot, in the caps' default layout.
 fn copy_into_slot(
-    buffer: &gst::Buffer,
-    info: &gst_video::VideoInfo,
+    input: &Input,
     ordering: Option<&gstcuda::StreamOrdering>,
     memory: &SlotMemory,
 ) -> Result<(), String> {
-    let dst_planes = video::planes(info);
+    let (buffer, info) = (input.buffer, input.info);
+    let dst_planes = &input.meta.planes;
     // GstCudaMemory of GStreamer's CUDA elements, mapped on the device when
     // our slots are on one too.
     let gst_cuda = match memory {
-        SlotMemory::Device(_) => gstcuda::MappedCudaMemory::of_buffer(buffer, false),
+        SlotMemory::Device(_) => input.gst_cuda(),
         SlotMemory::Host(_) => None,
     };
-    let src_planes = video::meta_planes(buffer)
-        .or_else(|| gst_cuda.as_ref().map(|mapped| mapped.planes.clone()))
-        .unwrap_or_else(|| dst_planes.clone());
+    let src_planes = input.planes();
     let target = match memory {
         SlotMemory::Device(slot) => Target::Device(slot),
         SlotMemory::Host(slot) => {
@@ -231,16 +204,9 @@ fn copy_into_slot(
         }
     };
     let copy = |src, target| {
-        frame_copy::copy_frame(
-            info,
-            src,
-            &src_planes,
-            target,
-            &dst_planes,
-            StreamOf::Target,
-        )
+        frame_copy::copy_frame(info, src, &src_planes, target, dst_planes, StreamOf::Target)
     };
-    if let (SlotMemory::Device(slot), Some(mapped)) = (memory, &gst_cuda) {
+    if let (SlotMemory::Device(slot), Some(mapped)) = (memory, gst_cuda) {
         let stream = slot.device().stream();
         let input = buffer.peek_memory(0);
         // GStreamer 1.24+: upstream's writes may still be queued on its
@@ -272,7 +238,9 @@ fn propose_slot_pool(
     info: &gst_video::VideoInfo,
 ) -> Result<(), gst::LoggableError> {
     let allocator = publisher
-        .device()
+        .config()
+        .device
+        .as_ref()
         .map(|d| CudaAllocator::for_device(d).upcast::<gst::Allocator>());
     let pool = SlotPool::new(publisher, lender, sink);
     let mut config = pool.config();
@@ -305,6 +273,7 @@ pub(super) fn stats(stats: Option<PublisherStats>, render_ns: u64) -> gst::Struc
         read_wait_ns: 0,
         slots: 0,
         kind: TransportKind::Host,
+        last_blockers: Vec::new(),
     });
     gst::Structure::builder("cudaipcsink-stats")
         .field("frames", s.producer.frames)

@@ -15,27 +15,18 @@
 //!
 //! The lent slot set itself (which buffer each slot is, which ones upstream
 //! has, when they go back) is [`LentSlots`](crate::LentSlots), in
-//! `lent_slots.rs`.
+//! `lent_slots.rs`. Of the publisher the lending takes its terms once, when
+//! it is made, and then asks it for three things only: the ring depth they
+//! share (`ring_depth.rs`), to lend a pool's buffers, and to publish a frame
+//! from a lent slot.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::cuda::AllocationKey;
 use crate::publisher::Publisher;
-use crate::{MemoryKind, TransportError, WriterStream};
+use crate::{LendableFrame, Lent, MemoryKind, TransportError, WriterStream};
 use cudaipc_channel::FrameMeta;
 use cudaipc_channel::WhenFull;
-
-/// A buffer of an upstream pool whose device memory could become a slot.
-#[derive(Debug, Clone)]
-pub struct LendableFrame {
-    pub key: AllocationKey,
-    /// Device address of the buffer's memory.
-    pub ptr: u64,
-    pub size: usize,
-    /// (offset, stride) of each plane of the frame in it.
-    pub planes: Vec<(u64, u32)>,
-}
 
 /// What [`Lender::learn`] made of a copied frame of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,32 +42,14 @@ pub enum Learned {
     NotLendable,
 }
 
-/// What [`Lender::publish`] did with a frame.
-#[derive(Debug)]
-pub enum Lent<T> {
-    /// Published from its lent slot; the buffers consumers were done with
-    /// came back (for the caller to give back upstream).
-    Published(Vec<T>),
-    /// The slots are not lent: copy the frame.
-    NotLent,
-    /// The slots are lent, but the frame is in none of them waiting for a
-    /// frame: slots of our own are needed again (`Publisher::configure`),
-    /// and the frame is copied.
-    Outside,
-}
-
-/// How many buffers an upstream pool whose buffers may be lent as slots
-/// gets with `slots=0`, at least: with MPS, a consumer feeding GStreamer's
-/// `cudaconvert` from lent 4K slots ran 13% faster with four than with two
-/// (and one that drops frames as fast), see docs/performance.md.
-const AUTO_LENT_SLOTS_MIN: usize = 4;
-
 /// The lending of a publisher whose slots may be buffers of an upstream
 /// pool: it learns the pool's buffers from copied frames, and once it knows
 /// them all, asks the publisher to make them the slots and publishes frames
 /// from them.
 pub struct Lender<T> {
     publisher: Arc<Publisher<T>>,
+    /// The publisher's terms allow lending (see [`Lender::can_lend`]).
+    can_lend: bool,
     /// The buffers of the lendable pool seen so far (a leaf lock, as the
     /// publisher's).
     seen: Mutex<Vec<LendableFrame>>,
@@ -89,7 +62,12 @@ impl<T: Send + 'static> Lender<T> {
     /// The lending of `publisher`, on the cuda transport (`None` on the host
     /// one).
     pub fn new(publisher: Arc<Publisher<T>>) -> Option<Self> {
-        publisher.device().is_some().then(|| Self {
+        let config = publisher.config();
+        config.device.as_ref()?;
+        Some(Self {
+            can_lend: config.ipc_mode == MemoryKind::Lent.ipc_mode()
+                && config.when_full == WhenFull::Block
+                && config.slots != 1,
             publisher,
             seen: Mutex::new(Vec::new()),
             writes_in_place: AtomicBool::new(false),
@@ -105,29 +83,13 @@ impl<T: Send + 'static> Lender<T> {
     /// slots: upstream keeps one buffer to write into while another is
     /// published.
     pub fn can_lend(&self) -> bool {
-        let config = self.publisher.config();
-        config.ipc_mode == MemoryKind::Lent.ipc_mode()
-            && config.when_full == WhenFull::Block
-            && config.slots != 1
-    }
-
-    /// Whether the current slots are buffers lent by an upstream pool.
-    pub fn is_lent(&self) -> bool {
-        self.publisher.is_lent()
+        self.can_lend
     }
 
     /// How many buffers a pool whose buffers may be lent as slots should
-    /// have: the slots set, or with `slots=0` the automatic count but at
-    /// least `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the
-    /// buffer it rendered last and upstream must have another to write into.
+    /// have (see `RingDepth::lent`).
     pub fn pool_buffers(&self, frame_size: usize) -> usize {
-        match self.publisher.config().slots {
-            0 => self
-                .publisher
-                .auto_slots(frame_size, true)
-                .max(AUTO_LENT_SLOTS_MIN),
-            slots => slots.max(2),
-        }
+        self.publisher.ring_depth().lent(frame_size)
     }
 
     /// A new pool was proposed upstream, `lendable` or not: forgets the
@@ -137,7 +99,9 @@ impl<T: Send + 'static> Lender<T> {
     pub fn restart(&self, lendable: bool) {
         self.seen.lock().unwrap().clear();
         let in_place = self.writes_in_place.load(Ordering::Relaxed);
-        self.publisher.set_may_lend(lendable && !in_place);
+        self.publisher
+            .ring_depth()
+            .set_may_lend(lendable && !in_place);
     }
 
     /// Upstream took the publisher's own slots to write into, not the
@@ -146,7 +110,7 @@ impl<T: Send + 'static> Lender<T> {
     /// `configure`. Returns whether that changed anything.
     pub fn writes_in_place(&self) -> bool {
         let first = !self.writes_in_place.swap(true, Ordering::Relaxed);
-        self.publisher.set_may_lend(false);
+        self.publisher.ring_depth().set_may_lend(false);
         first
     }
 
@@ -169,25 +133,8 @@ impl<T: Send + 'static> Lender<T> {
     where
         T: Clone,
     {
-        if !self.publisher.is_lent() {
-            return Ok(Lent::NotLent);
-        }
-        let Some(frame) = frame else {
-            return Ok(Lent::Outside);
-        };
-        let meta = FrameMeta {
-            size: frame.size as u64,
-            planes: frame.planes.clone(),
-            ..meta.clone()
-        };
-        let published = self.publisher.publish_lent(
-            &frame.key,
-            buffer.clone(),
-            &meta,
-            order_after_writer,
-            writer_stream,
-        )?;
-        Ok(published.map_or(Lent::Outside, Lent::Published))
+        self.publisher
+            .publish_lent(frame, buffer, meta, order_after_writer, writer_stream)
     }
 
     /// Notes a copied frame of the lendable pool, of `pool_buffers` buffers

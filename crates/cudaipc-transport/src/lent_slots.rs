@@ -19,10 +19,37 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::cuda::AllocationKey;
 use crate::reservation::Reservation;
 use crate::{ProducerSlots, TransportError, WriterStream};
 use cudaipc_channel::wait::timed;
 use cudaipc_channel::{ChannelError, FrameMeta, Producer};
+
+/// A buffer of an upstream pool whose device memory could become a slot.
+#[derive(Debug, Clone)]
+pub struct LendableFrame {
+    pub key: AllocationKey,
+    /// Device address of the buffer's memory.
+    pub ptr: u64,
+    pub size: usize,
+    /// (offset, stride) of each plane of the frame in it.
+    pub planes: Vec<(u64, u32)>,
+}
+
+/// What publishing a frame from the lent slots did
+/// ([`Lender::publish`](crate::Lender::publish)).
+#[derive(Debug)]
+pub enum Lent<T> {
+    /// Published from its lent slot; the buffers consumers were done with
+    /// came back (for the caller to give back upstream).
+    Published(Vec<T>),
+    /// The slots are not lent: copy the frame.
+    NotLent,
+    /// The slots are lent, but the frame is in none of them waiting for a
+    /// frame: slots of our own are needed again (`Publisher::configure`),
+    /// and the frame is copied.
+    Outside,
+}
 
 pub struct LentSlots<K, T> {
     /// Which buffer each slot is, by a key of its memory; `None` for a

@@ -36,11 +36,11 @@ pub use cuda_slots::{
 pub use error::{GpuWork, LegacyCudaIpc, SharedObject, TransportError};
 pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
 pub use kinds::{DeviceTraits, GpuSync, TransportKind, resolve_ipc_mode, resolve_ipc_mode_for};
-pub use lending::{Learned, LendableFrame, Lender, Lent};
-pub use lent_slots::LentSlots;
+pub use lending::{Learned, Lender};
+pub use lent_slots::{LendableFrame, Lent, LentSlots};
 pub use publisher::{
     Allocated, ConfigureError, PublishError, Publisher, PublisherConfig, PublisherStats,
-    ReserveError, SlotLoan,
+    PublisherStatus, ReserveError, SlotLoan,
 };
 pub use slots::{
     ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, WriterStream, create_producer_slots,

@@ -29,17 +29,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    CudaProducerSlots, GpuSync, LentSlots, ProducerSlots, SlotMemory, SlotRequest, TransportError,
-    TransportKind, WriterStream,
+    CudaProducerSlots, GpuSync, LendableFrame, Lent, LentSlots, ProducerSlots, SlotMemory,
+    SlotRequest, TransportError, TransportKind, WriterStream,
 };
 use crate::cuda::{AllocationKey, Device};
 use crate::reservation::Reservation;
-use crate::ring_depth::auto_slots;
+use crate::ring_depth::RingDepth;
 use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::wait::timed;
 use cudaipc_channel::{
-    ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode, WhenFull,
+    Blocker, ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode,
+    WhenFull,
 };
 
 /// How often the wait for consumers (`wait_for_consumers`) looks again.
@@ -52,7 +53,7 @@ pub struct PublisherConfig {
     pub kind: TransportKind,
     /// The slots' device (the cuda transport).
     pub device: Option<Arc<Device>>,
-    /// Slots per set; 0: chosen by the transport (see `auto_slots`).
+    /// Slots per set; 0: chosen by the transport (see `ring_depth.rs`).
     pub slots: usize,
     /// File mode of the channel's shared files.
     pub permissions: u32,
@@ -70,6 +71,8 @@ pub struct PublisherConfig {
 /// One generation of slots.
 struct SlotSet<T> {
     slots: Box<dyn ProducerSlots>,
+    /// The channel's pool generation these slots were published as.
+    generation: u64,
     /// Set when the slots are buffers lent by an upstream pool.
     lent: Option<LentSlots<AllocationKey, T>>,
 }
@@ -78,7 +81,7 @@ struct SlotSet<T> {
 /// per slot record) that held it at the switch.
 type Retired<T> = (Arc<SlotSet<T>>, [u64; MAX_SLOTS]);
 
-/// Slots allocated by [`Publisher::configure`] or [`Publisher::allocate`].
+/// Slots allocated by [`Publisher::configure`].
 #[derive(Debug, Clone, Copy)]
 pub struct Allocated {
     pub count: usize,
@@ -179,6 +182,24 @@ pub struct PublisherStats {
     pub read_wait_ns: u64,
     pub slots: usize,
     pub kind: TransportKind,
+    /// The consumers that kept the producer waiting for a slot the last
+    /// time it waited.
+    pub last_blockers: Vec<Blocker>,
+}
+
+/// What a publisher is doing now ([`Publisher::status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublisherStatus {
+    /// The channel is closed.
+    pub closed: bool,
+    /// Every wait ends at once ([`Publisher::set_interrupted`]).
+    pub interrupted: bool,
+    /// Frames come paced ([`Publisher::set_paced`]): the channel is live.
+    pub paced: bool,
+    /// Publishing still waits for the consumers asked for to attach.
+    pub awaits_consumers: bool,
+    /// The slots are buffers lent by an upstream pool (see `Lender`).
+    pub lent: bool,
 }
 
 /// How long a producer that ended its stream waits, when it stops, for its
@@ -193,12 +214,8 @@ pub struct Publisher<T> {
     config: PublisherConfig,
     /// Set while the sink is unlocked (flushing or stopping).
     interrupt: AtomicBool,
-    /// Frames come paced (a clock, a live source): `slots=0` needs no deep
-    /// ring (see `auto_slots`).
-    paced: AtomicBool,
-    /// An upstream pool whose buffers may become the slots was proposed:
-    /// `slots=0` leaves room for as many lent slots (see `auto_slots`).
-    may_lend: AtomicBool,
+    /// How many slots a ring of ours gets; the lending sizes its pool by it.
+    depth: RingDepth,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
     /// Whether `retired` may hold a set: publishing takes no lock per frame
@@ -245,14 +262,14 @@ impl<T: Send + 'static> Publisher<T> {
             ipc_mode: config.ipc_mode,
             peers: config.peers.clone(),
         })?;
+        let depth = RingDepth::new(config.kind, config.device.clone(), config.slots);
         Ok(Self {
             producer,
             ended: AtomicBool::new(false),
             consumers_ready: AtomicBool::new(config.wait_for_consumers == 0),
             config,
             interrupt: AtomicBool::new(false),
-            paced: AtomicBool::new(false),
-            may_lend: AtomicBool::new(false),
+            depth,
             current: Mutex::new(None),
             retired: Mutex::new(Vec::new()),
             any_retired: AtomicBool::new(false),
@@ -264,31 +281,31 @@ impl<T: Send + 'static> Publisher<T> {
         })
     }
 
-    pub fn kind(&self) -> TransportKind {
-        self.config.kind
+    /// What the publisher was made with (its transport, device, ...).
+    pub fn config(&self) -> &PublisherConfig {
+        &self.config
     }
 
-    pub fn device(&self) -> Option<&Arc<Device>> {
-        self.config.device.as_ref()
+    /// What it is doing now: closed, interrupted, paced, waiting for
+    /// consumers, lent.
+    pub fn status(&self) -> PublisherStatus {
+        PublisherStatus {
+            closed: self.producer.is_closed(),
+            interrupted: self.interrupt.load(Ordering::SeqCst),
+            paced: self.depth.is_paced(),
+            awaits_consumers: !self.consumers_ready.load(Ordering::Acquire),
+            lent: self.current_set().is_some_and(|set| set.lent.is_some()),
+        }
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.producer.is_closed()
-    }
-
-    pub fn is_interrupted(&self) -> bool {
-        self.interrupt.load(Ordering::SeqCst)
-    }
-
-    /// Ends every wait of the publisher (unlock: flushing or stopping).
-    pub fn interrupt(&self) {
-        self.interrupt.store(true, Ordering::SeqCst);
-        self.producer.wake();
-    }
-
-    /// Lets waits wait again (unlock_stop).
-    pub fn resume(&self) {
-        self.interrupt.store(false, Ordering::SeqCst);
+    /// `true`: ends every wait of the publisher, and every later one ends
+    /// at once (unlock: flushing or stopping); `false`: waits wait again
+    /// (unlock_stop).
+    pub fn set_interrupted(&self, interrupted: bool) {
+        self.interrupt.store(interrupted, Ordering::SeqCst);
+        if interrupted {
+            self.producer.wake();
+        }
     }
 
     /// Wakes waits of writers so that they see their own interrupt flag.
@@ -316,7 +333,7 @@ impl<T: Send + 'static> Publisher<T> {
     /// once the last loan, and the last buffer wrapping a slot, is gone).
     /// Returns whether the consumers were done in time.
     pub fn close(&self, grace: Duration) -> bool {
-        self.interrupt();
+        self.set_interrupted(true);
         let grace = if self.ended.load(Ordering::SeqCst) {
             grace.max(END_OF_STREAM_GRACE)
         } else {
@@ -340,6 +357,7 @@ impl<T: Send + 'static> Publisher<T> {
             read_wait_ns: self.read_wait_ns.load(Ordering::Relaxed),
             slots: self.producer.slot_count(),
             kind: self.config.kind,
+            last_blockers: self.producer.last_blockers(),
         }
     }
 
@@ -348,40 +366,20 @@ impl<T: Send + 'static> Publisher<T> {
     }
 
     /// Makes sure slots of our own of at least `frame_size` bytes are the
-    /// current ones (allocating them if the current ones are too small,
-    /// lent, or not as many as `slots=0` stands for now). `Some` if it
-    /// allocated.
+    /// current ones, and the ones the channel describes (allocating them if
+    /// the current ones are too small, lent, not as many as `slots=0`
+    /// stands for now, or not what the channel describes since a lending
+    /// failed half way). `Some` if it allocated.
     pub fn configure(&self, frame_size: usize) -> Result<Option<Allocated>, ConfigureError> {
         if let Some(current) = self.current_set()
             && current.slots.slot_size() >= frame_size
             && current.lent.is_none()
-            && current.slots.slot_count() == self.slot_count_for(frame_size)
+            && current.generation == self.producer.pool_generation()
+            && current.slots.slot_count() == self.depth.own(frame_size)
         {
             return Ok(None);
         }
         self.allocate(frame_size).map(Some)
-    }
-
-    /// The slots a set of our own has for frames of `frame_size` bytes.
-    fn slot_count_for(&self, frame_size: usize) -> usize {
-        match self.config.slots {
-            0 => self.auto_slots(frame_size, self.may_lend.load(Ordering::Relaxed)),
-            n => n,
-        }
-    }
-
-    /// The depth `slots=0` stands for now; `may_lend`: leaving room for as
-    /// many lent slots.
-    pub(crate) fn auto_slots(&self, frame_size: usize, may_lend: bool) -> usize {
-        let device = self.device().map(|d| &**d);
-        let paced = self.paced.load(Ordering::Relaxed);
-        auto_slots(self.config.kind, device, frame_size, paced, may_lend)
-    }
-
-    /// Says whether an upstream pool whose buffers may become the slots is
-    /// proposed; takes effect at the next `configure`.
-    pub(crate) fn set_may_lend(&self, may_lend: bool) {
-        self.may_lend.store(may_lend, Ordering::Relaxed);
     }
 
     /// Says whether frames come paced (synchronised to a clock, or from a
@@ -389,26 +387,14 @@ impl<T: Send + 'static> Publisher<T> {
     /// then keeps the shallow ring, since a consumer catches up between
     /// frames. Takes effect at the next allocation.
     pub fn set_paced(&self, paced: bool) {
-        self.paced.store(paced, Ordering::Relaxed);
+        self.depth.set_paced(paced);
         // A paced channel is live: consumers keep their own pace on it.
         self.producer.set_live(paced);
     }
 
-    /// Whether frames come paced ([`set_paced`](Self::set_paced)): the
-    /// channel is live.
-    pub fn is_paced(&self) -> bool {
-        self.paced.load(Ordering::Relaxed)
-    }
-
-    /// The consumers that kept the producer waiting for a slot the last
-    /// time it waited.
-    pub fn last_blockers(&self) -> Vec<cudaipc_channel::Blocker> {
-        self.producer.last_blockers()
-    }
-
     /// Allocates and publishes a new set of slots of our own.
-    pub fn allocate(&self, frame_size: usize) -> Result<Allocated, ConfigureError> {
-        let count = self.slot_count_for(frame_size);
+    fn allocate(&self, frame_size: usize) -> Result<Allocated, ConfigureError> {
+        let count = self.depth.own(frame_size);
         let request = SlotRequest {
             channel: self.config.channel.clone(),
             session: self.producer.session(),
@@ -419,8 +405,9 @@ impl<T: Send + 'static> Publisher<T> {
             gpu_sync: self.config.gpu_sync,
             ipc_mode: self.config.ipc_mode,
         };
-        let slots = super::create_producer_slots(self.config.kind, &request, self.device())
-            .map_err(|error| ConfigureError::Allocate {
+        let slots =
+            super::create_producer_slots(self.config.kind, &request, self.config.device.as_ref())
+                .map_err(|error| ConfigureError::Allocate {
                 count,
                 size: frame_size,
                 error,
@@ -452,7 +439,7 @@ impl<T: Send + 'static> Publisher<T> {
                 .offer_pool(self.producer.pool_generation() + 1, memory);
         }
         // Waits until consumers are done with the old slots.
-        self.producer.configure_pool(
+        let generation = self.producer.configure_pool(
             slots.slot_size() as u64,
             &slots.slot_descriptors(),
             &slots.pool_descriptor(),
@@ -463,11 +450,11 @@ impl<T: Send + 'static> Publisher<T> {
             .transpose()?;
         // Consumers holding frames of the old set keep it alive.
         let readers = self.producer.held_slots();
-        let old = self
-            .current
-            .lock()
-            .unwrap()
-            .replace(Arc::new(SlotSet { slots, lent }));
+        let old = self.current.lock().unwrap().replace(Arc::new(SlotSet {
+            slots,
+            generation,
+            lent,
+        }));
         // The new slots hold nothing yet.
         self.forget_all_content();
         if let Some(old) = old
@@ -526,11 +513,6 @@ impl<T: Send + 'static> Publisher<T> {
         }
         self.consumers_ready.store(true, Ordering::Release);
         Ok(())
-    }
-
-    /// Whether publishing still waits for consumers to attach.
-    pub fn awaits_consumers(&self) -> bool {
-        !self.consumers_ready.load(Ordering::Acquire)
     }
 
     /// Copies a frame into a free slot with `fill` and publishes it with
@@ -691,17 +673,14 @@ impl<T: Send + 'static> Publisher<T> {
 }
 
 /// What the lending (`lending.rs`, which sits above the publisher) asks of
-/// it: its terms, whether the slots are lent, to lend a pool's buffers, and
-/// to publish a frame from a lent slot. The learning is the lending's own.
+/// it beyond its terms (`config`): the ring depth, which it shares, to lend
+/// a pool's buffers, and to publish a frame from a lent slot. The learning
+/// is the lending's own.
 impl<T: Send + 'static> Publisher<T> {
-    /// What the publisher was made with (the lending's terms).
-    pub(crate) fn config(&self) -> &PublisherConfig {
-        &self.config
-    }
-
-    /// Whether the current slots are buffers lent by an upstream pool.
-    pub(crate) fn is_lent(&self) -> bool {
-        self.current_set().is_some_and(|set| set.lent.is_some())
+    /// How deep the rings are; the lending sizes its pool by it and says
+    /// when one may be lent.
+    pub(crate) fn ring_depth(&self) -> &RingDepth {
+        &self.depth
     }
 
     /// Makes the buffers at `ptrs` (of `size` bytes at least, keyed by
@@ -720,7 +699,7 @@ impl<T: Send + 'static> Publisher<T> {
         keys: Vec<AllocationKey>,
         size: usize,
     ) -> Result<bool, TransportError> {
-        let Some(device) = self.device() else {
+        let Some(device) = &self.config.device else {
             return Ok(false);
         };
         let placeholders = self.producer.slot_count();
@@ -744,37 +723,45 @@ impl<T: Send + 'static> Publisher<T> {
         Ok(true)
     }
 
-    /// Publishes the frame upstream wrote into the lent buffer `key` with
-    /// `meta`, keeping `buffer` while it is published, then takes back the
+    /// Publishes the frame upstream wrote into the lent buffer `frame`
+    /// (`None`: not a buffer of the lendable pool) with `meta` in its own
+    /// layout, keeping `buffer` while it is published, then takes back the
     /// buffers consumers are done with (for the caller to give back
     /// upstream). Before publishing, `order_after_writer` orders our stream
     /// after upstream's writes; `writer_stream` as in
-    /// [`LentSlots::take_released`]. `Ok(None)`: the slots are not lent, or
-    /// `key` is no lent slot waiting for a frame.
+    /// [`LentSlots::take_released`].
     pub(crate) fn publish_lent(
         &self,
-        key: &AllocationKey,
-        buffer: T,
+        frame: Option<&LendableFrame>,
+        buffer: &T,
         meta: &FrameMeta,
         order_after_writer: impl FnOnce() -> Result<(), TransportError>,
         writer_stream: &dyn Fn(&T) -> Option<WriterStream>,
-    ) -> Result<Option<Vec<T>>, TransportError> {
-        let Some(set) = self.current_set() else {
-            return Ok(None);
+    ) -> Result<Lent<T>, TransportError>
+    where
+        T: Clone,
+    {
+        let Some(set) = self.current_set().filter(|set| set.lent.is_some()) else {
+            return Ok(Lent::NotLent);
         };
-        let Some(lent) = &set.lent else {
-            return Ok(None);
+        let (Some(lent), Some(frame)) = (&set.lent, frame) else {
+            return Ok(Lent::Outside);
+        };
+        let meta = FrameMeta {
+            size: frame.size as u64,
+            planes: frame.planes.clone(),
+            ..meta.clone()
         };
         self.reap_retired();
         order_after_writer()?;
         let Some(reservation) = lent
-            .slot_of(key)
+            .slot_of(&frame.key)
             .and_then(|slot| lent.waiting_for_frame(slot, &self.producer))
         else {
-            return Ok(None);
+            return Ok(Lent::Outside);
         };
         let slot = reservation.slot();
-        lent.publish(reservation, buffer, meta, &*set.slots)?;
+        lent.publish(reservation, buffer.clone(), &meta, &*set.slots)?;
         self.zero_copy.fetch_add(1, Ordering::Relaxed);
         lent.take_released(
             &*set.slots,
@@ -784,7 +771,7 @@ impl<T: Send + 'static> Publisher<T> {
             &self.read_wait_ns,
             Some(slot),
         )
-        .map(Some)
+        .map(Lent::Published)
     }
 }
 

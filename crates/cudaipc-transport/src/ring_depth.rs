@@ -1,10 +1,95 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! The ring depth `slots=0` stands for. Figures in docs/performance.md.
+//! The ring depth `slots=0` stands for, and what it follows as the stream
+//! goes on (frames paced or not, a lendable pool proposed or not): shared by
+//! the publisher, which sizes its own ring with it, and its lending, which
+//! sizes the upstream pool it lends from. Figures in docs/performance.md.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::TransportKind;
 use crate::cuda::Device;
 use cudaipc_channel::layout::MAX_SLOTS;
+
+/// How many slots a publisher's rings get: `slots` as set, or with 0 the
+/// automatic depth for what is known of the stream now.
+pub(crate) struct RingDepth {
+    kind: TransportKind,
+    device: Option<Arc<Device>>,
+    /// Slots per set as configured; 0: automatic.
+    slots: usize,
+    /// Frames come paced (a clock, a live source): no deep ring is needed.
+    paced: AtomicBool,
+    /// An upstream pool whose buffers may become the slots was proposed:
+    /// the own ring leaves room for as many lent slots.
+    may_lend: AtomicBool,
+}
+
+impl RingDepth {
+    pub(crate) fn new(kind: TransportKind, device: Option<Arc<Device>>, slots: usize) -> Self {
+        Self {
+            kind,
+            device,
+            slots,
+            paced: AtomicBool::new(false),
+            may_lend: AtomicBool::new(false),
+        }
+    }
+
+    /// The slots a set of our own has for frames of `frame_size` bytes.
+    pub(crate) fn own(&self, frame_size: usize) -> usize {
+        match self.slots {
+            0 => self.automatic(frame_size, self.may_lend.load(Ordering::Relaxed)),
+            n => n,
+        }
+    }
+
+    /// The buffers of an upstream pool whose buffers may be lent as slots:
+    /// the slots set, or with `slots=0` the automatic depth of a ring that
+    /// leaves room for as many lent slots, but at least
+    /// `AUTO_LENT_SLOTS_MIN`; two at least, since the sink keeps the buffer
+    /// it rendered last and upstream must have another to write into.
+    pub(crate) fn lent(&self, frame_size: usize) -> usize {
+        match self.slots {
+            0 => self.automatic(frame_size, true).max(AUTO_LENT_SLOTS_MIN),
+            n => n.max(2),
+        }
+    }
+
+    /// The depth `slots=0` stands for now; `may_lend`: leaving room for as
+    /// many lent slots.
+    fn automatic(&self, frame_size: usize, may_lend: bool) -> usize {
+        let paced = self.paced.load(Ordering::Relaxed);
+        auto_slots(
+            self.kind,
+            self.device.as_deref(),
+            frame_size,
+            paced,
+            may_lend,
+        )
+    }
+
+    pub(crate) fn set_paced(&self, paced: bool) {
+        self.paced.store(paced, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_paced(&self) -> bool {
+        self.paced.load(Ordering::Relaxed)
+    }
+
+    /// Says whether an upstream pool whose buffers may become the slots is
+    /// proposed; the own ring follows at its next allocation.
+    pub(crate) fn set_may_lend(&self, may_lend: bool) {
+        self.may_lend.store(may_lend, Ordering::Relaxed);
+    }
+}
+
+/// How many buffers an upstream pool whose buffers may be lent as slots
+/// gets with `slots=0`, at least: with MPS, a consumer feeding GStreamer's
+/// `cudaconvert` from lent 4K slots ran 13% faster with four than with two
+/// (and one that drops frames as fast), see docs/performance.md.
+const AUTO_LENT_SLOTS_MIN: usize = 4;
 
 /// The share of the device's memory a deep ring may fill: 5%, 4 GB of an
 /// 80 GB card (64 4K RGB slots take 1.6 GB), 800 MB of a 16 GB one.

@@ -233,12 +233,12 @@ impl Publisher {
 
     /// Whether the slots are CUDA device memory (else shared host memory).
     pub fn is_cuda(&self) -> bool {
-        self.inner.kind() == TransportKind::Cuda
+        self.inner.config().kind == TransportKind::Cuda
     }
 
     /// Whether the channel is live ([`PublisherOptions::live`]).
     pub fn is_live(&self) -> bool {
-        self.inner.is_paced()
+        self.inner.status().paced
     }
 
     /// Consumers attached now.
@@ -308,7 +308,7 @@ impl Publisher {
             .inner
             .loan(self.layout.frame_size(), interrupt)
             .map_err(|e| match e {
-                ReserveError::Flushing if self.is_closed() || self.inner.is_closed() => {
+                ReserveError::Flushing if self.is_closed() || self.inner.status().closed => {
                     Error::Closed
                 }
                 ReserveError::Flushing if self.when_full == WhenFull::Drop => Error::NoFreeSlot,

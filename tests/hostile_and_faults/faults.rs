@@ -307,9 +307,11 @@ fn stopped_consumer_block(t: Transport) {
         "rscudaipcsrc channel={channel} connect-timeout=120000 ! checksumsink"
     ));
     wait_for_waiting_consumers(&channel, 1, LIMIT);
+    // A ring well short of the stream (the default may hold 64 frames), so
+    // that the stopped consumer holds the producer before the stream ends.
     let mut producer = PipelineChild::spawn(
         &format!(
-            "{src} ! rscudaipcsink name=sink channel={channel} when-full=block sync=false {}",
+            "{src} ! rscudaipcsink name=sink channel={channel} when-full=block sync=false slots=32 {}",
             t.sink
         ),
         &["sink"],

@@ -40,6 +40,12 @@ for nnn in "$@"; do
   # The cudaipc package gpu-host/stage.sh unpacked for the runtime's Python.
   [ ! -d $dir/python ] || builds+=($dir/python)
 done
+# The base of an A/B (scripts/gpu-host/stage-base.sh) of each runtime
+# packed, where staged.
+for dir in "${builds[@]}"; do
+  base=${dir%/build}-base/build
+  [ "$base" = "$dir-base/build" ] || [ ! -d "$base" ] || builds+=("$base")
+done
 tar cf - "${builds[@]}" | xz -T2 -6 --lzma2=preset=6,dict=192MiB > .gpu-carry/builds.tar.xz
 echo "xz -dc .gpu-carry/builds.tar.xz | tar xf -" >> .gpu-carry/unpack.sh
 # What a device call carries: the tracked files and every untracked file git

@@ -705,10 +705,8 @@ impl Consumer {
             return None;
         }
         let newest = published - 1;
-        let entry = protocol::load_queue_entry(&h.queue[newest as usize % QUEUE_LEN]);
-        let ends = queue_entry_seq(entry) == newest && queue_entry_kind(entry) == QUEUE_EOS;
         // The newest frame: before the end of stream, if that is the newest item.
-        let frame = match ends {
+        let frame = match ends_with_eos(h, published) {
             true => newest.checked_sub(1)?,
             false => newest,
         };
@@ -842,4 +840,14 @@ impl Drop for Consumer {
 fn producer_alive(shared: &SharedFile) -> bool {
     shm::byte_is_locked(&shared.file, PRODUCER_LOCK_BYTE).unwrap_or(false)
         && recorded_producer_may_run(shared)
+}
+
+/// Whether the newest of the `published` items is an end of stream: the
+/// stream ended (a consumer that attaches then gets that end first).
+fn ends_with_eos(h: &ControlHeader, published: u64) -> bool {
+    let Some(newest) = published.checked_sub(1) else {
+        return false;
+    };
+    let entry = protocol::load_queue_entry(&h.queue[newest as usize % QUEUE_LEN]);
+    queue_entry_seq(entry) == newest && queue_entry_kind(entry) == QUEUE_EOS
 }

@@ -220,22 +220,30 @@ fn latest_mode_skips_to_the_newest_frame() {
     assert_eq!(c.frames_missed(), 0);
 }
 
-/// A consumer that attaches after the stream ended, while its producer
-/// still has the channel (it may be closing), gets that end first, in
-/// either mode: not frames that never come, then a producer gone without
-/// an end of stream.
+/// A consumer that attaches after the end of stream waits for the next
+/// stream; when the producer closes instead, its stream ended: the consumer
+/// gets that end, in either mode, not "closed without an end of stream".
 #[test]
-fn a_consumer_attaching_after_the_end_of_stream_gets_the_end() {
-    let channel = unique_channel("ended");
-    let no = AtomicBool::new(false);
-    let p = producer(&channel, WhenFull::Block);
-    for i in 0..3 {
-        let slot = p.reserve(&no).unwrap().unwrap();
-        p.publish(slot, &meta(1, i)).unwrap();
-    }
-    p.publish_eos();
+fn a_consumer_attached_after_the_end_of_stream_ends_when_the_producer_closes() {
     for mode in [ConsumerMode::EveryFrame, ConsumerMode::Latest] {
+        let channel = unique_channel("ended");
+        let no = AtomicBool::new(false);
+        let p = producer(&channel, WhenFull::Block);
+        for i in 0..3 {
+            let slot = p.reserve(&no).unwrap().unwrap();
+            p.publish(slot, &meta(1, i)).unwrap();
+        }
+        p.publish_eos();
         let mut c = consumer(&channel, mode);
+        // Still open: the next stream may come.
+        assert!(
+            matches!(
+                c.next(&no, Some(Duration::from_millis(100))),
+                Err(ChannelError::Timeout)
+            ),
+            "{mode:?}"
+        );
+        drop(p);
         let item = c.next(&no, Some(Duration::from_secs(1))).unwrap();
         assert!(matches!(item, Item::Eos), "{mode:?}");
         assert_eq!(c.frames_missed(), 0, "{mode:?}");

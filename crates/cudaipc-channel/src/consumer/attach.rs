@@ -155,12 +155,9 @@ impl Consumer {
             });
             // Join late: the next frame published after the producer can see
             // us is the first one we get; or, having waited for the producer,
-            // the oldest one it still has (earlier ones are not "missed"). A
-            // stream that already ended gives us its end: its producer may
-            // be closing, and would look gone without one.
+            // the oldest one it still has (earlier ones are not "missed").
             let join_cursor = |published: u64| match from_start {
                 true => published.saturating_sub(MAX_SLOTS as u64),
-                false if ends_with_eos(h, published) => published - 1,
                 false => published,
             };
             // Until the final cursor is in place, one at or before it holds

@@ -465,7 +465,20 @@ impl Consumer {
                 return Ok(item);
             }
         })();
-        next.map_err(|e| self.truncation_first(e))
+        match next {
+            Err(ChannelError::ProducerGone(_)) if self.joined_after_the_end() => Ok(Item::Eos),
+            next => next.map_err(|e| self.truncation_first(e)),
+        }
+    }
+
+    /// Whether the producer's last item is an end of stream that this
+    /// consumer, having attached after it, never took: a producer that then
+    /// goes away ended its stream (a new stream after an end of stream
+    /// would have published more).
+    fn joined_after_the_end(&self) -> bool {
+        let h = self.header();
+        let published = protocol::load_published(&h.published);
+        self.cursor == published && ends_with_eos(h, published)
     }
 
     /// A truncated block reads as zeros from the moment of the fault that
@@ -842,8 +855,7 @@ fn producer_alive(shared: &SharedFile) -> bool {
         && recorded_producer_may_run(shared)
 }
 
-/// Whether the newest of the `published` items is an end of stream: the
-/// stream ended (a consumer that attaches then gets that end first).
+/// Whether the newest of the `published` items is an end of stream.
 fn ends_with_eos(h: &ControlHeader, published: u64) -> bool {
     let Some(newest) = published.checked_sub(1) else {
         return false;

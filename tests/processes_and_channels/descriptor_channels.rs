@@ -234,7 +234,10 @@ fn hostile_peers_on_a_producers_socket_hold_nothing_up() {
     let expected = reference_checksums(SOURCE);
     let producer = producer(HOST, &dir, &channel, "");
     let socket = dir.0.join(format!("cudaipc-{channel}@socket"));
-    wait_until(LIMIT, "the channel's socket", || socket.exists());
+    // Listening, not only named: the name can come a moment before.
+    wait_until(LIMIT, "the channel's socket accepts", || {
+        UnixStream::connect(&socket).is_ok()
+    });
     let silent: Vec<UnixStream> = (0..6)
         .map(|_| UnixStream::connect(&socket).unwrap())
         .collect();

@@ -123,6 +123,14 @@ trap cleanup EXIT
 failed=0
 fail() { failed=1; echo "windows: $1"; shift; for log in "$@"; do sed -n 1,20p "$log"; done; }
 channel() { echo "win-$1-$$"; }
+# wait_for_bytes FILE: up to 20 s for FILE to have bytes; status 1 if not.
+wait_for_bytes() {
+  for _ in $(seq 200); do
+    [ -s "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 caps="video/x-raw,format=RGBA,width=320,height=240,framerate=30/1"
 frame_bytes=$((320 * 240 * 4))
 # One SHA-1 a frame of a raw RGBA file.
@@ -229,10 +237,7 @@ for attempt in 1 2; do
     t. ! queue ! filesink location=$(in_pipeline "$runs/late-producer.raw") >"$runs/late-producer.txt" 2>&1 &
   producer=$!
   started+=("$producer")
-  for _ in $(seq 200); do
-    [ -s "$runs/late-producer.raw" ] && break
-    sleep 0.1
-  done
+  wait_for_bytes "$runs/late-producer.raw" || true
   sleep 1
   timeout -k 5 60 wine "${launch[@]}" -q rscudaipcsrc channel=$ch frames=every \
     ! filesink location=$(in_pipeline "$runs/late-consumer.raw") >"$runs/late-consumer.txt" 2>&1
@@ -314,11 +319,7 @@ killed_producer() {
   consumer=$!
   started+=("$consumer")
   # Frames arriving: the consumer is attached and streaming.
-  for _ in $(seq 200); do
-    [ -s "$runs/kill.raw" ] && break
-    sleep 0.1
-  done
-  [ -s "$runs/kill.raw" ] || fail "the consumer of the live producer got no frame in 20 s" "$runs/kill-consumer.txt"
+  wait_for_bytes "$runs/kill.raw" || fail "the consumer of the live producer got no frame in 20 s" "$runs/kill-consumer.txt"
   if wine "${launch[@]}" -q videotestsrc num-buffers=5 ! $caps ! rscudaipcsink channel=$ch transport=host \
     >"$runs/second-producer.txt" 2>&1; then
     fail "a second producer on a live channel was not refused" "$runs/second-producer.txt"

@@ -26,13 +26,9 @@ fn stats(pipeline: &gst::Pipeline) -> gst::Structure {
         .property::<gst::Structure>("stats")
 }
 
-/// Runs `producer` (playing) to its end of stream, then `consumer`, a
-/// process reading its channel, to its own end: what the consumer printed,
-/// and the sink's final stats.
-fn run_to_eos(
-    producer: &gst::Pipeline,
-    consumer: common::Launch,
-) -> (common::Finished, gst::Structure) {
+/// Runs `producer` (playing) to its end of stream and stops it: the sink's
+/// final stats.
+fn finish_producer(producer: &gst::Pipeline) -> gst::Structure {
     let end = producer
         .bus()
         .unwrap()
@@ -44,6 +40,17 @@ fn run_to_eos(
     let final_stats = stats(producer);
     producer.set_state(gst::State::Null).unwrap();
     assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
+    final_stats
+}
+
+/// Runs `producer` (playing) to its end of stream, then `consumer`, a
+/// process reading its channel, to its own end: what the consumer printed,
+/// and the sink's final stats.
+fn run_to_eos(
+    producer: &gst::Pipeline,
+    consumer: common::Launch,
+) -> (common::Finished, gst::Structure) {
+    let final_stats = finish_producer(producer);
     let done = consumer.finish(LIMIT);
     done.assert_success("consumer");
     (done, final_stats)
@@ -268,17 +275,7 @@ fn a_ring_written_in_place_is_as_deep_as_a_ring_goes_unless_live() {
             "cudatestsrc num-buffers={FRAMES} is-live={live} ! video/x-raw(memory:CUDAMemory),format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink name=sink channel={channel} transport=cuda sync=false"
         ));
         producer.set_state(gst::State::Playing).unwrap();
-        let end = producer
-            .bus()
-            .unwrap()
-            .timed_pop_filtered(
-                gst::ClockTime::from_seconds(20),
-                &[gst::MessageType::Eos, gst::MessageType::Error],
-            )
-            .expect("the producer neither finished nor failed");
-        let stats = stats(&producer);
-        producer.set_state(gst::State::Null).unwrap();
-        assert!(matches!(end.view(), gst::MessageView::Eos(_)), "{end:?}");
+        let stats = finish_producer(&producer);
         assert_eq!(stats.get::<u64>("zero-copy").unwrap(), FRAMES, "{stats}");
         assert_eq!(
             stats.get::<u32>("slots").unwrap(),

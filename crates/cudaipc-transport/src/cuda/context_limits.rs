@@ -27,9 +27,11 @@ pub(super) fn trim_current_context() {
 }
 
 /// Retains `device`'s primary context. Without MPS each process has a
-/// context of its own, and an H100 took about 100 of them (50 pairs; 98
-/// producers and one consumer process), whatever their memory: the 101st
-/// failed with `CUDA_ERROR_OUT_OF_MEMORY` with 37 GB of 80 in use
+/// context of its own, and an H100 or H200 took about 100 of them (101 on
+/// the H200), whatever their memory: the next failed with
+/// `CUDA_ERROR_OUT_OF_MEMORY` with half the memory free. The count is of
+/// the GPU's hardware queues (channels), 8 a context by default: with
+/// `CUDA_DEVICE_MAX_CONNECTIONS=1` or `2` the H200 held 200 contexts
 /// (docs/performance.md, "Streams per GPU"). That failure says so.
 pub(super) fn retain_primary_context(device: sys::CUdevice) -> super::Result<sys::CUcontext> {
     let mut context = std::ptr::null_mut();
@@ -46,7 +48,7 @@ pub(super) fn retain_primary_context(device: sys::CUdevice) -> super::Result<sys
             call,
             name,
             description: format!(
-                "{description}: the GPU has no room for another CUDA context (its memory is full, or, without MPS, it holds about 100 processes' contexts at most: read several channels in one process, or use MPS)"
+                "{description}: the GPU has no room for another CUDA context (its memory is full, or, without MPS, it holds about 100 processes' contexts with CUDA's default of 8 connections each: set CUDA_DEVICE_MAX_CONNECTIONS=1 in the processes of every channel, read several channels in one process, or use MPS)"
             ),
         }),
         Err(e) => Err(e),

@@ -167,7 +167,21 @@ pub fn machine_description(gpu: bool) -> String {
             let (name, driver) = text.split_once(", ")?;
             Some(format!("{name} (driver {driver})"))
         });
-    format!("{}, {gstreamer}", name.unwrap_or_else(|| "GPU 0".into()))
+    let gpu = name.unwrap_or_else(|| "GPU 0".into());
+    let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+    format!(
+        "{gpu}, {gstreamer}{}",
+        connections_note(connections.as_deref())
+    )
+}
+
+/// Every process of a run inherits `CUDA_DEVICE_MAX_CONNECTIONS`, which sets
+/// how many contexts the GPU holds (docs/performance.md, "Streams per
+/// GPU"): a run with it set says so beside the machine.
+fn connections_note(value: Option<&str>) -> String {
+    value
+        .map(|v| format!(", CUDA_DEVICE_MAX_CONNECTIONS={v}"))
+        .unwrap_or_default()
 }
 
 /// The line of a CSV that names the machine (`read_csv` knows it).

@@ -27,26 +27,7 @@ import argparse
 import sys
 
 import cudaipc
-
-
-def backend(name, transport):
-    """(from_dlpack, stack, model) of PyTorch or NumPy."""
-    if name in ("auto", "torch"):
-        try:
-            import torch
-
-            if transport == "host" or torch.cuda.is_available():
-                # A stand-in model: each frame's mean value.
-                return (torch.from_dlpack, torch.stack,
-                        lambda clip: clip.flatten(1).float().mean(dim=1).tolist())
-        except ImportError:
-            if name == "torch":
-                raise
-    if transport != "host":
-        sys.exit("batching_consumer.py: frames on the cuda transport need PyTorch with CUDA")
-    import numpy as np
-
-    return np.from_dlpack, np.stack, lambda clip: clip.reshape(len(clip), -1).mean(axis=1).tolist()
+from stand_in_model import backend
 
 
 def main():
@@ -64,7 +45,7 @@ def main():
     try:
         with cudaipc.Subscriber(args.channel, timeout=args.timeout, frames=args.frames,
                                 hold=args.batch - 1) as subscriber:
-            from_dlpack, stack, model = backend(args.backend, subscriber.transport)
+            from_dlpack, stack, model = backend(args.backend, subscriber.transport, "batching_consumer.py")
             batch = []
             for frame in subscriber:
                 batch.append(frame)

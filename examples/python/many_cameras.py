@@ -32,26 +32,7 @@ import contextlib
 import sys
 
 import cudaipc
-
-
-def backend(name, transport):
-    """(from_dlpack, stack, model) of PyTorch or NumPy."""
-    if name in ("auto", "torch"):
-        try:
-            import torch
-
-            if transport == "host" or torch.cuda.is_available():
-                # A stand-in model: each frame's mean value.
-                return (torch.from_dlpack, torch.stack,
-                        lambda batch: batch.flatten(1).float().mean(dim=1).tolist())
-        except ImportError:
-            if name == "torch":
-                raise
-    if transport != "host":
-        sys.exit("many_cameras.py: frames on the cuda transport need PyTorch with CUDA")
-    import numpy as np
-
-    return np.from_dlpack, np.stack, lambda batch: batch.reshape(len(batch), -1).mean(axis=1).tolist()
+from stand_in_model import backend
 
 
 def main():
@@ -72,7 +53,7 @@ def main():
             cameras = [stack_of_subscribers.enter_context(
                 cudaipc.Subscriber(channel, timeout=args.timeout, frames=args.frames))
                 for channel in args.channels]
-            from_dlpack, stack, model = backend(args.backend, cameras[0].transport)
+            from_dlpack, stack, model = backend(args.backend, cameras[0].transport, "many_cameras.py")
             while args.rounds == 0 or rounds < args.rounds:
                 batch = []
                 try:

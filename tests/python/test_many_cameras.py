@@ -29,10 +29,9 @@ def test_cameras_whose_frames_differ_in_shape_are_named_not_stacked(children):
     large = unique_channel("camera-large")
     producers = [
         python_publisher(children, large, 4, 3),
-        children(example("cudaipc_publish.py", "--channel", small, "--format", "GRAY8",
-                         "--width", str(WIDTH // 2), "--height", str(HEIGHT // 2),
-                         "--frames", "3", "--fps", "0", "--slots", "4",
-                         "--wait-consumers", "1", "--quiet")),
+        # The later --width and --height win over the helper's.
+        python_publisher(children, small, 4, 3, "--width", str(WIDTH // 2),
+                         "--height", str(HEIGHT // 2)),
     ]
     consumer = children(example("many_cameras.py", large, small, "--frames", "every",
                                 "--backend", "numpy", "--timeout", "20")).finish()

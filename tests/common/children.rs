@@ -270,6 +270,15 @@ impl Launch {
         // SAFETY: sending a signal to our own child process.
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }
+
+    /// Stops the pipeline (SIGSTOP) and returns once it is stopped, so that
+    /// it writes nothing more until `signal(libc::SIGCONT)`.
+    pub fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        super::wait_until(Duration::from_secs(20), "the pipeline stopped", || {
+            super::proc_state(self.pid()) == "T"
+        });
+    }
 }
 
 impl Drop for Launch {

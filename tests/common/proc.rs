@@ -16,11 +16,7 @@ pub fn proc_threads(pid: u32) -> String {
         let dir = task.path();
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
         let comm = read("comm");
-        let state = read("stat")
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next().map(str::to_string))
-            .unwrap_or_default();
+        let state = state_of(&read("stat"));
         out.push(format!(
             "{}:{} {} {}",
             task.file_name().to_string_lossy(),
@@ -30,6 +26,21 @@ pub fn proc_threads(pid: u32) -> String {
         ));
     }
     out.join("; ")
+}
+
+/// The state letter of a process (/proc/PID/stat: `R`, `S`, `T` stopped
+/// ...), empty once it is gone.
+pub fn proc_state(pid: u32) -> String {
+    state_of(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+}
+
+/// The state field of a stat line: the first after the command's closing
+/// parenthesis (the command itself may hold any character).
+fn state_of(stat: &str) -> String {
+    stat.rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Open file descriptors of a process.

@@ -249,6 +249,10 @@ fn watch_reads_a_consumer_record_a_hostile_peer_scribbled_on() {
         &format!("rscudaipcsrc channel={channel} ! fakesink"),
     );
     wait_for_consumers(&dir, &channel, 1);
+    // Stopped, so that the consumer does not write its own cursor over the
+    // scribbled one (it did under qemu, between the scribble and the
+    // snapshot).
+    consumer.stop();
     // A consumer may write its own record: values no consumer would write.
     let path = dir.path(&format!("cudaipc-{channel}"));
     let block = cudaipc_channel::ControlBlock {
@@ -271,5 +275,6 @@ fn watch_reads_a_consumer_record_a_hostile_peer_scribbled_on() {
     assert_eq!(scribbled["behind"], 0, "{scribbled}");
     assert_eq!(scribbled["missed"], u64::MAX, "{scribbled}");
     assert_eq!(c["producer_pid"], producer.pid(), "{c}");
+    consumer.signal(libc::SIGCONT);
     drop((consumer, producer));
 }

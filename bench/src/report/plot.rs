@@ -113,6 +113,19 @@ fn one_process_equivalent(id: &str) -> Option<&'static str> {
     }
 }
 
+/// The group of rows 14 and 14u.
+const STREAMS_TITLE: &str = "14 streams per GPU, 4K@30 with no late frame";
+
+/// One process (1a, 1b, 1q, ...) and the device copy (2): rows that the
+/// pairs are compared with.
+fn is_reference(id: &str) -> bool {
+    let mut chars = id.chars();
+    id == "2"
+        || (chars.next() == Some('1')
+            && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.next().is_none())
+}
+
 fn groups(rows: &[Row]) -> Vec<Group<'_>> {
     let mut groups: Vec<Group> = Vec::new();
     for row in rows.iter().filter(|r| r.fps > 0.0) {
@@ -126,14 +139,22 @@ fn groups(rows: &[Row]) -> Vec<Group<'_>> {
                 };
                 (format!("{producer}, consumer {consumer}"), kind, true)
             }
-            None => {
-                let id = row_id(&row.config);
-                // One process (1a-1c) and the device copy (2) are
-                // references, not pairs.
-                let reference = id == "2" || (id.len() == 2 && id.starts_with('1'));
-                let kind = if reference { Kind::Alone } else { Kind::Ours };
-                (row.config.clone(), kind, false)
-            }
+            None => match row_id(&row.config) {
+                // Streams per GPU: this pair's and upstream's side by side
+                // (their FPS are 30 times the streams).
+                "14" => (STREAMS_TITLE.to_string(), Kind::Ours, false),
+                "14u" => (STREAMS_TITLE.to_string(), Kind::Upstream, false),
+                id => {
+                    // One process (1a-1c) and the device copy (2) are
+                    // references, not pairs.
+                    let kind = if is_reference(id) {
+                        Kind::Alone
+                    } else {
+                        Kind::Ours
+                    };
+                    (row.config.clone(), kind, false)
+                }
+            },
         };
         let bar = Bar { kind, row };
         match groups.iter_mut().find(|g| g.title == title) {
@@ -511,4 +532,41 @@ fn thousands(v: f64) -> String {
         .map(|end| &digits[end.saturating_sub(2)..=end])
         .collect();
     groups.into_iter().rev().collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Kind, STREAMS_TITLE, groups};
+    use crate::measure::Row;
+
+    fn row(config: &str, fps: f64) -> Row {
+        Row {
+            config: config.to_string(),
+            fps,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn streams_rows_are_pairs_beside_upstream_and_one_process_rows_are_references() {
+        let rows = [
+            row("14 streams per GPU, this pair", 3000.0),
+            row("14u streams per GPU, upstream pair", 210.0),
+            row("1q one process, the halves 32 frames apart", 31_975.0),
+            row("5 default: slots=auto", 24_586.0),
+            row("1b one process: generate + invert + verify", 39_098.0),
+        ];
+        let groups = groups(&rows);
+        let streams = groups.iter().find(|g| g.title == STREAMS_TITLE).unwrap();
+        let kinds: Vec<Kind> = streams.bars.iter().map(|b| b.kind).collect();
+        assert_eq!(kinds, [Kind::Ours, Kind::Upstream]);
+        assert_eq!(streams.comparison(&streams.bars[0]), "14.3x upstream");
+        let queued = groups.iter().find(|g| g.title.starts_with("1q")).unwrap();
+        assert_eq!(queued.bars[0].kind, Kind::Alone);
+        // 1b is drawn beside row 5, not on its own.
+        let pair = groups.iter().find(|g| g.title.starts_with("5 ")).unwrap();
+        let ours = pair.bars.iter().find(|b| b.kind == Kind::Ours).unwrap();
+        assert_eq!(pair.comparison(ours), "63% of one process");
+        assert!(!groups.iter().any(|g| g.title.starts_with("1b")));
+    }
 }

@@ -111,7 +111,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecUInt::builder("slots")
                     .nick("Slots")
-                    .blurb("Frames in the ring of shared buffers (0: automatic: 2 with NVIDIA MPS; without it as many as 5% of the device memory holds, 8 to 64 (32 where an upstream pool may lend its buffers), for frames that come as fast as the pipeline runs, else 8; 4 on host memory)")
+                    .blurb("Frames in the ring of shared buffers (0: automatic: 2 with NVIDIA MPS; without it as many as 5% of the device memory holds, 8 to 64 (32 where an upstream pool may lend its buffers), for frames that come as fast as the pipeline runs; else a tenth of a second of frames at the caps' frame rate, 4 to 16; 4 on host memory; deeper where a consumer declares hold=N: N+2)")
                     .minimum(0)
                     .maximum(MAX_SLOTS as u32)
                     .default_value(DEFAULT_SLOTS)
@@ -402,6 +402,11 @@ impl BaseSinkImpl for CudaIpcSink {
             ));
         }
         publisher.set_paced(self.frames_are_paced(&info));
+        let fps = info.fps();
+        publisher.set_frame_rate(match fps.denom() {
+            0 => 0.0,
+            denom => f64::from(fps.numer()) / f64::from(denom),
+        });
         state::report_slots(self.obj().upcast_ref(), publisher.configure(info.size()))?;
         // Consumers choose their memory type themselves: publish the plain
         // caps.

@@ -595,3 +595,71 @@ fn cuda_a_live_producer_names_the_consumer_that_holds_it_back() {
         a_live_producer_names_the_consumer_that_holds_it_back(CUDA);
     }
 }
+
+/// The sink's ring (`slots=0`) on a live channel at 30 FPS: 4 slots (a
+/// tenth of a second of frames) for one consumer, not the 8 of before;
+/// and deeper, at once, for a consumer process whose downstream keeps
+/// batches (`hold=8` needs 10 slots, which a ring of set depth refuses).
+/// Each consumer gets every frame, intact and in order.
+fn a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold(sink: &str) {
+    const FRAMES: usize = 45;
+    let published = |producer: &Producer| -> Vec<String> {
+        producer
+            .take_records()
+            .iter()
+            .map(|line| line.split_whitespace().nth(1).unwrap().to_string())
+            .collect()
+    };
+    let live_30 = format!(
+        "videotestsrc is-live=true pattern=ball num-buffers={FRAMES} ! capsfilter caps={}",
+        caps("RGB", 320, 240)
+    );
+    let slots = |producer: &Producer| {
+        producer
+            .pipeline
+            .by_name("sink")
+            .unwrap()
+            .property::<gst::Structure>("stats")
+            .get::<u32>("slots")
+            .unwrap()
+    };
+    for hold in [None, Some(8)] {
+        let channel = unique_channel("live-depth");
+        let declared = hold.map(|h| format!(" hold={h}")).unwrap_or_default();
+        // A batching consumer: up to 9 frames downstream at once.
+        let consumer = launch(&format!(
+            "rscudaipcsrc channel={channel} frames=every connect-timeout=120000{declared} ! queue max-size-buffers=9 ! identity sleep-time=20000 ! checksumsink"
+        ));
+        wait_for_waiting_consumers(&channel, 1, LIMIT);
+        let producer = Producer::start_from(&live_30, &channel, sink);
+        producer.wait_recorded(FRAMES);
+        let done = consumer.finish(LIMIT);
+        done.assert_success(&format!("consumer{declared}"));
+        assert_eq!(
+            done.checksums(),
+            published(&producer),
+            "consumer{declared}: not every frame, intact and in order"
+        );
+        match hold {
+            None => assert_eq!(slots(&producer), 4, "a live ring at 30 FPS"),
+            Some(h) => assert!(
+                slots(&producer) >= h + 2,
+                "hold={h} needs {} slots, the ring has {}",
+                h + 2,
+                slots(&producer)
+            ),
+        }
+    }
+}
+
+#[test]
+fn host_a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold() {
+    a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold(HOST);
+}
+
+#[test]
+fn cuda_a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold() {
+    if gpu("cuda_a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold") {
+        a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold(CUDA);
+    }
+}

@@ -83,6 +83,29 @@ def test_a_hold_the_ring_cannot_fit_is_refused_at_once_naming_the_slots(children
     producer.finish().assert_success("cudaipc_publish.py")
 
 
+@pytest.mark.parametrize("live", [False, True])
+def test_an_automatic_ring_grows_for_a_declared_hold_and_batches_of_8_arrive_complete(children, live):
+    # The producer leaves the depth to the transport (4 slots of host
+    # memory): a subscriber that keeps batches of 8 (hold=7) needs 9, and
+    # the ring grows to them instead of the HoldError a set depth gives.
+    channel = unique_channel("grow")
+    producer = python_publisher(children, channel, 0, 32, *(["--live", "--fps", "60"] if live else []))
+    numbers = []
+    with cudaipc.Subscriber(channel, hold=7, timeout=TIMEOUT) as subscriber:
+        batch = []
+        while (frame := next_frame_quickly(subscriber)) is not None:
+            batch.append(frame)
+            if len(batch) < 8:
+                continue
+            numbers.append([number_of(np.from_dlpack(held)) for held in batch])
+            for held in batch:
+                held.release()
+            batch.clear()
+        assert subscriber.frames_missed == 0
+    assert numbers == [list(range(first, first + 8)) for first in range(0, 32, 8)]
+    producer.finish().assert_success("cudaipc_publish.py")
+
+
 def test_batches_of_4_fit_an_8_slot_ring_and_arrive_complete_and_intact(children):
     channel = unique_channel("batch")
     producer = python_publisher(children, channel, 8, 24)

@@ -115,7 +115,12 @@ pub struct ControlHeader {
     pub pool_generation: AtomicU64,
     pub slot_size: AtomicU64,
     pub slot_count: AtomicU32,
-    pub _pad1: AtomicU32,
+    /// The most slots the producer's ring grows to for the holds its
+    /// consumers declare (`ConsumerRecord::hold`); 0: the ring's depth is
+    /// fixed (set, or lent by upstream). Written by the producer at any
+    /// time, outside the seqlock. Padding (0) before it had a use, which
+    /// reads as a fixed ring: no version change.
+    pub ring_grows_to: AtomicU32,
     pub pool_descriptor: [AtomicU64; POOL_DESCRIPTOR_BYTES / 8],
 
     // Caps: guarded by `caps_seqlock`.
@@ -178,7 +183,8 @@ pub struct ConsumerRecord {
     /// Number of valid entries in `release` (slots 0..release_count).
     pub release_count: AtomicU32,
     /// Frames the consumer declared it holds at once beyond the one it reads
-    /// (`u32::MAX`: none declared). For messages and tools.
+    /// (`u32::MAX`: none declared). For messages and tools, and for a
+    /// producer whose ring grows to fit it (`ControlHeader::ring_grows_to`).
     pub hold: AtomicU32,
     /// 1 when the consumer became ready with no frame published for it yet
     /// (its start is over: from then on it keeps its own pace); else 0.

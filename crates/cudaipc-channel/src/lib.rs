@@ -197,6 +197,13 @@ pub enum ChannelError {
         hold: u32,
         slots: usize,
     },
+    /// The producer's ring is shallower than a consumer's declared hold
+    /// needs, and may grow (`ControlHeader::ring_grows_to`): returned by
+    /// [`Producer::reserve`] holding no reservation, for the caller to
+    /// publish a deeper ring (or say it cannot grow) and reserve again.
+    RingTooShallow {
+        wanted: usize,
+    },
     ProducerGone(ProducerGone),
     Timeout,
     /// A waiting call was interrupted (element flushing or stopping).
@@ -330,6 +337,14 @@ impl fmt::Display for ChannelError {
                     "this consumer holds {held} frames of channel '{channel}' and asked for another"
                 )?;
                 match hold {
+                    Some(hold) if *held <= *hold as usize => {
+                        return write!(
+                            f,
+                            ", every slot of a ring of {slots}; hold={hold} needs {} and the producer did not grow its ring in time (upstream holds its slots): give the producer slots={} or hold fewer frames (keep copies instead)",
+                            *hold as u64 + 2,
+                            *hold as u64 + 2
+                        );
+                    }
                     Some(hold) => write!(
                         f,
                         ", more than it declared (hold={hold}: {} frames at once)",
@@ -359,6 +374,10 @@ impl fmt::Display for ChannelError {
                 write!(f, "the producer closed the channel")
             }
             ChannelError::ProducerGone(ProducerGone::Died) => write!(f, "the producer died"),
+            ChannelError::RingTooShallow { wanted } => write!(
+                f,
+                "a consumer's declared hold needs a ring of {wanted} slots, deeper than the producer's"
+            ),
             ChannelError::Timeout => write!(f, "timed out"),
             ChannelError::Interrupted => write!(f, "interrupted"),
             ChannelError::Truncated(path) => write!(

@@ -285,6 +285,67 @@ fn a_declared_hold_bounds_the_frames_held_and_must_fit_the_ring() {
     );
 }
 
+#[test]
+fn a_ring_that_may_grow_asks_its_producer_to_and_a_ring_that_does_not_grow_in_time_is_named() {
+    let channel = unique_channel("grow");
+    let p = producer(&channel, false);
+    let no = AtomicBool::new(false);
+    // hold=6 needs 8 slots; the 4-slot ring may grow to 16.
+    let mut c = consumer(&channel, ConsumerMode::Auto, Some(6));
+    assert_eq!(p.deepest_declared_hold(), Some(6));
+    publish(&p, 4);
+    p.set_ring_grows_to(16);
+    // The producer is told to grow before it reserves (nothing reserved).
+    assert!(
+        matches!(
+            p.reserve(&no),
+            Err(ChannelError::RingTooShallow { wanted: 8 })
+        ),
+        "the producer must be told its ring is too shallow"
+    );
+    // The consumer takes the ring's frames, and holds every slot within its
+    // hold: it waits for the ring to grow, for a bounded time, and is told.
+    let kept: Vec<Frame> = (0..4).map(|_| next_frame(&mut c)).collect();
+    let started = std::time::Instant::now();
+    let err = c.next(&no, Some(Duration::from_secs(10))).unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(
+            err,
+            ChannelError::HoldsEverySlot {
+                held: 4,
+                slots: 4,
+                hold: Some(6),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(waited < Duration::from_secs(8), "waited {waited:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("did not grow its ring") && text.contains("slots=8"),
+        "{text}"
+    );
+    // A ring that may not grow refuses the hold when the pool is read.
+    drop(kept);
+    drop(c);
+    p.set_ring_grows_to(0);
+    let mut refused = consumer(&channel, ConsumerMode::Auto, Some(6));
+    publish(&p, 1);
+    assert!(
+        matches!(
+            refused.next(&no, Some(Duration::from_secs(5))),
+            Err(ChannelError::HoldExceedsRing {
+                hold: 6,
+                slots: 4,
+                ..
+            })
+        ),
+        "a fixed ring must refuse the hold"
+    );
+}
+
 fn next_item(c: &mut Consumer) -> Item {
     c.next(&AtomicBool::new(false), Some(Duration::from_secs(5)))
         .unwrap()

@@ -49,8 +49,9 @@ pub fn parse_ipc_mode(name: Option<&str>) -> PyResult<Option<IpcMode>> {
 /// `frames`: 'auto' (every frame, at this subscriber's own pace on a live
 /// channel), 'every' (every frame; the producer waits for this subscriber)
 /// or 'latest'. `hold`: how many frames it keeps while asking for the next
-/// (a batch of 8: 7); the ring must have `hold + 2` slots (HoldError at the
-/// first frame otherwise), and asking for a frame while holding more (or,
+/// (a batch of 8: 7); the ring needs `hold + 2` slots (a ring whose depth
+/// the producer left to the transport grows to them; one it set raises
+/// HoldError at the first frame), and asking for a frame while holding more (or,
 /// undeclared, every slot) raises HoldError at once.
 /// Iterating gives frames until the producer's end of stream, each within
 /// `timeout` (WaitTimeoutError otherwise). The first frames it misses

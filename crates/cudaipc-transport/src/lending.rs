@@ -173,7 +173,9 @@ impl<T: Send + 'static> Lender<T> {
             frames
         };
         let count = frames.len();
-        if !self.can_lend() {
+        // A consumer's declared hold needs more slots than upstream's pool
+        // has (a lent ring does not grow): we keep copying into our own.
+        if !self.can_lend() || !self.publisher.fits_declared_holds(count) {
             return Ok(Learned::NotLendable);
         }
         let size = frames.iter().map(|f| f.size).min().unwrap_or(0);

@@ -375,7 +375,7 @@ impl<T: Send + 'static> Publisher<T> {
             && current.slots.slot_size() >= frame_size
             && current.lent.is_none()
             && current.generation == self.producer.pool_generation()
-            && current.slots.slot_count() == self.depth.own(frame_size)
+            && current.slots.slot_count() == self.own_depth(frame_size)
         {
             return Ok(None);
         }
@@ -392,9 +392,24 @@ impl<T: Send + 'static> Publisher<T> {
         self.producer.set_live(paced);
     }
 
+    /// Says at what rate paced frames come (frames a second; 0: not known):
+    /// with `slots=0` a live ring holds a tenth of a second of them and
+    /// more (see `ring_depth.rs`). Takes effect at the next allocation.
+    pub fn set_frame_rate(&self, fps: f64) {
+        self.depth.set_frame_rate(fps);
+    }
+
+    /// The depth of a ring of our own now: `slots`, or the automatic depth,
+    /// deeper where the attached consumers need it (declared holds, their
+    /// number on a live channel).
+    fn own_depth(&self, frame_size: usize) -> usize {
+        self.depth
+            .own_for_consumers(frame_size, self.producer.slots_consumers_need())
+    }
+
     /// Allocates and publishes a new set of slots of our own.
     fn allocate(&self, frame_size: usize) -> Result<Allocated, ConfigureError> {
-        let count = self.depth.own(frame_size);
+        let count = self.own_depth(frame_size);
         let request = SlotRequest {
             channel: self.config.channel.clone(),
             session: self.producer.session(),
@@ -413,6 +428,12 @@ impl<T: Send + 'static> Publisher<T> {
                 error,
             })?;
         self.install(slots, None).map_err(ConfigureError::Install)?;
+        // An automatic ring grows for the holds consumers declare.
+        self.producer
+            .set_ring_grows_to(match self.depth.is_automatic() {
+                true => self.depth.growth_limit(frame_size),
+                false => 0,
+            });
         Ok(Allocated {
             count,
             size: frame_size,
@@ -497,7 +518,27 @@ impl<T: Send + 'static> Publisher<T> {
         if !self.consumers_ready.load(Ordering::Acquire) {
             self.wait_for_consumers(interrupt)?;
         }
-        self.producer.reserve(interrupt)
+        loop {
+            match self.producer.reserve(interrupt) {
+                Err(ChannelError::RingTooShallow { .. }) => self.grow(),
+                reserved => return reserved,
+            }
+        }
+    }
+
+    /// A consumer declared a hold that our ring is too shallow for, and
+    /// nothing is reserved: a deeper ring of our own replaces it (consumers
+    /// keep the frames they hold of the old one). Where it cannot (lent
+    /// slots, or the allocation failed), the ring stops growing, and the
+    /// consumer is told once it holds every slot.
+    fn grow(&self) {
+        let grown = match self.current_set() {
+            Some(set) if set.lent.is_none() => self.allocate(set.slots.slot_size()).is_ok(),
+            _ => false,
+        };
+        if !grown {
+            self.producer.set_ring_grows_to(0);
+        }
     }
 
     /// Waits (polling, like the producer's wait for early consumers) until
@@ -683,6 +724,14 @@ impl<T: Send + 'static> Publisher<T> {
         &self.depth
     }
 
+    /// Whether a ring of `slots` fits every hold attached consumers
+    /// declared (`hold + 2` slots).
+    pub(crate) fn fits_declared_holds(&self, slots: usize) -> bool {
+        self.producer
+            .deepest_declared_hold()
+            .is_none_or(|hold| hold as usize + 2 <= slots)
+    }
+
     /// Makes the buffers at `ptrs` (of `size` bytes at least, keyed by
     /// `keys`) the slots, after a placeholder for each record of the current
     /// pool, which consumers may still hold. `Ok(false)`: that many records
@@ -719,6 +768,8 @@ impl<T: Send + 'static> Publisher<T> {
         };
         // SAFETY: the caller's contract.
         let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }?;
+        // Upstream's pool is as deep as it is.
+        self.producer.set_ring_grows_to(0);
         self.install(Box::new(slots), Some((placeholders, keys)))?;
         Ok(true)
     }

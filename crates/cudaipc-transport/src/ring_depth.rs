@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MPL-2.0
 
 //! The ring depth `slots=0` stands for, and what it follows as the stream
-//! goes on (frames paced or not, a lendable pool proposed or not): shared by
+//! goes on (frames paced or not and at what rate, a lendable pool proposed
+//! or not, the holds consumers declare): shared by
 //! the publisher, which sizes its own ring with it, and its lending, which
 //! sizes the upstream pool it lends from. Figures in docs/performance.md.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::TransportKind;
 use crate::cuda::Device;
@@ -24,6 +25,9 @@ pub(crate) struct RingDepth {
     /// An upstream pool whose buffers may become the slots was proposed:
     /// the own ring leaves room for as many lent slots.
     may_lend: AtomicBool,
+    /// The frame rate of paced frames in thousandths of a frame a second
+    /// (0: not known).
+    frame_rate_milli: AtomicU32,
 }
 
 impl RingDepth {
@@ -34,7 +38,56 @@ impl RingDepth {
             slots,
             paced: AtomicBool::new(false),
             may_lend: AtomicBool::new(false),
+            frame_rate_milli: AtomicU32::new(0),
         }
+    }
+
+    /// Whether the depth is automatic (`slots=0`): only then does it follow
+    /// the stream and the consumers' declared holds.
+    pub(crate) fn is_automatic(&self) -> bool {
+        self.slots == 0
+    }
+
+    /// The slots of our own ring where the attached consumers need
+    /// `consumers_need` (their declared holds, their number on a live
+    /// channel: `Producer::slots_consumers_need`): the automatic depth, or
+    /// deeper where they need it, up to [`Self::growth_limit`]; `slots` as
+    /// set otherwise.
+    pub(crate) fn own_for_consumers(
+        &self,
+        frame_size: usize,
+        consumers_need: Option<usize>,
+    ) -> usize {
+        let depth = self.own(frame_size);
+        match consumers_need {
+            Some(wanted) if self.is_automatic() => {
+                depth.max(wanted.min(self.growth_limit(frame_size)))
+            }
+            _ => depth,
+        }
+    }
+
+    /// The deepest an automatic ring grows to for declared holds: as deep as
+    /// a ring that never lends may be on the device (the memory share), and
+    /// `HOST_GROWTH_LIMIT` slots of host memory.
+    pub(crate) fn growth_limit(&self, frame_size: usize) -> usize {
+        match (self.kind, self.device.as_deref()) {
+            (TransportKind::Cuda, Some(device)) => {
+                deep_ring_slots(device.total_memory(), frame_size, false)
+            }
+            _ => HOST_GROWTH_LIMIT,
+        }
+    }
+
+    /// Says at what rate paced frames come (frames a second; 0 or less:
+    /// not known): a live ring holds `LIVE_RING_SPAN` of them.
+    pub(crate) fn set_frame_rate(&self, fps: f64) {
+        let milli = if fps.is_finite() && fps > 0.0 {
+            (fps * 1000.0).min(u32::MAX as f64) as u32
+        } else {
+            0
+        };
+        self.frame_rate_milli.store(milli, Ordering::Relaxed);
     }
 
     /// The slots a set of our own has for frames of `frame_size` bytes.
@@ -60,7 +113,10 @@ impl RingDepth {
     /// The depth `slots=0` stands for now; `may_lend`: leaving room for as
     /// many lent slots.
     fn automatic(&self, frame_size: usize, may_lend: bool) -> usize {
-        let paced = self.paced.load(Ordering::Relaxed);
+        let paced = self.paced.load(Ordering::Relaxed).then(|| {
+            let milli = self.frame_rate_milli.load(Ordering::Relaxed);
+            (milli > 0).then(|| f64::from(milli) / 1000.0)
+        });
         auto_slots(
             self.kind,
             self.device.as_deref(),
@@ -82,6 +138,25 @@ impl RingDepth {
     /// proposed; the own ring follows at its next allocation.
     pub(crate) fn set_may_lend(&self, may_lend: bool) {
         self.may_lend.store(may_lend, Ordering::Relaxed);
+    }
+}
+
+/// The deepest a ring of host memory grows to for declared holds.
+const HOST_GROWTH_LIMIT: usize = 16;
+
+/// The time of frames a live ring holds: 8 frames at 60 FPS, the depth the
+/// consumers at their own pace of rows 16 ran with. A consumer at its own
+/// pace may fall this far behind before it misses a frame.
+const LIVE_RING_SPAN_S: f64 = 0.1333;
+
+/// The slots of a live ring for frames at `fps` (`None`: not known, 8):
+/// `LIVE_RING_SPAN_S` of frames, 4 at least, 16 at most. Consumers that
+/// need more (each holds the frame it reads, some declare holds) grow the
+/// ring (`RingDepth::own_for_consumers`).
+pub(crate) fn live_ring_slots(fps: Option<f64>) -> usize {
+    match fps {
+        Some(fps) => ((fps * LIVE_RING_SPAN_S).ceil() as usize).clamp(4, 16),
+        None => 8,
     }
 }
 
@@ -110,20 +185,20 @@ pub(crate) fn deep_ring_slots(total_memory: usize, frame_size: usize, may_lend: 
 /// Without MPS the two processes' contexts take turns on the GPU, each turn
 /// change costs the GPU a fixed time, and each lap of the ring needs two:
 /// for frames that come as fast as the pipeline runs, [`deep_ring_slots`]
-/// make the laps long; `paced` frames leave time between them, and 8 do:
-/// enough, on a live channel, for several consumers each at its own pace to
-/// hold a frame while the producer writes the next (and for one consumer
-/// to hold 6). With MPS the kernels run side by side, and a shallow ring
-/// keeps the frame in flight inside the L2 cache (and the latency low).
+/// make the laps long; `paced` frames (`Some`, with their rate if known)
+/// leave time between them, and [`live_ring_slots`] do: a consumer at its
+/// own pace finds the frames of the last `LIVE_RING_SPAN_S`. With MPS the
+/// kernels run side by side, and a shallow ring keeps the frame in flight
+/// inside the L2 cache (and the latency low).
 pub(crate) fn auto_slots(
     kind: TransportKind,
     device: Option<&Device>,
     frame_size: usize,
-    paced: bool,
+    paced: Option<Option<f64>>,
     may_lend: bool,
 ) -> usize {
     match (kind, device) {
-        (_, _) if paced => 8,
+        (_, _) if paced.is_some() => live_ring_slots(paced.flatten()),
         (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
         (TransportKind::Cuda, Some(device)) => {
             deep_ring_slots(device.total_memory(), frame_size, may_lend)
@@ -135,7 +210,7 @@ pub(crate) fn auto_slots(
 
 #[cfg(test)]
 mod tests {
-    use super::deep_ring_slots;
+    use super::{deep_ring_slots, live_ring_slots};
     use cudaipc_channel::layout::MAX_SLOTS;
 
     const GB: usize = 1_000_000_000;
@@ -167,5 +242,17 @@ mod tests {
         // 8K RGBA on a 16 GB card: 6 fit in 5%.
         assert_eq!(deep_ring_slots(16 * GB, 7680 * 4320 * 4, false), 8);
         assert_eq!(deep_ring_slots(0, RGB_4K, false), 8);
+    }
+
+    #[test]
+    fn a_live_ring_holds_a_tenth_of_a_second_and_more_of_frames() {
+        // 4K@30: 4 slots (100 MB), not 8.
+        assert_eq!(live_ring_slots(Some(30.0)), 4);
+        assert_eq!(live_ring_slots(Some(25.0)), 4);
+        assert_eq!(live_ring_slots(Some(60.0)), 8);
+        assert_eq!(live_ring_slots(Some(120.0)), 16);
+        assert_eq!(live_ring_slots(Some(1000.0)), 16);
+        assert_eq!(live_ring_slots(Some(1.0)), 4);
+        assert_eq!(live_ring_slots(None), 8);
     }
 }

@@ -43,8 +43,9 @@ pub struct PublisherOptions {
     pub ipc_mode: IpcMode,
     /// Slots in the ring; 0 lets the transport choose as `rscudaipcsink`
     /// does: 8 on a [`live`](Self::live) channel; for frames that come as
-    /// fast as they are made, on CUDA without MPS as many as 1 GiB or 5% of
-    /// the device memory holds (8 to 32), 2 with MPS, 4 in host memory.
+    /// fast as they are made, on CUDA without MPS as many as 5% of the
+    /// device memory holds (8 to 64), 2 with MPS, 4 in host memory; and
+    /// deeper where a subscriber declares a `hold` that needs it.
     pub slots: usize,
     /// What `publish` and `loan` do when consumers hold every slot.
     pub when_full: WhenFull,

@@ -46,8 +46,10 @@ pub struct SubscriberOptions {
     pub frames: Frames,
     /// How many frames this subscriber keeps while it asks for the next
     /// one (a batch of 8: 7). `None`: not declared. Declared, a ring with
-    /// fewer than `hold + 2` slots is refused ([`Error::Holds`]), and
-    /// asking for a frame while holding more fails at once. Undeclared,
+    /// fewer than `hold + 2` slots grows to them where the publisher
+    /// leaves its depth to the transport, and is refused where it set
+    /// `slots` ([`Error::Holds`]); asking for a frame while holding more
+    /// fails at once. Undeclared,
     /// asking while holding every slot of the ring fails at once
     /// ([`Error::Holds`]) rather than waiting on itself.
     pub hold: Option<u32>,

@@ -194,6 +194,7 @@ impl Consumer {
                 ready: false,
                 caught_up: false,
                 waiter_marker: None,
+                every_slot_held_since: None,
             }));
         }
         Err(ChannelError::TooManyConsumers)

@@ -30,6 +30,11 @@ const KEEP_UP_FRAMES: u64 = 2;
 const MAX_SLOT_SIZE: u64 = 1 << 40;
 /// How often `attach` looks for a channel that is not there yet.
 const ATTACH_POLL: Duration = Duration::from_millis(20);
+/// How long a consumer within its declared hold may hold every slot of a
+/// ring that is to grow for it before it is told: the producer grows the
+/// ring at its next frame, or once it finds every slot held; one whose
+/// upstream holds the sink's slots cannot.
+const RING_GROWTH_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -197,6 +202,9 @@ pub struct Consumer {
     /// The marker of a consumer that waited for the producer, kept until
     /// it is ready: the producer's first frame waits for it.
     waiter_marker: Option<crate::directory::WaiterMarker>,
+    /// Since when this consumer, within its declared hold, holds every
+    /// slot of a ring that is to grow for it (see `check_not_waiting_on_itself`).
+    every_slot_held_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -458,8 +466,20 @@ impl Consumer {
         let deadline = timeout.map(|t| Instant::now() + t);
         let next = (|| loop {
             self.check_intact()?;
-            self.check_not_waiting_on_itself()?;
-            let published = self.wait_published(interrupt, deadline)?;
+            let grace_end = self.check_not_waiting_on_itself()?;
+            let until = match (deadline, grace_end) {
+                (Some(d), Some(g)) => Some(d.min(g)),
+                (d, g) => d.or(g),
+            };
+            let published = match self.wait_published(interrupt, until) {
+                // The ring's growth is late: look again (and fail).
+                Err(ChannelError::Timeout)
+                    if grace_end.is_some() && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    continue;
+                }
+                published => published?,
+            };
             self.check_intact()?;
             if let Some(item) = self.take(published)? {
                 return Ok(item);
@@ -525,18 +545,31 @@ impl Consumer {
 
     /// With `refuse_self_wait`, before waiting for a frame: fails if this
     /// consumer holds more frames than it declared, or every slot of the
-    /// ring, while no new frame is there to take.
-    fn check_not_waiting_on_itself(&self) -> Result<(), ChannelError> {
-        if !self.config.refuse_self_wait || self.slot_count == 0 {
-            return Ok(());
-        }
-        if protocol::load_published(&self.header().published) > self.cursor {
-            return Ok(());
+    /// ring, while no new frame is there to take. Within a declared hold,
+    /// every slot of a ring that is to grow for it (`ring_grows_to`) is
+    /// allowed for `RING_GROWTH_GRACE`, until when it returns (the producer
+    /// grows the ring when it finds every slot held).
+    fn check_not_waiting_on_itself(&mut self) -> Result<Option<Instant>, ChannelError> {
+        if !self.config.refuse_self_wait
+            || self.slot_count == 0
+            || protocol::load_published(&self.header().published) > self.cursor
+        {
+            self.every_slot_held_since = None;
+            return Ok(None);
         }
         let held = self.held_count();
+        let every_slot = held >= self.slot_count;
+        let grace_end = every_slot.then(|| {
+            *self.every_slot_held_since.get_or_insert_with(Instant::now) + RING_GROWTH_GRACE
+        });
+        if !every_slot {
+            self.every_slot_held_since = None;
+        }
         let over = match self.config.hold {
-            Some(hold) => held > hold as usize,
-            None => held >= self.slot_count,
+            Some(hold) => {
+                held > hold as usize || grace_end.is_some_and(|end| Instant::now() >= end)
+            }
+            None => every_slot,
         };
         if over {
             return Err(ChannelError::HoldsEverySlot {
@@ -546,17 +579,21 @@ impl Consumer {
                 hold: self.config.hold,
             });
         }
-        Ok(())
+        Ok(grace_end)
     }
 
     /// Fails if the declared `hold` does not fit the ring of `slots`.
+    /// A ring that is to grow to fit it (`ring_grows_to`) fits.
     fn check_hold_fits(&self, slots: usize) -> Result<(), ChannelError> {
+        let grows_to = self.header().ring_grows_to.load(Ordering::SeqCst) as usize;
         match self.config.hold {
-            Some(hold) if slots < hold as usize + 2 => Err(ChannelError::HoldExceedsRing {
-                channel: self.config.channel.clone(),
-                hold,
-                slots,
-            }),
+            Some(hold) if slots < hold as usize + 2 && grows_to < hold as usize + 2 => {
+                Err(ChannelError::HoldExceedsRing {
+                    channel: self.config.channel.clone(),
+                    hold,
+                    slots,
+                })
+            }
             _ => Ok(()),
         }
     }

@@ -454,6 +454,7 @@ impl Producer {
         if !self.gate_open.load(Ordering::Acquire) {
             self.wait_for_early_consumers(interrupt)?;
         }
+        self.check_ring_fits_holds()?;
         if let Some(slot) = self.try_reserve() {
             return Ok(Some(slot));
         }
@@ -464,9 +465,73 @@ impl Producer {
         self.waits.fetch_add(1, Ordering::Relaxed);
         *self.last_blockers.lock().unwrap() = self.blockers_now();
         wait::timed(&self.wait_ns, || {
-            self.wait_producer_side(interrupt, || Ok(self.try_reserve()))
+            self.wait_producer_side(interrupt, || {
+                // A consumer that declared a deeper hold may have attached
+                // while we wait: it may hold every slot until the ring grows.
+                self.check_ring_fits_holds()?;
+                Ok(self.try_reserve())
+            })
         })
         .map(Some)
+    }
+
+    /// Says how deep the ring may grow for the holds consumers declare
+    /// (`ControlHeader::ring_grows_to`; 0: it does not grow).
+    pub fn set_ring_grows_to(&self, slots: usize) {
+        let slots = slots.min(MAX_SLOTS) as u32;
+        self.header().ring_grows_to.store(slots, Ordering::SeqCst);
+    }
+
+    /// The most frames an attached consumer declared it holds (`hold`).
+    pub fn deepest_declared_hold(&self) -> Option<u32> {
+        self.header()
+            .consumers
+            .iter()
+            .filter(|c| c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE)
+            .map(|c| c.hold.load(Ordering::Relaxed))
+            .filter(|&hold| hold != u32::MAX)
+            .max()
+    }
+
+    /// The slots the attached consumers need: `hold + 2` for the deepest
+    /// declared hold (the frames kept, the one read, the one written); on a
+    /// live channel, where consumers at their own pace hold frames at once,
+    /// the frames each may hold (the one it reads and its `hold`, or one
+    /// more undeclared: a GStreamer sink keeps the last frame) and the one
+    /// written. `None`: no consumer needs any.
+    pub fn slots_consumers_need(&self) -> Option<usize> {
+        let live = self.is_live();
+        let holds = self
+            .header()
+            .consumers
+            .iter()
+            .filter(|c| c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE)
+            .map(|c| c.hold.load(Ordering::Relaxed));
+        let (mut deepest, mut together) = (None::<usize>, 0usize);
+        for hold in holds {
+            let declared = (hold != u32::MAX).then_some(hold as usize);
+            deepest = deepest.max(declared.map(|h| h + 2));
+            together += 1 + declared.unwrap_or(1).min(MAX_SLOTS);
+        }
+        let for_live = (live && together > 0).then_some(together + 1);
+        deepest.max(for_live)
+    }
+
+    /// `RingTooShallow` when the ring may grow (`set_ring_grows_to`), the
+    /// attached consumers need more slots than it has
+    /// (`slots_consumers_need`), and nothing is reserved (a new pool waits
+    /// for reservations to end).
+    fn check_ring_fits_holds(&self) -> Result<(), ChannelError> {
+        let grows_to = self.header().ring_grows_to.load(Ordering::SeqCst) as usize;
+        if grows_to <= self.slot_count() || self.reserved.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        match self.slots_consumers_need() {
+            Some(wanted) if wanted > self.slot_count() => Err(ChannelError::RingTooShallow {
+                wanted: wanted.min(grows_to),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Reserves a free slot if there is one, without waiting and without

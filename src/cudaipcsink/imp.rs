@@ -111,7 +111,7 @@ impl ObjectImpl for CudaIpcSink {
                     .build(),
                 glib::ParamSpecUInt::builder("slots")
                     .nick("Slots")
-                    .blurb("Frames in the ring of shared buffers (0: automatic: 2 with NVIDIA MPS; without it as many as 5% of the device memory holds, 8 to 64 (32 where an upstream pool may lend its buffers), for frames that come as fast as the pipeline runs; else a tenth of a second of frames at the caps' frame rate, 4 to 16; 4 on host memory; deeper where a consumer declares hold=N: N+2)")
+                    .blurb("Frames in the ring of shared buffers (0: automatic: 2 with NVIDIA MPS; without it as many as 5% of the device memory holds, 8 to 64 (32 where an upstream pool may lend its buffers), for frames that come as fast as the pipeline runs; else a tenth of a second of frames at the caps' frame rate, 4 to 16 (8 at least on CUDA without MPS); 4 on host memory; deeper where a consumer declares hold=N: N+2)")
                     .minimum(0)
                     .maximum(MAX_SLOTS as u32)
                     .default_value(DEFAULT_SLOTS)

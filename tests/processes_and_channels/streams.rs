@@ -596,8 +596,9 @@ fn cuda_a_live_producer_names_the_consumer_that_holds_it_back() {
     }
 }
 
-/// The sink's ring (`slots=0`) on a live channel at 30 FPS: 4 slots (a
-/// tenth of a second of frames) for one consumer, not the 8 of before;
+/// The sink's ring (`slots=0`) on a live channel at 30 FPS: for one
+/// consumer 4 slots (a tenth of a second of frames) on host memory and
+/// under MPS, 8 where the processes' contexts take turns on the GPU;
 /// and deeper, at once, for a consumer process whose downstream keeps
 /// batches (`hold=8` needs 10 slots, which a ring of set depth refuses).
 /// Each consumer gets every frame, intact and in order.
@@ -623,6 +624,11 @@ fn a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold(sink: &str) 
             .get::<u32>("slots")
             .unwrap()
     };
+    let time_sliced = sink == CUDA
+        && !cudaipc_transport::cuda::Device::get(0)
+            .unwrap()
+            .mps_enabled();
+    let live_depth = if time_sliced { 8 } else { 4 };
     for hold in [None, Some(8)] {
         let channel = unique_channel("live-depth");
         let declared = hold.map(|h| format!(" hold={h}")).unwrap_or_default();
@@ -641,7 +647,7 @@ fn a_live_ring_is_sized_by_frame_rate_and_grows_for_a_declared_hold(sink: &str) 
             "consumer{declared}: not every frame, intact and in order"
         );
         match hold {
-            None => assert_eq!(slots(&producer), 4, "a live ring at 30 FPS"),
+            None => assert_eq!(slots(&producer), live_depth, "a live ring at 30 FPS"),
             Some(h) => assert!(
                 slots(&producer) >= h + 2,
                 "hold={h} needs {} slots, the ring has {}",

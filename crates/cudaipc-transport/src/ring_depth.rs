@@ -150,12 +150,18 @@ const HOST_GROWTH_LIMIT: usize = 16;
 const LIVE_RING_SPAN_S: f64 = 0.1333;
 
 /// The slots of a live ring for frames at `fps` (`None`: not known, 8):
-/// `LIVE_RING_SPAN_S` of frames, 4 at least, 16 at most. Consumers that
-/// need more (each holds the frame it reads, some declare holds) grow the
-/// ring (`RingDepth::own_for_consumers`).
-pub(crate) fn live_ring_slots(fps: Option<f64>) -> usize {
+/// `LIVE_RING_SPAN_S` of frames, 16 at most, and at least 4 (host memory,
+/// MPS) or, where the processes' contexts take turns on the GPU
+/// (`time_sliced`), 8: a consumer's read of a slot may then run long after
+/// it took the frame, and the producer's next write into the slot waits
+/// for it (row 14 at 100 streams on an H200 had late frames with 4 slots
+/// and none with 8). Consumers that need more (each holds the frame it
+/// reads, some declare holds) grow the ring
+/// (`RingDepth::own_for_consumers`).
+pub(crate) fn live_ring_slots(fps: Option<f64>, time_sliced: bool) -> usize {
+    let least = if time_sliced { 8 } else { 4 };
     match fps {
-        Some(fps) => ((fps * LIVE_RING_SPAN_S).ceil() as usize).clamp(4, 16),
+        Some(fps) => ((fps * LIVE_RING_SPAN_S).ceil() as usize).clamp(least, 16),
         None => 8,
     }
 }
@@ -187,7 +193,8 @@ pub(crate) fn deep_ring_slots(total_memory: usize, frame_size: usize, may_lend: 
 /// for frames that come as fast as the pipeline runs, [`deep_ring_slots`]
 /// make the laps long; `paced` frames (`Some`, with their rate if known)
 /// leave time between them, and [`live_ring_slots`] do: a consumer at its
-/// own pace finds the frames of the last `LIVE_RING_SPAN_S`. With MPS the
+/// own pace finds the frames of the last `LIVE_RING_SPAN_S` (8 at least
+/// where contexts take turns on the GPU). With MPS the
 /// kernels run side by side, and a shallow ring keeps the frame in flight
 /// inside the L2 cache (and the latency low).
 pub(crate) fn auto_slots(
@@ -198,7 +205,10 @@ pub(crate) fn auto_slots(
     may_lend: bool,
 ) -> usize {
     match (kind, device) {
-        (_, _) if paced.is_some() => live_ring_slots(paced.flatten()),
+        (TransportKind::Cuda, Some(device)) if paced.is_some() => {
+            live_ring_slots(paced.flatten(), !device.mps_enabled())
+        }
+        (_, _) if paced.is_some() => live_ring_slots(paced.flatten(), kind == TransportKind::Cuda),
         (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
         (TransportKind::Cuda, Some(device)) => {
             deep_ring_slots(device.total_memory(), frame_size, may_lend)
@@ -246,13 +256,16 @@ mod tests {
 
     #[test]
     fn a_live_ring_holds_a_tenth_of_a_second_and_more_of_frames() {
-        // 4K@30: 4 slots (100 MB), not 8.
-        assert_eq!(live_ring_slots(Some(30.0)), 4);
-        assert_eq!(live_ring_slots(Some(25.0)), 4);
-        assert_eq!(live_ring_slots(Some(60.0)), 8);
-        assert_eq!(live_ring_slots(Some(120.0)), 16);
-        assert_eq!(live_ring_slots(Some(1000.0)), 16);
-        assert_eq!(live_ring_slots(Some(1.0)), 4);
-        assert_eq!(live_ring_slots(None), 8);
+        // 4K@30 on host memory or under MPS: 4 slots (100 MB), not 8.
+        assert_eq!(live_ring_slots(Some(30.0), false), 4);
+        assert_eq!(live_ring_slots(Some(25.0), false), 4);
+        assert_eq!(live_ring_slots(Some(60.0), false), 8);
+        assert_eq!(live_ring_slots(Some(120.0), false), 16);
+        assert_eq!(live_ring_slots(Some(1000.0), false), 16);
+        assert_eq!(live_ring_slots(Some(1.0), false), 4);
+        assert_eq!(live_ring_slots(None, false), 8);
+        // Contexts that take turns on the GPU: 8 at least.
+        assert_eq!(live_ring_slots(Some(30.0), true), 8);
+        assert_eq!(live_ring_slots(Some(120.0), true), 16);
     }
 }

@@ -49,6 +49,19 @@ def number_of(pixels):
     return number
 
 
+def batches_held_together(subscriber, size):
+    """Each `size` frames of the subscriber, in order, held together until
+    the next batch is asked for (then released)."""
+    batch = []
+    while (frame := next_frame_quickly(subscriber)) is not None:
+        batch.append(frame)
+        if len(batch) == size:
+            yield batch
+            for held in batch:
+                held.release()
+            batch = []
+
+
 def python_publisher(children, channel, slots, frames, *extra):
     return children(example("cudaipc_publish.py", "--channel", channel, "--format", "GRAY8",
                             "--width", str(WIDTH), "--height", str(HEIGHT),
@@ -92,15 +105,8 @@ def test_an_automatic_ring_grows_for_a_declared_hold_and_batches_of_8_arrive_com
     producer = python_publisher(children, channel, 0, 32, *(["--live", "--fps", "60"] if live else []))
     numbers = []
     with cudaipc.Subscriber(channel, hold=7, timeout=TIMEOUT) as subscriber:
-        batch = []
-        while (frame := next_frame_quickly(subscriber)) is not None:
-            batch.append(frame)
-            if len(batch) < 8:
-                continue
+        for batch in batches_held_together(subscriber, 8):
             numbers.append([number_of(np.from_dlpack(held)) for held in batch])
-            for held in batch:
-                held.release()
-            batch.clear()
         assert subscriber.frames_missed == 0
     assert numbers == [list(range(first, first + 8)) for first in range(0, 32, 8)]
     producer.finish().assert_success("cudaipc_publish.py")
@@ -111,11 +117,7 @@ def test_batches_of_4_fit_an_8_slot_ring_and_arrive_complete_and_intact(children
     producer = python_publisher(children, channel, 8, 24)
     numbers = []
     with cudaipc.Subscriber(channel, hold=3, timeout=TIMEOUT) as subscriber:
-        batch = []
-        while (frame := next_frame_quickly(subscriber)) is not None:
-            batch.append(frame)
-            if len(batch) < 4:
-                continue
+        for batch in batches_held_together(subscriber, 4):
             # The four frames are held together, each still its published
             # content, without a copy.
             arrays = [np.from_dlpack(held) for held in batch]
@@ -124,9 +126,6 @@ def test_batches_of_4_fit_an_8_slot_ring_and_arrive_complete_and_intact(children
             numbers.append([number_of(array) for array in arrays])
             assert clip.shape == (4, HEIGHT, WIDTH)
             del arrays
-            for held in batch:
-                held.release()
-            batch.clear()
         assert subscriber.frames_missed == 0
     assert numbers == [list(range(first, first + 4)) for first in range(0, 24, 4)]
     producer.finish().assert_success("cudaipc_publish.py")

@@ -204,11 +204,13 @@ pub(crate) fn auto_slots(
     paced: Option<Option<f64>>,
     may_lend: bool,
 ) -> usize {
+    if let Some(fps) = paced {
+        // The contexts take turns on the GPU: CUDA without MPS.
+        let time_sliced =
+            kind == TransportKind::Cuda && device.is_none_or(|device| !device.mps_enabled());
+        return live_ring_slots(fps, time_sliced);
+    }
     match (kind, device) {
-        (TransportKind::Cuda, Some(device)) if paced.is_some() => {
-            live_ring_slots(paced.flatten(), !device.mps_enabled())
-        }
-        (_, _) if paced.is_some() => live_ring_slots(paced.flatten(), kind == TransportKind::Cuda),
         (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
         (TransportKind::Cuda, Some(device)) => {
             deep_ring_slots(device.total_memory(), frame_size, may_lend)

@@ -482,15 +482,19 @@ impl Producer {
         self.header().ring_grows_to.store(slots, Ordering::SeqCst);
     }
 
-    /// The most frames an attached consumer declared it holds (`hold`).
-    pub fn deepest_declared_hold(&self) -> Option<u32> {
+    /// The `hold` of each attached consumer (`None`: not declared).
+    fn declared_holds(&self) -> impl Iterator<Item = Option<u32>> + '_ {
         self.header()
             .consumers
             .iter()
             .filter(|c| c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE)
             .map(|c| c.hold.load(Ordering::Relaxed))
-            .filter(|&hold| hold != u32::MAX)
-            .max()
+            .map(|hold| (hold != u32::MAX).then_some(hold))
+    }
+
+    /// The most frames an attached consumer declared it holds (`hold`).
+    pub fn deepest_declared_hold(&self) -> Option<u32> {
+        self.declared_holds().flatten().max()
     }
 
     /// The slots the attached consumers need: `hold + 2` for the deepest
@@ -501,15 +505,9 @@ impl Producer {
     /// written. `None`: no consumer needs any.
     pub fn slots_consumers_need(&self) -> Option<usize> {
         let live = self.is_live();
-        let holds = self
-            .header()
-            .consumers
-            .iter()
-            .filter(|c| c.state.load(Ordering::SeqCst) == CONSUMER_ACTIVE)
-            .map(|c| c.hold.load(Ordering::Relaxed));
         let (mut deepest, mut together) = (None::<usize>, 0usize);
-        for hold in holds {
-            let declared = (hold != u32::MAX).then_some(hold as usize);
+        for hold in self.declared_holds() {
+            let declared = hold.map(|h| h as usize);
             deepest = deepest.max(declared.map(|h| h + 2));
             together += 1 + declared.unwrap_or(1).min(MAX_SLOTS);
         }

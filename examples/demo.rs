@@ -23,6 +23,12 @@
 //! ```text
 //! cargo run --release --example demo [frames]
 //! ```
+//!
+//! `demo --next-steps PLUGIN_DIR` prints what to try next (what
+//! `scripts/demo.sh` ends with): a producer and a consumer for two
+//! terminals, the consumer a window where there is a display and one that
+//! prints its frame rate where there is none (`autovideosink` crashes
+//! without a display), and the channel tool.
 
 use std::process::{Command, Stdio};
 use std::str::FromStr;
@@ -71,6 +77,21 @@ fn main() {
         };
         std::process::exit(producer(channel, frames, transport == "cuda"));
     }
+    if args.get(1).map(String::as_str) == Some("--next-steps") {
+        let Some(plugin_dir) = args.get(2) else {
+            eprintln!("usage: demo --next-steps PLUGIN_DIR");
+            std::process::exit(2);
+        };
+        print!(
+            "{}",
+            next_steps(
+                plugin_dir,
+                cudaipc_transport::cuda::is_available(),
+                has_display()
+            )
+        );
+        return;
+    }
     let frames: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(600);
     let cuda = cudaipc_transport::cuda::is_available();
     let format = if cuda { &CUDA } else { &HOST };
@@ -112,6 +133,60 @@ fn main() {
         eprintln!("the demo failed: frames corrupt or missing");
         std::process::exit(1);
     }
+}
+
+/// Whether windows can open here: an X11 or Wayland display is named.
+fn has_display() -> bool {
+    ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()))
+}
+
+/// The consumer that shows the channel without a window: its frame rate,
+/// printed twice a second.
+const HEADLESS_CONSUMER: &str =
+    "-v rscudaipcsrc channel=cam0 ! fpsdisplaysink video-sink=fakesink text-overlay=false";
+/// The consumer that shows the channel in a window (needs a display).
+const WINDOW_CONSUMER: &str = "rscudaipcsrc channel=cam0 ! videoconvert ! autovideosink";
+
+/// What to try next, with the plugin in `plugin_dir`: a pair of
+/// gst-launch-1.0 lines (with `cuda`, 4K frames made on the GPU; else a
+/// live 720p source on the host transport) and the channel tool.
+fn next_steps(plugin_dir: &str, cuda: bool, display: bool) -> String {
+    // The rs names: the bare ones are GStreamer's own elements on 1.24+
+    // with nvcodec and a GPU. -e: Ctrl-C ends the producer's stream with
+    // an end of stream, which ends the consumer cleanly too.
+    let producer = if cuda {
+        "cudatestsrc ! \"video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160\" ! rscudaipcsink channel=cam0"
+    } else {
+        "videotestsrc is-live=true ! video/x-raw,format=RGB,width=1280,height=720 ! rscudaipcsink channel=cam0 transport=host"
+    };
+    let (consumer, note) = if display {
+        (
+            WINDOW_CONSUMER,
+            format!(
+                "  (without a display, print the frame rate instead: gst-launch-1.0 {HEADLESS_CONSUMER})\n"
+            ),
+        )
+    } else {
+        (
+            HEADLESS_CONSUMER,
+            format!(
+                "  (no display here: neither DISPLAY nor WAYLAND_DISPLAY is set, and autovideosink would crash,\n   so the consumer prints its frame rate; on a desktop: gst-launch-1.0 {WINDOW_CONSUMER})\n"
+            ),
+        )
+    };
+    let path = format!("GST_PLUGIN_PATH={plugin_dir}");
+    format!(
+        "\nThe plugin is built: {plugin_dir}/libgstcudaipc.so\n\
+         Next, in two terminals (-e: Ctrl-C ends the producer's stream, and the consumer with it):\n\
+         \x20 {path} gst-launch-1.0 -e {producer}\n\
+         \x20 {path} gst-launch-1.0 {consumer}\n\
+         {note}\
+         List channels: {path} gst-device-monitor-1.0 Video/Source/CudaIpc\n\
+         \x20          or: {plugin_dir}/cudaipc-channels   (remove-stale --all: what your own dead processes left)\n\
+         Watch each consumer's rate, misses and lag: {plugin_dir}/cudaipc-channels watch\n"
+    )
 }
 
 /// The producer process: generates `frames` frames and publishes them.

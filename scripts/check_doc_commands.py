@@ -26,7 +26,10 @@ right above its fence:
                                   elements exist, else counted as skipped
 
 Bounds a user would not mind are added where a pipeline has none: a fakesink
-gets num-buffers, autovideosink (no display in CI) becomes a bounded fakesink.
+gets num-buffers (else rscudaipcsrc does), autovideosink (no display in CI)
+becomes a bounded fakesink. A producer (a gst-launch-1.0 line with
+rscudaipcsink) must run with -e, so that Ctrl-C sends an end of stream and its
+consumer ends cleanly instead of failing.
 This plugin's elements must be named rscudaipcsink / rscudaipcsrc in
 gst-launch-1.0 lines: on GStreamer 1.24+ with nvcodec and a GPU the bare
 names give GStreamer's own elements.
@@ -150,6 +153,17 @@ def gst_launch_argv(command):
     return [a for a in argv[1:] if not a.startswith("-")]
 
 
+def gst_launch_options(command):
+    """The options (-e, -v, ...) of a gst-launch-1.0 command."""
+    try:
+        argv = shlex.split(command, comments=True)
+    except ValueError:
+        return []
+    while argv and re.match(r"^[A-Z_][A-Z0-9_]*=", argv[0]):
+        argv = argv[1:]
+    return [a for a in argv[1:] if a.startswith("-")]
+
+
 def lint(block, command):
     argv = gst_launch_argv(command)
     if argv is None:
@@ -158,6 +172,9 @@ def lint(block, command):
     if bare:
         return [f"{block.where()}: '{bare[0]}' in a pipeline: write rs{bare[0]} "
                 "(on GStreamer 1.24+ with nvcodec and a GPU the bare name is GStreamer's own element)"]
+    if "rscudaipcsink" in argv and "-e" not in gst_launch_options(command):
+        return [f"{block.where()}: a producer without -e: write gst-launch-1.0 -e, so that Ctrl-C "
+                f"sends an end of stream (without it the consumer fails): {command}"]
     return []
 
 
@@ -180,8 +197,13 @@ def bounded(command):
         return command, None
     if "autovideosink" in command:
         return command.replace("autovideosink", f"fakesink {ADDED_BOUND}"), "autovideosink -> bounded fakesink"
-    if re.search(r"\bfakesink\b", command):
-        return re.sub(r"\bfakesink\b", f"fakesink {ADDED_BOUND}", command, count=1), "bound added to fakesink"
+    # fakesink as an element, not as a property's value (video-sink=fakesink).
+    fakesink = r"(?<![=\w-])fakesink\b"
+    if re.search(fakesink, command):
+        return re.sub(fakesink, f"fakesink {ADDED_BOUND}", command, count=1), "bound added to fakesink"
+    source = r"(?<![=\w-])rscudaipcsrc\b"
+    if re.search(source, command):
+        return re.sub(source, f"rscudaipcsrc {ADDED_BOUND}", command, count=1), "bound added to rscudaipcsrc"
     return command, None
 
 

@@ -93,7 +93,7 @@ cargo build --release --lib --bin $tool --quiet
 $sudo install -D -m 0644 target/release/$plugin "$dir/$plugin"
 echo "installed $dir/$plugin"
 $sudo install -D -m 0755 target/release/$tool "$bindir/$tool"
-echo "installed $bindir/$tool (list the channels: $tool; remove what dead processes left: $tool remove-stale --all)"
+echo "installed $bindir/$tool (list the channels: $tool; remove what your dead processes left: $tool remove-stale --all)"
 $sudo install -D -m 0755 target/release/$clib "$libdir/$clib.$version"
 $sudo ln -sfn "$clib.$version" "$libdir/$soname"
 $sudo ln -sfn "$soname" "$libdir/$clib"

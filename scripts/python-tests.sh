@@ -27,6 +27,7 @@ rm -rf target/python/wheels
 "$venv/bin/maturin" build --quiet -m crates/cudaipc-python/Cargo.toml -i "$venv/bin/python" \
   --target-dir target/python -o target/python/wheels
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps target/python/wheels/cudaipc-*.whl
-# The plugin the tests launch (cargo test leaves it in deps/ only).
-cargo build --quiet --lib
+# The plugin the tests launch (cargo test leaves it in deps/ only), and the
+# channel tool that removes what a killed producer left (conftest.py).
+cargo build --quiet --lib --bin cudaipc-channels
 GST_PLUGIN_PATH="$PWD/target/debug" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"

@@ -8,6 +8,7 @@
 #   - `filesrc (the pattern) ! rawvideoparse ! rscudaipcsink` into the C
 #     consumer (which checks every byte),
 #   - the C++ producer into the C++ consumer (cudaipc.hpp's range-for),
+#     each frame with the producer's JSON (--data json) in these pairs,
 #   - the C++ producer into the C consumer, natively, both under valgrind
 #     (no invalid access, no definite leak) and both built with
 #     -fsanitize=address.
@@ -43,6 +44,24 @@ echo '#include <cudaipc.h>' | gcc -std=c99 -pedantic -Werror -fsyntax-only -I"$(
 echo "c-api: installed into $work/usr; examples built with $(pkg-config --cflags --libs cudaipc)"
 readelf -d "$work/consumer" | grep -q 'NEEDED.*\[libcudaipc.so.0\]' ||
   { echo "c-api: the consumer does not load libcudaipc.so.0 (the soname)" >&2; exit 1; }
+
+# --- docs/c-api.md's build block, as shown (its prefix ~/cudaipc and its
+# target/ outputs moved into $work) ---------------------------------------------
+doc_block=$(python3 - docs/c-api.md <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"<!-- check: skip installs into ~/cudaipc;[^\n]*-->\n```sh\n(.*?)```", text, re.S)
+sys.exit("c-api: docs/c-api.md has no build block (marked 'check: skip installs into ~/cudaipc')") if not m else print(m.group(1))
+PY
+)
+doc_block=${doc_block//\~\/cudaipc/$work/doc-prefix}
+doc_block=${doc_block//target\//$work/doc-}
+doc_block=${doc_block//capi-demo/capi-doc-$$}
+if ! (env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH bash -euo pipefail -c "$doc_block") >"$work/doc.out" 2>&1; then
+  echo "c-api: docs/c-api.md's build block fails as shown:"; echo "$doc_block"; tail -20 "$work/doc.out"; exit 1
+fi
+scripts/install.sh --uninstall --prefix "$work/doc-prefix" >/dev/null
+echo "c-api: docs/c-api.md's build block ran as shown: $(tail -1 "$work/doc.out")"
 
 W=320 H=240 N=30
 size=$((W * H * 3))
@@ -96,7 +115,7 @@ pair() {
     >"$work/$label-p.out" 2>"$work/$label-p.err" &
   pids=($!)
   local rc=0
-  timeout 120 "$@" "$consumer" --channel "$channel" --frames "$frames" --timeout 60000 \
+  timeout 120 "$@" "$consumer" --channel "$channel" --frames "$frames" --timeout 60000 --data json \
     >"$work/$label-c.out" 2>"$work/$label-c.err" || rc=$?
   local prc=0
   wait "${pids[0]}" || prc=$?

@@ -64,6 +64,28 @@ for t in $stage/test-*; do
     grep -E "^test .*FAILED|panicked|^---- |error" "$stage/$name.log" | sed -n 1,30p
   fi
 done
+# 1.22 and this runtime at the two ends of a channel: the reference
+# timestamps and custom metas 1.22 writes itself are read by this
+# GStreamer's gst_meta_deserialize, and what it serializes by 1.22.
+native=$(cargo test --test processes_and_channels --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l) if l.startswith("{") else {}
+    if m.get("reason") == "compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1)
+gst_env_unset="-u GST_PLUGIN_SYSTEM_PATH -u GST_REGISTRY -u GST_REGISTRY_FORK -u GST_PLUGIN_SCANNER -u CUDAIPC_EXPECT_GST -u CUDAIPC_PLUGIN_DIR"
+printf '#!/bin/sh\nexec env %s %s "$@"\n' "$gst_env_unset" "$native" > $stage/peer-gst122
+printf '#!/bin/sh\nexec env GST_PLUGIN_SYSTEM_PATH=%s GST_REGISTRY=%s GST_REGISTRY_FORK=no GST_PLUGIN_SCANNER=%s %s "$@"\n' \
+  "$GST_PLUGIN_SYSTEM_PATH" "$GST_REGISTRY" "$GST_PLUGIN_SCANNER" "$(pwd)/$stage/test-processes_and_channels" > $stage/peer-gst$nnn
+chmod +x $stage/peer-gst122 $stage/peer-gst$nnn
+cross=travelling::host_metas_tags_and_custom_events_cross_in_order
+if CUDAIPC_PEER_TEST_BINARY=$(pwd)/$stage/peer-gst122 CUDAIPC_PEER_EXPECT_GST=1.22 $stage/test-processes_and_channels -q --exact $cross >"$stage/cross-to-122.log" 2>&1 \
+  && env $gst_env_unset CUDAIPC_PEER_TEST_BINARY=$(pwd)/$stage/peer-gst$nnn CUDAIPC_PEER_EXPECT_GST=$version "$native" -q --exact $cross >"$stage/cross-from-122.log" 2>&1; then
+  echo "gst $version: metas and events between $version and 1.22, both ways: passed"
+else
+  failed=1
+  echo "gst $version: metas and events between $version and 1.22 FAILED"
+  grep -hE "^test .*FAILED|panicked|left:|right:" "$stage"/cross-*.log | sed -n 1,20p
+fi
 # The staged copies are the size of the build's binaries; the logs stay.
 find $stage -maxdepth 1 -type f ! -name '*.log' -delete
 exit $failed

@@ -9,6 +9,11 @@ use cudaipc_channel::ChannelError;
 use cudaipc_transport::cuda::CudaError;
 use cudaipc_transport::{LegacyCudaIpc, SubscriberError, TransportError};
 
+/// `n` and `noun`, the noun plural unless `n` is 1: "1 frame", "3 frames".
+pub fn count(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Appended to a channel error that a property changes; empty otherwise.
 pub fn channel(e: &ChannelError) -> &'static str {
     match e {
@@ -110,6 +115,13 @@ pub fn gpu_sync(e: &TransportError) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1, "frame"), "1 frame");
+        assert_eq!(count(0, "frame"), "0 frames");
+        assert_eq!(count(3, "frame"), "3 frames");
+    }
     use cudaipc_transport::{DeviceTraits, GpuSync, TransportKind, resolve_ipc_mode_for};
 
     /// A Jetson (integrated GPU) told to make a legacy channel of the cuda

@@ -39,6 +39,7 @@ mod cudaprocess;
 mod cudatestsrc;
 mod enums;
 mod frame_copy;
+mod frame_data;
 mod hints;
 mod output_pool;
 mod periodic;
@@ -59,6 +60,7 @@ fn register_debug_categories() {
         &output_pool::CAT,
         &gstcuda::CAT,
         &cudaipcdeviceprovider::CAT,
+        &frame_data::CAT,
     ] {
         std::sync::LazyLock::force(category);
     }
@@ -67,6 +69,8 @@ fn register_debug_categories() {
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     register_debug_categories();
     memory::meta::register();
+    // Before frames flow: applications may attach it to their buffers.
+    frame_data::register();
     cudaipcsink::register(plugin)?;
     cudaipcsrc::register(plugin)?;
     cudatestsrc::register(plugin)?;

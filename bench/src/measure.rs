@@ -320,6 +320,13 @@ pub fn paths_taken(c: &BTreeMap<String, String>, p: Option<&BTreeMap<String, Str
             per_frame_us("ipcsink.read-wait-time")
         ));
     }
+    let metas = count(c, "src.frame-data-metas").unwrap_or(0);
+    let app_entries = count(c, "src.frame-data-app-entries").unwrap_or(0);
+    if metas + app_entries > 0 {
+        parts.push(format!(
+            "src: {metas} metas and {app_entries} data entries arrived"
+        ));
+    }
     if let Some(wrapped) = count(c, "src.gstcuda-wrapped") {
         let copied = count(c, "src.gstcuda-copied").unwrap_or(0);
         if wrapped + copied > 0 {

@@ -18,6 +18,7 @@ pub const ROW_NAMES: &[(&str, &str)] = &[
     ("4", "seed-sleep"),
     ("5", "pair-default"),
     ("5v", "pair-consumer-verifies-only"),
+    ("5m", "pair-metas-every-frame"),
     ("5d", "descriptor-channel"),
     ("5de", "descriptor-channel-events"),
     ("5dt", "descriptor-channel-transport-only"),

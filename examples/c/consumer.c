@@ -5,13 +5,16 @@
  * n is (i + 3n) mod 256, what examples/cpp/producer.cpp and the api_publish
  * example write), on the host or the cuda transport. Prints one line per
  * frame with its checksum (FNV-1a) and exits 1 on a corrupt, missed or
- * missing frame.
+ * missing frame. A frame's data, when it carries some, must be the JSON text
+ * examples/cpp/producer.cpp attaches, {"frame":N,"pts_ns":T}; with --data
+ * json every frame must carry it.
  *
- *   cc consumer.c $(pkg-config --cflags --libs cudaipc) -o consumer
+ *   cc consumer.c $(pkg-config --cflags --libs cudaipc) -Wl,-rpath,$(pkg-config --variable=libdir cudaipc) -o consumer
  *   ./consumer --channel cam0 --frames 100
  *
  * Options: --channel NAME (demo), --frames N (expected; 0: any number),
- * --timeout MS (per frame and for the producer to appear; 10000).
+ * --timeout MS (per frame and for the producer to appear; 10000),
+ * --data any|json (any: frames with or without data; json: each with it).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,11 +46,17 @@ static uint32_t fnv1a(const uint8_t *bytes, uint64_t size) {
 int main(int argc, char **argv) {
   const char *channel = "demo";
   long long expected = 0, timeout_ms = 10000;
+  int need_data = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--channel") == 0) channel = argv[i + 1];
     else if (strcmp(argv[i], "--frames") == 0) expected = atoll(argv[i + 1]);
     else if (strcmp(argv[i], "--timeout") == 0) timeout_ms = atoll(argv[i + 1]);
-    else { fprintf(stderr, "usage: consumer [--channel NAME] [--frames N] [--timeout MS]\n"); return 2; }
+    else if (strcmp(argv[i], "--data") == 0 && strcmp(argv[i + 1], "any") == 0) need_data = 0;
+    else if (strcmp(argv[i], "--data") == 0 && strcmp(argv[i + 1], "json") == 0) need_data = 1;
+    else {
+      fprintf(stderr, "usage: consumer [--channel NAME] [--frames N] [--timeout MS] [--data any|json]\n");
+      return 2;
+    }
   }
 
   cudaipc_subscriber_options options;
@@ -83,11 +92,26 @@ int main(int argc, char **argv) {
       bytes = copy;
     }
     long long wrong = first_wrong_byte(bytes, size, n);
-    printf("frame=%" PRIu64 " seq=%" PRIu64 " pts=%" PRId64 " fnv1a=%08" PRIx32 "\n", n,
-           info.sequence, info.pts_ns, fnv1a(bytes, size));
+    /* The data published with the frame: valid until the frame is released. */
+    const void *data = NULL;
+    size_t data_len = 0;
+    uint32_t kind = CUDAIPC_FRAME_DATA_NONE;
+    cudaipc_frame_get_data(frame, &data, &data_len, &kind);
+    char want[64];
+    snprintf(want, sizeof want, "{\"frame\":%" PRIu64 ",\"pts_ns\":%" PRId64 "}", n, info.pts_ns);
+    printf("frame=%" PRIu64 " seq=%" PRIu64 " pts=%" PRId64 " fnv1a=%08" PRIx32, n, info.sequence,
+           info.pts_ns, fnv1a(bytes, size));
+    if (kind == CUDAIPC_FRAME_DATA_JSON) printf(" data=%s", (const char *)data); /* NUL-terminated */
+    else if (kind == CUDAIPC_FRAME_DATA_BYTES) printf(" data=(%zu bytes)", data_len);
+    printf("\n");
+    if (kind == CUDAIPC_FRAME_DATA_NONE ? need_data
+                                        : kind != CUDAIPC_FRAME_DATA_JSON || strcmp(data, want) != 0) {
+      fprintf(stderr, "consumer: frame %" PRIu64 "'s data is not %s\n", n, want);
+      rc = 1;
+    }
     if (info.missed_before != 0) {
-      fprintf(stderr, "consumer: %" PRIu64 " frames missed before frame %" PRIu64 "\n",
-              info.missed_before, n);
+      fprintf(stderr, "consumer: %" PRIu64 " frame%s missed before frame %" PRIu64 "\n",
+              info.missed_before, info.missed_before == 1 ? "" : "s", n);
       rc = 1;
     }
     if (wrong >= 0) {
@@ -105,6 +129,9 @@ int main(int argc, char **argv) {
             expected);
     rc = 1;
   }
-  if (rc == 0) printf("consumer: %" PRIu64 " frames, every one as written\n", n);
+  if (rc == 0) {
+    printf("consumer: %" PRIu64 " frames, every one as written%s\n", n,
+           need_data ? ", each with its JSON" : "");
+  }
   return rc;
 }

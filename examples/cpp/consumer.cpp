@@ -4,7 +4,9 @@
 // over the frames until the end of the stream, each checked against the
 // examples' pattern (byte i of frame n is (i + 3n) mod 256); exit 1 on a
 // wrong, missed or missing frame. Host transport, or the cuda transport
-// through a download (examples/cpp/gpu_consumer.cu checks on the GPU).
+// through a download (examples/cpp/gpu_consumer.cu checks on the GPU). A
+// frame's data, when it has some, must be examples/cpp/producer.cpp's JSON
+// text; --data json: every frame must have it.
 //
 //   c++ -std=c++17 consumer.cpp $(pkg-config --cflags --libs cudaipc) -o consumer
 //   ./consumer --channel cam0 --frames 100
@@ -19,12 +21,18 @@
 int main(int argc, char** argv) {
   std::string channel = "demo";
   long long expected = 0, timeout_ms = 10000;
+  bool need_data = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
     if (arg == "--channel") channel = argv[i + 1];
     else if (arg == "--frames") expected = std::atoll(argv[i + 1]);
     else if (arg == "--timeout") timeout_ms = std::atoll(argv[i + 1]);
-    else { std::fprintf(stderr, "usage: consumer [--channel NAME] [--frames N] [--timeout MS]\n"); return 2; }
+    else if (arg == "--data" && std::string(argv[i + 1]) == "any") need_data = false;
+    else if (arg == "--data" && std::string(argv[i + 1]) == "json") need_data = true;
+    else {
+      std::fprintf(stderr, "usage: consumer [--channel NAME] [--frames N] [--timeout MS] [--data any|json]\n");
+      return 2;
+    }
   }
   long long n = 0;
   try {
@@ -46,6 +54,13 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
+      const cudaipc::app_data data = frame.app_data();  // points into the frame
+      const std::string want = "{\"frame\":" + std::to_string(n) +
+                               ",\"pts_ns\":" + std::to_string(frame.pts_ns()) + "}";
+      if (data.empty() ? need_data : data.json() != want) {
+        std::fprintf(stderr, "consumer: frame %lld's data is not %s\n", n, want.c_str());
+        return 1;
+      }
       if (frame.info().missed_before != 0) {
         std::fprintf(stderr, "consumer: frames missed before frame %lld\n", n);
         return 1;
@@ -60,6 +75,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "consumer: %lld frames before the end of the stream, %lld expected\n", n, expected);
     return 1;
   }
-  std::printf("consumer: %lld frames, every one as written\n", n);
+  std::printf("consumer: %lld frames, every one as written%s\n", n,
+              need_data ? ", each with its JSON" : "");
   return 0;
 }

@@ -14,7 +14,11 @@
 // waits for a consumer, so it gets every frame).
 // On the host transport each frame is written in place into a loaned slot
 // (no copy); on the cuda transport it is uploaded from host memory
-// (examples/cpp/gpu_producer.cu writes the slot on the GPU instead).
+// (examples/cpp/gpu_producer.cu writes the slot on the GPU instead). Each
+// frame carries a small JSON text, {"frame":N,"pts_ns":T}, as a detector
+// would attach its boxes: examples/c/consumer.c checks it, Python reads it
+// as frame.data, and rscudaipcsrc puts it on the buffer's CudaIpcFrameData
+// meta.
 
 #include <cstdio>
 #include <cstdlib>
@@ -56,11 +60,14 @@ int main(int argc, char** argv) {
     for (long n = 0; n < frames; n++) {
       const uint8_t* bytes = pattern.data() + (3 * n) % 256;
       const int64_t pts_ns = n * 33'333'333;  // 30 fps stream time
+      const std::string json =
+          "{\"frame\":" + std::to_string(n) + ",\"pts_ns\":" + std::to_string(pts_ns) + "}";
       if (publisher.is_cuda()) {
-        publisher.publish(bytes, size, pts_ns);
+        publisher.publish_with_json(bytes, size, pts_ns, json);
       } else {
         cudaipc::loan slot = publisher.loan();
         std::memcpy(slot.data(), bytes, size);
+        slot.set_app_json(json);
         slot.publish(pts_ns);
       }
     }

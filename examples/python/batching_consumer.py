@@ -4,7 +4,7 @@
 a batched detector takes them: B frames held without a copy, stacked into
 one tensor, given back, then the model runs on the batch.
 
-    gst-launch-1.0 videotestsrc is-live=true ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink channel=demo slots=10
+    gst-launch-1.0 -e videotestsrc is-live=true ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink channel=demo slots=10
     python3 examples/python/batching_consumer.py --channel demo --batch 8
 
 The subscriber declares the frames it keeps while it asks for the next one:
@@ -24,9 +24,14 @@ cannot be read.
 """
 
 import argparse
+import signal
 import sys
 
-import cudaipc
+# SIGTERM ends it quietly, the subscriber closed on the way out (as
+# recorder_and_viewer.sh stops it when another process of its set failed).
+signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+import cudaipc  # noqa: E402 (after the SIGTERM handler: it takes a moment)
 from stand_in_model import backend
 
 
@@ -68,6 +73,10 @@ def main():
     except cudaipc.Error as e:
         print(f"batching_consumer.py: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: the subscriber was closed on the way out.
+        print(f"batching_consumer.py: stopped after {batches} batches ({frames} frames)", file=sys.stderr)
+        return 130
     print(f"summary batches={batches} frames={frames} missed={missed}")
     return 0
 

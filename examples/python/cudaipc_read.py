@@ -5,17 +5,19 @@ GStreamer): each frame as a NumPy array through DLPack, without a copy on
 the host transport.
 
     python3 examples/python/cudaipc_read.py --channel demo
-    gst-launch-1.0 videotestsrc num-buffers=100 ! video/x-raw,format=RGB,width=640,height=480 ! rscudaipcsink channel=demo transport=host
+    gst-launch-1.0 -e videotestsrc num-buffers=100 ! video/x-raw,format=RGB,width=640,height=480 ! rscudaipcsink channel=demo transport=host
 
 Prints ``frame seq=N pts=NS sha1=...`` per frame (the SHA-1 of its planes'
 bytes, which ``checksumsink`` prints too for frames without padding), then
-``summary frames=N``. Frames on the cuda transport are read with CuPy or
+``summary frames=N``; with ``--data`` each line ends with the frame's data
+(``data={...}``, the dict a producer published with it). Frames on the cuda transport are read with CuPy or
 PyTorch where one is installed (else only their addresses are printed).
 Exit status 1 with the error on stderr if the channel cannot be read.
 """
 
 import argparse
 import hashlib
+import json
 import sys
 
 import cudaipc
@@ -38,6 +40,15 @@ def gpu_to_numpy():
         return None
 
 
+def data_text(frame):
+    """The frame's data as the end of its line: the dict as compact JSON,
+    bytes as hex, nothing for a frame without data."""
+    data = frame.data
+    if isinstance(data, dict):
+        return " data=" + json.dumps(data, separators=(",", ":"))
+    return "" if data is None else f" bytes={data.hex()}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--channel", default="demo")
@@ -48,6 +59,8 @@ def main():
     parser.add_argument("--allowed-producers", type=int, nargs="*", default=[],
                         help="uids trusted as the channel's producer")
     parser.add_argument("--quiet", action="store_true", help="no line per frame")
+    parser.add_argument("--data", action="store_true",
+                        help="print each frame's data too (data=JSON, or bytes=hex)")
     args = parser.parse_args()
 
     download = None
@@ -74,7 +87,8 @@ def main():
                         sha1.update(plane.tobytes())
                     if not args.quiet:
                         print(f"frame seq={frame.seq} pts={frame.pts} "
-                              f"sha1={sha1.hexdigest()}", flush=True)
+                              f"sha1={sha1.hexdigest()}{data_text(frame) if args.data else ''}",
+                              flush=True)
     except cudaipc.Error as e:
         print(f"cudaipc_read.py: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

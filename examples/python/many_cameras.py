@@ -5,7 +5,7 @@ a round: a frame of every camera, stacked into one (cameras, H, W, C) tensor,
 as a video-analytics app batches its streams.
 
     for i in 0 1 2 3; do
-      gst-launch-1.0 videotestsrc is-live=true pattern=$i ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink channel=cam$i &
+      gst-launch-1.0 -e videotestsrc is-live=true pattern=$i ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink channel=cam$i &
     done
     python3 examples/python/many_cameras.py cam0 cam1 cam2 cam3
 

@@ -38,13 +38,27 @@
 #                 asserted on the zero-copy paths (exit status 1 when it
 #                 fails); census=quick: only the legacy channel, MPS off,
 #                 gst-launch-1.0 consumer
-# sanitize, repeat and census make the exit status 1 when they fail.
+# sanitize, repeat and census make the exit status 1 when they fail; every
+# step does when it ran no test (nothing staged or unpacked here: tests.sh
+# exit 2, said in its output).
 set -u
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out/logs"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 export GST_DEBUG_NO_COLOR=1
 [ $# -gt 0 ] || set -- tests126 tests122 bench126 bench122
+# tests STEP LINES tests.sh-ARGS...: tests.sh, the last LINES lines of its
+# output; a run that tested nothing (its exit status 2) fails check.sh.
+tests() {
+  local step=$1 lines=$2 rc
+  shift 2
+  "$@" 2>&1 | tail -"$lines"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" = 2 ]; then
+    echo "$step: FAILED: it ran no test (above: why)"
+    check_failed=1
+  fi
+}
 # Consumers of another user (nobody: tests, bench rows 5u/5du) must reach
 # the builds and runtimes.
 d=$(pwd); while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
@@ -56,39 +70,45 @@ for step in "$@"; do
       v=${step#tests}
       echo "== GStreamer ${v:0:1}.${v:1}: gstcuda_interop, sink"
       CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="elements:gstcuda_interop elements:sink" \
-        timeout 330 scripts/gpu-host/tests.sh --gst$v "$out/logs/t$v" 2>&1 | tail -40 ;;
+        tests "$step" 40 timeout 330 scripts/gpu-host/tests.sh --gst$v "$out/logs/t$v" ;;
     all126|all128)
       v=${step#all}
       echo "== GStreamer ${v:0:1}.${v:1}: every test binary"
-      CUDAIPC_TEST_TIMEOUT=300 timeout 520 scripts/gpu-host/tests.sh --gst$v "$out/logs/a$v" 2>&1 | tail -60 ;;
+      CUDAIPC_TEST_TIMEOUT=300 tests "$step" 60 timeout 520 scripts/gpu-host/tests.sh --gst$v "$out/logs/a$v" ;;
     nvdec122*|nvdec126*|nvdec128*)
       [ "$rows" != "$step" ] || rows=10
       v=${step%%=*}; v=${v#nvdec}
       runtime=--gst$v; [ "$v" = 122 ] && runtime=
       test=frames_nvdec_decodes_reach_another_process_unchanged
       echo "== GStreamer ${v:0:1}.${v:1}: $test, $rows times"
-      passed=0
+      passed=0 nothing=0
       for i in $(seq "$rows"); do
         # Passed: exactly this test ran and passed (a skip fails under
         # CUDAIPC_REQUIRE_GPU).
-        if CUDAIPC_TEST_TIMEOUT=120 CUDAIPC_TEST_ONLY=elements \
-            scripts/gpu-host/tests.sh $runtime "$out/logs/nvdec$v-$i" "$test" >"$out/logs/nvdec$v-$i.txt" 2>&1 \
-            && grep -q "1 passed; 0 failed" "$out/logs/nvdec$v-$i.txt"; then
+        rc=0
+        CUDAIPC_TEST_TIMEOUT=120 CUDAIPC_TEST_ONLY=elements \
+          scripts/gpu-host/tests.sh $runtime "$out/logs/nvdec$v-$i" "$test" >"$out/logs/nvdec$v-$i.txt" 2>&1 || rc=$?
+        if [ $rc = 0 ] && grep -q "1 passed; 0 failed" "$out/logs/nvdec$v-$i.txt"; then
           passed=$((passed + 1))
         else
-          echo "run $i failed:"; grep -E "rc=|panicked|SKIPPED" "$out/logs/nvdec$v-$i.txt" | sed -n 1,6p
+          [ $rc = 2 ] && nothing=$((nothing + 1))
+          echo "run $i failed:"; grep -E "rc=|panicked|SKIPPED|^tests.sh: " "$out/logs/nvdec$v-$i.txt" | sed -n 1,6p
         fi
       done
-      echo "nvdec on ${v:0:1}.${v:1}: $passed of $rows passed" ;;
+      echo "nvdec on ${v:0:1}.${v:1}: $passed of $rows passed"
+      if [ "$nothing" = "$rows" ]; then
+        echo "$step: FAILED: no run ran the test (above: why)"
+        check_failed=1
+      fi ;;
     fd122)
       echo "== GStreamer 1.22: descriptor channels on the cuda transport (unit, descriptor_channels, faults)"
       CUDAIPC_TEST_TIMEOUT=240 CUDAIPC_TEST_ONLY="gstcudaipc cudaipc_transport processes_and_channels:descriptor_channels hostile_and_faults:faults" \
-        timeout 400 scripts/gpu-host/tests.sh "$out/logs/fd122" 2>&1 | tail -30
-      grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log | sort | uniq -c ;;
+        tests "$step" 30 timeout 400 scripts/gpu-host/tests.sh "$out/logs/fd122"
+      grep -h "kill cycles\|mapped read-only" "$out"/logs/fd122/*.log 2>/dev/null | sort | uniq -c ;;
     tests122)
       echo "== GStreamer 1.22: gstcuda_interop, ipc_elements, cross_process"
       CUDAIPC_TEST_TIMEOUT=150 CUDAIPC_TEST_ONLY="elements:gstcuda_interop elements:ipc_elements processes_and_channels:cross_process" \
-        timeout 330 scripts/gpu-host/tests.sh "$out/logs/t122" 2>&1 | tail -20 ;;
+        tests "$step" 20 timeout 330 scripts/gpu-host/tests.sh "$out/logs/t122" ;;
     bench126*|bench128*)
       [ "$rows" != "$step" ] || rows=13a,13b
       v=${step%%=*}; v=${v#bench}

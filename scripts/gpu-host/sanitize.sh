@@ -27,7 +27,8 @@
 # element saw every frame, the counter ones none corrupt, the gradient ones all
 # corrupt.
 # Output: one line per sanitized process, "tool | process | mode | errors |
-# result", then "sanitize: N runs, M failed"; exit status 1 if any failed.
+# result", then "sanitize: N runs, M failed"; exit status 1 if any failed,
+# or if none ran (nothing staged here, no run in the parts asked for).
 # Logs (sanitizer reports *.san, process output *.out) in LOGDIR.
 # usage (repo root, GPU host, after scripts/gpu-host/stage.sh):
 #   scripts/gpu-host/sanitize.sh [LOGDIR] [PART...]
@@ -60,13 +61,22 @@ for part in $parts; do
 done
 mkdir -p "$logdir"
 
+# nothing_run WHY: says so and fails (a sanitizer step that ran nothing
+# must not pass).
+nothing_run() {
+  echo "sanitize: $1"
+  echo "sanitize: 0 runs, 1 failed"
+  exit 1
+}
+[ -f .gpu-host/env.sh ] || nothing_run ".gpu-host/env.sh is missing, so nothing is staged here: on the GPU host, unpack what was carried (source .gpu-carry/unpack.sh); on the build machine, stage it (scripts/gpu-host/stage.sh, then scripts/gpu-host/pack.sh)"
+[ -d .gpu-host/build ] || nothing_run ".gpu-host/build is missing (the build is not unpacked): source .gpu-carry/unpack.sh on the GPU host"
 sanitizer=$(find_sanitizer) || {
   echo "sanitize: compute-sanitizer not found: not on PATH, not in /usr/local/cuda/bin," \
     "/usr/local/cuda/compute-sanitizer or /usr/local/cuda-*/bin (install the CUDA toolkit's compute-sanitizer)"
   echo "sanitize: 0 runs, 1 failed"
   exit 1
 }
-source .gpu-host/env.sh
+source .gpu-host/env.sh || nothing_run "sourcing .gpu-host/env.sh failed"
 # The runtime's LD_LIBRARY_PATH applies to compute-sanitizer too.
 if ! version=$("$sanitizer" --version 2>&1); then
   echo "sanitize: $sanitizer --version fails with the runtime's environment (.gpu-host/env.sh):"
@@ -193,4 +203,8 @@ for part in $parts; do
   esac
 done
 echo "sanitize: $runs runs, $failed failed (logs in $logdir)"
+if [ "$runs" = 0 ]; then
+  echo "sanitize: FAILED: no run was made (parts: $parts; SANITIZE_MODES: '$modes')"
+  exit 1
+fi
 [ "$failed" = 0 ]

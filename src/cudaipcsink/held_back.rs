@@ -66,8 +66,8 @@ impl HeldBack {
                 }
                 if b.every_frame && b.behind > 0 {
                     what += &format!(
-                        " (frames=every, {} frames behind; its stats: missed, waits)",
-                        b.behind
+                        " (frames=every, {} behind; its stats: missed, waits)",
+                        crate::hints::count(b.behind, "frame")
                     );
                 }
                 if b.held > 0 {

@@ -11,8 +11,8 @@ use gst_base::subclass::prelude::*;
 
 use super::publishing;
 use super::settings::{
-    DEFAULT_CHANNEL, DEFAULT_DEVICE_ID, DEFAULT_PERMISSIONS, DEFAULT_SLOTS,
-    DEFAULT_WAIT_FOR_CONNECTION, Settings,
+    DEFAULT_CHANNEL, DEFAULT_DEVICE_ID, DEFAULT_FRAME_DATA_SIZE, DEFAULT_PERMISSIONS,
+    DEFAULT_SLOTS, DEFAULT_WAIT_FOR_CONNECTION, Settings,
 };
 use super::state::{self, CAT, SinkPublisher, State};
 use crate::enums::{self, Transport};
@@ -45,6 +45,11 @@ pub struct CudaIpcSink {
     render_ns: AtomicU64,
     /// Warns when consumers hold a live producer back.
     held_back: super::held_back::HeldBack,
+    /// The caps last refused with an error (posted once, not at each retry
+    /// of the sticky event).
+    refused: Mutex<Option<gst::Caps>>,
+    /// Metas, application data and events sent beside the frames.
+    travelling: super::travelling::Travelling,
 }
 
 impl CudaIpcSink {
@@ -84,11 +89,32 @@ impl CudaIpcSink {
             .map(|s| s.publisher.clone())
     }
 
+    /// Caps upstream sent that the sink's pad refuses: GStreamer fails the
+    /// stream with a bare not-negotiated; the error says which formats the
+    /// sink takes and what to put before it.
+    fn refuse_caps(&self, caps: &gst::Caps) {
+        if self.refused.lock().unwrap().replace(caps.clone()).as_ref() == Some(caps) {
+            return;
+        }
+        gst::element_imp_error!(
+            self,
+            gst::CoreError::Negotiation,
+            ("{}", super::refused::why(caps)),
+            [
+                "upstream sent caps {}; rscudaipcsink takes {}",
+                caps,
+                video::any_memory_caps()
+            ]
+        );
+    }
+
     fn stats(&self) -> gst::Structure {
-        publishing::stats(
+        let mut stats = publishing::stats(
             self.publisher().map(|p| p.stats()),
             self.render_ns.load(Ordering::Relaxed),
-        )
+        );
+        self.travelling.write_stats(&mut stats);
+        stats
     }
 }
 
@@ -100,6 +126,27 @@ impl ObjectSubclass for CudaIpcSink {
 }
 
 impl ObjectImpl for CudaIpcSink {
+    fn constructed(&self) {
+        self.parent_constructed();
+        // Before the pad checks a caps event (and refuses it with no word
+        // of why), this sees it.
+        let sink = self.downgrade();
+        self.obj().static_pad("sink").unwrap().add_probe(
+            gst::PadProbeType::EVENT_DOWNSTREAM,
+            move |pad, info| {
+                if let Some(gst::PadProbeData::Event(event)) = &info.data
+                    && let gst::EventView::Caps(c) = event.view()
+                    && let caps = c.caps_owned()
+                    && !pad.query_accept_caps(&caps)
+                    && let Some(sink) = sink.upgrade()
+                {
+                    sink.refuse_caps(&caps);
+                }
+                gst::PadProbeReturn::Ok
+            },
+        );
+    }
+
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             vec![
@@ -175,10 +222,17 @@ impl ObjectImpl for CudaIpcSink {
                     .default_value(Some(""))
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecUInt::builder("frame-data-size")
+                    .nick("Frame data size")
+                    .blurb("Bytes of metas (reference timestamps, custom metas, and on GStreamer 1.24+ every meta that serializes) and application data each frame may carry to the consumers; what does not fit is dropped and counted (stats: frame-data-bytes-dropped), the frame is not. The control block holds this for each of 64 slots (0: frames carry none)")
+                    .maximum(cudaipc_channel::layout::MAX_FRAME_DATA_BOUND)
+                    .default_value(DEFAULT_FRAME_DATA_SIZE)
+                    .mutable_ready()
+                    .build(),
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits (for a free slot), render-time (ns in render), slot-wait-time (ns waiting for a free slot), read-wait-time (ns waiting for consumers' GPU reads of a slot), zero-copy (published where upstream wrote them: the slot pool or lent GstCudaMemory), copied, repeated (a buffer pushed again, published from its slot with no copy), slots, consumers, reclaimed-consumers, transport")
+                    .blurb("frames, dropped (lost to when-full=drop, overwritten ones included), overwritten (published, then overwritten before a lagging consumer took them), waits (for a free slot), render-time (ns in render), slot-wait-time (ns waiting for a free slot), read-wait-time (ns waiting for consumers' GPU reads of a slot), zero-copy (published where upstream wrote them: the slot pool or lent GstCudaMemory), copied, repeated (a buffer pushed again, published from its slot with no copy), slots, consumers, reclaimed-consumers, transport, frame-data-metas, frame-data-app-entries, frame-data-not-crossed, frame-data-local-metas, frame-data-hostile, frame-data-unknown-entries, frame-data-bytes-dropped, events-lost (what travelled beside the frames)")
                     .read_only()
                     .build(),
             ]
@@ -210,6 +264,7 @@ impl ObjectImpl for CudaIpcSink {
             "allowed-gids" => {
                 settings.allowed_gids = value.get::<Option<String>>().unwrap().unwrap_or_default()
             }
+            "frame-data-size" => settings.frame_data_size = value.get().unwrap(),
             "stats-interval" => self.ticker.set_interval_ms(value.get().unwrap()),
             _ => unimplemented!(),
         }
@@ -230,6 +285,7 @@ impl ObjectImpl for CudaIpcSink {
             "ipc-mode" => settings.ipc_mode.to_value(),
             "allowed-uids" => settings.allowed_uids.to_value(),
             "allowed-gids" => settings.allowed_gids.to_value(),
+            "frame-data-size" => settings.frame_data_size.to_value(),
             "stats-interval" => self.ticker.interval_ms().to_value(),
             "stats" => {
                 drop(settings);
@@ -320,6 +376,17 @@ impl BaseSinkImpl for CudaIpcSink {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         self.render_ns.store(0, Ordering::Relaxed);
         self.held_back.reset();
+        self.travelling.reset();
+        gst::debug!(
+            CAT,
+            imp = self,
+            "metas that cross: {}",
+            match crate::frame_data::gstreamer_serializes_metas() {
+                true => "every one that serializes (GStreamer 1.24+)",
+                false => "reference timestamps and custom metas (GStreamer 1.22 serializes none)",
+            }
+        );
+        *self.refused.lock().unwrap() = None;
         let settings = self.settings.lock().unwrap().clone();
         let config = settings.publisher_config()?;
         let (kind, ipc_mode, gpu_sync) = (config.kind, config.ipc_mode, config.gpu_sync);
@@ -466,7 +533,8 @@ impl BaseSinkImpl for CudaIpcSink {
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let (state, info) = self.snapshot()?;
         let result = cudaipc_channel::wait::timed(&self.render_ns, || {
-            publishing::render(self.obj().upcast_ref(), &state, &info, buffer)
+            let frame_data = self.travelling.frame_data_of(buffer, &state.publisher);
+            publishing::render(self.obj().upcast_ref(), &state, &info, buffer, frame_data)
         });
         self.held_back
             .check(self.obj().upcast_ref(), &state.publisher, || {
@@ -482,10 +550,13 @@ impl BaseSinkImpl for CudaIpcSink {
     }
 
     fn event(&self, event: gst::Event) -> bool {
-        if let gst::EventView::Eos(_) = event.view()
-            && let Some(publisher) = self.publisher()
-        {
-            publisher.eos();
+        if let Some(publisher) = self.publisher() {
+            match event.view() {
+                gst::EventView::Eos(_) => publisher.eos(),
+                _ => self
+                    .travelling
+                    .forward_event(self.obj().upcast_ref(), &event, &publisher),
+            }
         }
         self.parent_event(event)
     }

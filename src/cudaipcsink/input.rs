@@ -43,6 +43,13 @@ impl<'a> Input<'a> {
         }
     }
 
+    /// With `data` (its metas and application data) travelling with the
+    /// frame.
+    pub(super) fn with_frame_data(mut self, data: Vec<u8>) -> Self {
+        self.meta.data = data;
+        self
+    }
+
     /// Its only memory if that is a `GstCudaMemory` of GStreamer's CUDA
     /// elements, mapped on the device (for reading); `None` on the host
     /// transport.
@@ -86,6 +93,7 @@ fn frame_meta(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> FrameMeta
         offset_end: buffer.offset_end(),
         flags: buffer.flags().bits(),
         planes: video::planes(info),
+        data: Vec::new(),
     }
 }
 

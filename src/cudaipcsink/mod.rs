@@ -27,8 +27,10 @@ mod input;
 mod lending;
 mod pool;
 mod publishing;
+mod refused;
 mod settings;
 mod state;
+mod travelling;
 
 /// The debug category, for the plugin's own (`lib.rs`).
 pub(crate) use state::CAT;

@@ -56,9 +56,11 @@ pub(super) fn render(
     state: &State,
     info: &gst_video::VideoInfo,
     buffer: &gst::Buffer,
+    frame_data: Vec<u8>,
 ) -> Result<gst::FlowSuccess, gst::FlowError> {
     let publisher = &state.publisher;
-    let input = Input::new(buffer, info, publisher.config().device.is_some());
+    let input =
+        Input::new(buffer, info, publisher.config().device.is_some()).with_frame_data(frame_data);
     let lendable = match lending::try_publish(sink, state, &input)? {
         Lending::Published => return Ok(gst::FlowSuccess::Ok),
         Lending::Copy(lendable) => lendable,

@@ -19,6 +19,7 @@ pub(super) const DEFAULT_SLOTS: u32 = 0;
 pub(super) const DEFAULT_DEVICE_ID: i32 = 0;
 pub(super) const DEFAULT_PERMISSIONS: u32 = 0o600;
 pub(super) const DEFAULT_WAIT_FOR_CONNECTION: u32 = 0;
+pub(super) const DEFAULT_FRAME_DATA_SIZE: u32 = cudaipc_channel::layout::DEFAULT_FRAME_DATA_BOUND;
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
     pub(super) channel: String,
@@ -34,6 +35,8 @@ pub(super) struct Settings {
     /// `ipc-mode=fd`: consumers allowed beside the own user.
     pub(super) allowed_uids: String,
     pub(super) allowed_gids: String,
+    /// Bytes of metas and application data each frame may carry.
+    pub(super) frame_data_size: u32,
 }
 
 impl Default for Settings {
@@ -51,6 +54,7 @@ impl Default for Settings {
             ipc_mode: enums::IpcMode::default(),
             allowed_uids: String::new(),
             allowed_gids: String::new(),
+            frame_data_size: DEFAULT_FRAME_DATA_SIZE,
         }
     }
 }
@@ -103,6 +107,7 @@ impl Settings {
             wait_for_consumers: self.wait_for_connection,
             ipc_mode,
             peers: peers(&self.allowed_uids, &self.allowed_gids)?,
+            frame_data_bound: self.frame_data_size,
         })
     }
 }

@@ -136,7 +136,7 @@ impl ObjectImpl for CudaIpcSrc {
                 crate::periodic::interval_property(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
-                    .blurb("frames, copied, gstcuda-wrapped, gstcuda-copied, missed, waits, reconnects, producer-pid, latency-count, latency-min-ns, latency-mean-ns, latency-p50-ns, latency-p99-ns, latency-max-ns (publish to receive)")
+                    .blurb("frames, copied, gstcuda-wrapped, gstcuda-copied, missed, waits, reconnects, producer-pid, latency-count, latency-min-ns, latency-mean-ns, latency-p50-ns, latency-p99-ns, latency-max-ns (publish to receive), frame-data-metas, frame-data-app-entries, frame-data-not-crossed, frame-data-local-metas, frame-data-hostile, frame-data-unknown-entries, frame-data-bytes-dropped, events, events-refused, events-lost, frame-data-refused (what arrived beside the frames)")
                     .read_only()
                     .build(),
             ]

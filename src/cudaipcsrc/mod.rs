@@ -39,6 +39,7 @@ mod imp;
 mod settings;
 mod stats;
 mod streaming;
+mod travelling;
 
 /// Where the timestamps of the buffers come from.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]

@@ -24,6 +24,10 @@ pub(super) struct Stats {
     pub latency: LatencyHistogram,
     /// Whether missed frames were reported (once per start).
     pub warned_behind: bool,
+    /// Metas, application data and events that arrived beside the frames.
+    pub travelling: super::travelling::Travelling,
+    /// What the channel lost or refused of them (the subscriber's counts).
+    pub channel_travelling: cudaipc_channel::TravellingCounts,
 }
 
 impl Stats {
@@ -49,7 +53,7 @@ impl Stats {
     }
 
     pub fn structure(&self) -> gst::Structure {
-        gst::Structure::builder("cudaipcsrc-stats")
+        let mut s = gst::Structure::builder("cudaipcsrc-stats")
             .field("frames", self.frames)
             .field("copied", self.copied)
             .field("gstcuda-wrapped", self.gstcuda_wrapped)
@@ -64,7 +68,9 @@ impl Stats {
             .field("latency-p50-ns", self.latency.quantile_ns(0.5))
             .field("latency-p99-ns", self.latency.quantile_ns(0.99))
             .field("latency-max-ns", self.latency.max_ns())
-            .build()
+            .build();
+        self.travelling.write_stats(&mut s, self.channel_travelling);
+        s
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use gst::prelude::*;
 use gst::subclass::prelude::*;
+use gst_base::prelude::BaseSrcExtManual;
 
 use super::CAT;
 use super::TimestampMode;
@@ -17,6 +18,7 @@ use super::frame::{self, Failure, Timestamps};
 use super::gstcuda_out::GstCudaPath;
 use super::imp::CudaIpcSrc;
 use super::settings::Settings;
+use super::travelling::Arrived;
 use crate::enums::ProducerLost;
 use crate::video;
 use cudaipc_channel::ProducerGone;
@@ -249,6 +251,7 @@ impl CudaIpcSrc {
                 let mut stats = self.stats.lock().unwrap();
                 stats.waits += attached.waits() - waits;
                 stats.missed += attached.stale() - stale;
+                stats.channel_travelling = attached.travelling_counts();
             }
             let event = match event {
                 // The channel cannot go on: as if its producer were lost.
@@ -267,6 +270,7 @@ impl CudaIpcSrc {
                     self.negotiate_output(Some(caps))?;
                 }
                 Event::Frame(frame) => return self.frame_to_buffer(frame),
+                Event::StreamEvent(bytes) => self.push_stream_event(&bytes),
                 Event::Eos => {
                     self.count_missed(attached.take_missed_at_end());
                     gst::debug!(CAT, imp = self, "end of stream from the producer");
@@ -334,6 +338,8 @@ impl CudaIpcSrc {
         let wrap = wrappable && !latest && within_hold && frame.frames_held() < frame.slot_count();
         let (seq, slot, held) = (frame.seq, frame.slot, frame.frames_held());
         let missed = frame.missed_before;
+        // Copied out with the frame while its slot was held; mostly empty.
+        let data = frame.data.clone();
         let timestamps = self.timestamps();
         let (buffer, delivery) = frame::to_buffer(frame, &output, wrap, timestamps, discont)
             .map_err(|e| match e {
@@ -348,13 +354,41 @@ impl CudaIpcSrc {
             imp = self,
             "frame {seq} in slot {slot}: {delivery:?} ({held} slots held downstream)"
         );
+        let mut buffer = buffer;
         let mut stats = self.stats.lock().unwrap();
+        if !data.is_empty() {
+            stats.travelling.apply(&data, buffer.make_mut());
+        }
         stats.latency.record(latency);
         stats.frames += 1;
         stats.count(delivery);
         drop(stats);
         self.count_missed(missed);
         Ok(buffer)
+    }
+
+    /// Pushes an event the producer's pipeline sent between two frames.
+    fn push_stream_event(&self, bytes: &[u8]) {
+        let obj = self.obj();
+        let segment = obj.segment();
+        let mode = self.settings.lock().unwrap().timestamp_mode;
+        let now = obj.current_running_time();
+        let arrived = self
+            .stats
+            .lock()
+            .unwrap()
+            .travelling
+            .arrived(&obj, bytes, &segment, mode, now);
+        if let Arrived::Push(event) = arrived {
+            let what = event.type_();
+            if !obj.src_pad().push_event(event) {
+                gst::debug!(
+                    CAT,
+                    imp = self,
+                    "downstream refused the producer's {what:?} event"
+                );
+            }
+        }
     }
 
     /// Counts frames missed in the stats, warning the first time.
@@ -389,8 +423,8 @@ impl CudaIpcSrc {
             self,
             gst::ResourceError::Read,
             (
-                "rscudaipcsrc missed {} frames of channel '{}' (stats: missed)",
-                missed,
+                "rscudaipcsrc missed {} of channel '{}' (stats: missed)",
+                crate::hints::count(missed, "frame"),
                 channel
             ),
             ["{}", how]

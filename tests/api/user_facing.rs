@@ -775,3 +775,92 @@ fn a_critical_in_a_child_fails_the_test() {
         .is_empty()
     );
 }
+
+/// The structs `cudaipc.h` declares (`typedef struct NAME { ... } NAME;`;
+/// opaque ones left out), each with its fields in order.
+fn c_structs(header: &str) -> Vec<(String, Vec<String>)> {
+    let mut structs = Vec::new();
+    let mut rest = header;
+    while let Some(at) = rest.find("typedef struct ") {
+        rest = &rest[at + "typedef struct ".len()..];
+        let Some(open) = rest.find(['{', ';']) else {
+            break;
+        };
+        if rest.as_bytes()[open] == b';' {
+            continue;
+        }
+        let name = rest[..open].trim().to_string();
+        let close = rest.find('}').expect("a struct's end");
+        let fields = rest[open + 1..close]
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .filter_map(|l| l.strip_suffix(';'))
+            .map(|declaration| {
+                let name = declaration.rsplit([' ', '*']).next().unwrap();
+                name.split('[').next().unwrap().to_string()
+            })
+            .collect();
+        structs.push((name, fields));
+        rest = &rest[close..];
+    }
+    structs
+}
+
+/// docs/c-api.md names the C structs' fields as cudaipc.h declares them: its
+/// table lists every field of every struct, and the C code on the page uses
+/// only fields that exist.
+#[test]
+fn the_c_api_page_names_the_headers_struct_fields() {
+    let header = read(&repo_file("crates/cudaipc-c/include/cudaipc.h"));
+    let page = read(&repo_file("docs/c-api.md"));
+    let structs = c_structs(&header);
+    assert!(structs.len() >= 5, "{structs:?}");
+    let rows = table(&page, "| struct | fields |");
+    let mut problems = Vec::new();
+    for (name, fields) in &structs {
+        let Some(row) = rows.iter().find(|r| quoted(&r[0]) == [name.clone()]) else {
+            problems.push(format!("{name}: not in the table"));
+            continue;
+        };
+        // The fields: the names in backticks outside parentheses (those
+        // inside say what a field takes).
+        let mut outside = String::new();
+        let mut depth = 0;
+        for c in row[1].chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                c if depth == 0 => outside.push(c),
+                _ => {}
+            }
+        }
+        let listed = quoted(&outside);
+        if &listed != fields {
+            problems.push(format!(
+                "{name}: the page lists {listed:?}, cudaipc.h has {fields:?}"
+            ));
+        }
+    }
+    let all: Vec<&String> = structs.iter().flat_map(|(_, f)| f).collect();
+    for block in page.split("```c\n").skip(1) {
+        let code = block.split("```").next().unwrap();
+        for variable in ["info.", "options.", "slot.", "layout."] {
+            for (at, _) in code.match_indices(variable) {
+                if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let field: String = code[at + variable.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !all.contains(&&field) {
+                    problems.push(format!(
+                        "the C code uses {variable}{field}, a field cudaipc.h lacks"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -85,6 +85,77 @@ fn caps_queries_are_answered_in_the_sinks_order_not_the_filters() {
     assert_eq!(first_answer("host"), "memory:SystemMemory");
 }
 
+/// What the sink says of caps it cannot take: the formats it takes and the
+/// element to put before it, not GStreamer's bare not-negotiated.
+const YUY2_REFUSED: &str = "rscudaipcsink does not take format YUY2: it takes RGB, RGBA, BGRA, RGBx, BGRx, GRAY8, NV12 and I420; put videoconvert before it";
+
+#[test]
+fn caps_the_sink_cannot_take_fail_with_the_formats_it_takes_and_videoconvert() {
+    init();
+    let channel = unique_channel("yuy2");
+    // An application's appsrc (caps set after linking, as a decoder or a
+    // parser sends its own).
+    let pipeline = pipeline(&format!(
+        "appsrc name=src format=time ! rscudaipcsink name=sink channel={channel} transport=host"
+    ));
+    let src = pipeline
+        .by_name("src")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    src.set_caps(Some(
+        &"video/x-raw,format=YUY2,width=64,height=48,framerate=30/1"
+            .parse::<gst::Caps>()
+            .unwrap(),
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let _ = src.push_buffer(gst::Buffer::with_size(64 * 48 * 2).unwrap());
+    let message = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(gst::ClockTime::from_seconds(20), &[gst::MessageType::Error])
+        .expect("an error");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let gst::MessageView::Error(e) = message.view() else {
+        unreachable!()
+    };
+    // The first error, from the sink, before upstream's not-negotiated.
+    assert_eq!(
+        message.src().map(|s| s.name().to_string()).as_deref(),
+        Some("sink"),
+        "{e:?}"
+    );
+    assert!(e.error().to_string().starts_with(YUY2_REFUSED), "{e:?}");
+    assert!(e.error().matches(gst::CoreError::Negotiation), "{e:?}");
+}
+
+/// As a gst-launch-1.0 user meets it: a parser that sends a format the
+/// sink does not take.
+#[test]
+fn gst_launch_says_which_formats_the_sink_takes() {
+    init();
+    if gst::ElementFactory::find("rawvideoparse").is_none() {
+        eprintln!("SKIPPED: no rawvideoparse (gst-plugins-base rawparse)");
+        return;
+    }
+    let channel = unique_channel("yuy2-launch");
+    let done = launch(&format!(
+        "filesrc location=/dev/zero num-buffers=1 blocksize=6144 ! rawvideoparse format=yuy2 width=64 height=48 ! rscudaipcsink channel={channel} transport=host"
+    ))
+    .finish(LIMIT);
+    assert_eq!(done.code, Some(1), "{}", done.stderr);
+    let first = done
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("ERROR:"))
+        .unwrap_or_default();
+    assert!(
+        first.contains("GstRsCudaIpcSink") && first.contains(YUY2_REFUSED),
+        "the first error is the sink's:\n{}",
+        done.stderr
+    );
+}
+
 #[test]
 fn cudaupload_into_the_sink_negotiates_cuda_memory() {
     init();

@@ -440,8 +440,14 @@ fn a_seqlock_that_never_settles_is_refused() {
 
 fn pool_case(tag: &str, tamper: impl FnOnce(&Hostile), expected: &str) {
     let p = Hostile::new(tag);
-    let consumer = p.consumer();
+    // Before the consumer starts: it opens the pool as it attaches (and
+    // keeps the pool it checked then).
     tamper(&p);
+    let mut consumer = p.launch_consumer();
+    let pid = consumer.pid();
+    wait_until(LIMIT, "the consumer attaches or stops", || {
+        p.block.consumer_of(pid).is_some() || matches!(consumer.child.try_wait(), Ok(Some(_)))
+    });
     p.publish_valid();
     assert_clear_error(consumer, expected);
 }
@@ -518,7 +524,7 @@ mod fuzz {
         for _ in 0..12 {
             match consumer.next(&no, Some(Duration::from_millis(1))) {
                 Ok(Item::Frame(f)) => consumer.release(f.slot),
-                Ok(Item::Eos) => {}
+                Ok(Item::Eos) | Ok(Item::Event(_)) => {}
                 Err(ChannelError::Timeout) | Err(_) => break,
             }
         }
@@ -598,9 +604,20 @@ mod fuzz {
             (offset_of!(ControlHeader, caps_len), 4),
             (offset_of!(ControlHeader, caps), 8),
             (offset_of!(ControlHeader, published), 8),
+            (offset_of!(ControlHeader, frame_data_bound), 4),
         ];
         for q in 0..6 {
             fields.push((offset_of!(ControlHeader, queue) + 8 * q, 8));
+        }
+        for e in 0..2 {
+            let base = offset_of!(ControlHeader, events) + e * size_of::<EventRecord>();
+            for (offset, width) in [
+                (offset_of!(EventRecord, seqlock), 8),
+                (offset_of!(EventRecord, seq), 8),
+                (offset_of!(EventRecord, len), 4),
+            ] {
+                fields.push((base + offset, width));
+            }
         }
         for s in 0..4 {
             let base = offset_of!(ControlHeader, slots) + s * size_of::<SlotRecord>();
@@ -613,6 +630,8 @@ mod fuzz {
                 (offset_of!(SlotRecord, n_planes), 4),
                 (offset_of!(SlotRecord, plane_offset), 8),
                 (offset_of!(SlotRecord, plane_stride), 4),
+                (offset_of!(SlotRecord, data_len), 4),
+                (offset_of!(SlotRecord, frame_number), 8),
             ] {
                 fields.push((base + offset, width));
             }

@@ -12,8 +12,10 @@ mod common;
 mod cross_process;
 mod descriptor_channels;
 mod shared_files;
+mod slow_consumers;
 mod soak;
 mod streams;
+mod travelling;
 mod watch;
 
 /// The `cudaipc-channels` command: beside this test binary where the GPU

@@ -349,6 +349,56 @@ fn the_channels_command_lists_and_removes_a_channel_left_by_sigkill() {
     assert_eq!(dir.names(), Vec::<String>::new(), "every file removed");
 }
 
+/// On a shared host `remove-stale --all` is this user's: it removes this
+/// user's stale channel and leaves another user's, saying whose, instead of
+/// failing on it (only its user can remove it).
+#[test]
+fn remove_stale_all_removes_this_users_stale_channels_and_names_the_others() {
+    if !other_user_or_skip(
+        "remove_stale_all_removes_this_users_stale_channels_and_names_the_others",
+    ) {
+        return;
+    }
+    let dir = ShmDir::new("stale-users");
+    let mine = unique_channel("stale-mine");
+    let theirs = unique_channel("stale-theirs");
+    let killed = |channel: &str, wrapper: &[&str]| {
+        let producer = launch_with(
+            wrapper,
+            &dir.env(),
+            &format!(
+                "videotestsrc is-live=true ! {SMALL} ! rscudaipcsink transport=host channel={channel}"
+            ),
+        );
+        wait_until(LIMIT, "a data file", || has_data_file(&dir, channel));
+        producer.signal(libc::SIGKILL);
+        let _ = producer.finish(LIMIT);
+    };
+    killed(&mine, &[]);
+    killed(&theirs, &OTHER_USER);
+    let nobody = {
+        let out = Command::new("id").args(["-u", "nobody"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let removed = channels_command(&dir, &["remove-stale", "--all"]);
+    assert!(
+        removed.contains(&format!("removed stale channel '{mine}'")),
+        "{removed}"
+    );
+    assert!(
+        removed.contains(&format!(
+            "left the stale channel '{theirs}' of user {nobody}: only that user can remove it"
+        )),
+        "{removed}"
+    );
+    let prefix = format!("cudaipc-{theirs}");
+    let left = dir.names();
+    assert!(
+        !left.is_empty() && left.iter().all(|n| n.starts_with(&prefix)),
+        "only the other user's files are left: {left:?}"
+    );
+}
+
 /// A consumer stopped while it waits for a producer: by SIGINT
 /// (gst-launch-1.0 stops the pipeline) it removes its marker; killed by
 /// SIGTERM it cannot, and its marker, unlocked, is listed as stale by

@@ -417,9 +417,13 @@ fn live_channel_consumers_keep_their_own_pace(sink: &str) {
     let slow_pids: Vec<String> = slow.iter().map(|c| format!("pid {} ", c.pid())).collect();
     while let Some(msg) = bus.pop_filtered(&[gst::MessageType::Warning]) {
         if let gst::MessageView::Warning(w) = msg.view() {
+            // While a consumer starts (it attached, it opens the slots) a
+            // live producer keeps frames for it, slow or not (docs/elements.md,
+            // "Consumers at their own pace"); after that, never.
             let text = w.error().to_string();
             assert!(
-                !slow_pids.iter().any(|pid| text.contains(pid.as_str())),
+                !slow_pids.iter().any(|pid| text.contains(pid.as_str())
+                    && !text.contains(&format!("{}(starting", pid.as_str()))),
                 "the producer waited for a slow consumer: {text}"
             );
         }

@@ -234,6 +234,27 @@ fn watch_refreshes_until_ctrl_c_and_ends_with_status_0() {
         text.matches("no channels").count() >= 3,
         "refreshed every 0.2 s:\n{text}"
     );
+    assert!(text.contains("(Ctrl-C ends)"), "{text}");
+}
+
+/// `--once` prints one snapshot and ends by itself: it does not say that
+/// Ctrl-C ends it.
+#[test]
+fn watch_once_ends_by_itself_and_does_not_mention_ctrl_c() {
+    let dir = ShmDir::new("watch-once");
+    let out = checked(&mut Command::new(channels_binary()))
+        .args(["watch", "--once", "--interval", "0.2"])
+        .envs(dir.env())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        text.lines().next(),
+        Some(format!("channels in {}, rates over 0.2 s", dir.0.display()).as_str()),
+        "{text}"
+    );
+    assert!(!text.contains("Ctrl-C"), "{text}");
 }
 
 #[test]

@@ -77,6 +77,22 @@ def children():
         child.kill()
 
 
+def channels_tool():
+    """The cudaipc-channels command: $CUDAIPC_CHANNELS, else the one cargo
+    built beside the plugin (scripts/python-tests.sh builds it)."""
+    return os.environ.get("CUDAIPC_CHANNELS") or str(ROOT / "target" / "debug" / "cudaipc-channels")
+
+
+def remove_stale(channel):
+    """Removes what a process killed by a signal left of `channel` in the
+    shm folder (`cudaipc-channels remove-stale CHANNEL`), so that a test
+    leaves no file behind; fails if nothing stale of it was there."""
+    done = subprocess.run([channels_tool(), "remove-stale", channel], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=checked_env(), timeout=LIMIT)
+    assert done.returncode == 0 and f"removed stale channel '{channel}'" in done.stdout, \
+        f"cudaipc-channels remove-stale {channel} ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+
+
 def gst(pipeline, prefix=()):
     return [*prefix, "gst-launch-1.0", "-q", *pipeline.split()]
 

@@ -48,8 +48,11 @@ def pull_all(channel, on_frame):
     # No last sample: appsink would keep the previous buffer until the next
     # one is rendered, in its streaming thread, and the refcounts the tests
     # read would change under them.
+    # frames=every: the producer (sync=true at 30 FPS) is paced, and a
+    # consumer at its own pace that falls behind on a loaded machine would
+    # miss frames the tests compare.
     pipeline = Gst.parse_launch(
-        f"rscudaipcsrc channel={channel} connect-timeout=120000 "
+        f"rscudaipcsrc channel={channel} connect-timeout=120000 frames=every "
         "! appsink name=sink sync=false max-buffers=1 enable-last-sample=false")
     sink = pipeline.get_by_name("sink")
     pipeline.set_state(Gst.State.PLAYING)

@@ -19,7 +19,7 @@ import cudaipc
 import numpy as np
 import pytest
 
-from conftest import example, gst, reference_checksums, unique_channel
+from conftest import example, gst, reference_checksums, remove_stale, unique_channel
 
 IPC_MODES = ["fd", "legacy"]
 
@@ -306,6 +306,10 @@ def test_a_killed_producer_is_an_exception_not_a_hang(children, mode):
                     started = time.monotonic()
     assert isinstance(raised.value, ConnectionError)
     assert time.monotonic() - started < 10
+    # A producer killed by SIGKILL cannot remove its files (the control
+    # block and its slots, or its socket): removed as a user would.
+    producer.process.wait()
+    remove_stale(channel)
 
 
 @pytest.mark.parametrize("mode", IPC_MODES)

@@ -329,13 +329,25 @@ def test_batching_consumer_example_on_too_small_a_ring_names_the_slots(children)
     producer.finish().assert_success("cudaipc_publish.py")
 
 
+# No display: the script's viewer needs none (autovideosink would crash).
+NO_DISPLAY = {"DISPLAY": "", "WAYLAND_DISPLAY": ""}
+
+
+def channel_files(channel):
+    """The files of `channel` in the shm folder."""
+    shm = os.environ.get("CUDAIPC_SHM_DIR") or "/dev/shm"
+    return sorted(name for name in os.listdir(shm)
+                  if name == f"cudaipc-{channel}" or name.startswith((f"cudaipc-{channel}.", f"cudaipc-{channel}@")))
+
+
 def test_recorder_viewer_and_batching_consumer_on_one_live_channel(children, tmp_path):
     frames = 45
     recording = tmp_path / "recording.rgb"
     script = children([str(EXAMPLES / "recorder_and_viewer.sh"), unique_channel("recorder")],
                       env={"FRAMES": str(frames), "RECORDING": str(recording),
-                           "VIEWER": "fakesink", "PYTHON": sys.executable}).finish()
+                           "PYTHON": sys.executable, **NO_DISPLAY}).finish()
     script.assert_success("recorder_and_viewer.sh")
+    assert "no display" in script.stderr and "fakesink" in script.stderr, script.stderr
     # The recorder got every frame of the camera.
     assert recording.stat().st_size == frames * 320 * 240 * 3
     summary = script.stdout.splitlines()[-1].split()
@@ -343,3 +355,22 @@ def test_recorder_viewer_and_batching_consumer_on_one_live_channel(children, tmp
     # The batcher got every frame or counted it missed, in batches of 8.
     assert int(counts["frames"]) + int(counts["missed"]) == frames, summary
     assert int(counts["batches"]) == int(counts["frames"]) // 8 or int(counts["missed"]) > 0
+
+
+def test_recorder_and_viewer_names_the_viewer_that_died_and_leaves_nothing(children, tmp_path):
+    # A viewer that fails after a few frames, as one that cannot open its
+    # window fails at once: the script says so (not a consumer's timeout
+    # waiting for a camera that waits for the viewer), stops the others, and
+    # leaves neither the unfinished recording nor the channel's files.
+    channel = unique_channel("viewer-dies")
+    recording = tmp_path / "recording.rgb"
+    script = children([str(EXAMPLES / "recorder_and_viewer.sh"), channel],
+                      env={"FRAMES": "300", "RECORDING": str(recording), "PYTHON": sys.executable,
+                           "VIEWER": "identity error-after=3 ! fakesink", **NO_DISPLAY}).finish()
+    assert script.code == 1, script.stdout + script.stderr
+    last = script.stderr.strip().splitlines()[-1]
+    assert "the viewer (identity error-after=3 ! fakesink) died, exit status 1" in last, script.stderr
+    for misleading in ("WaitTimeoutError", "ProducerGoneError", "Traceback"):
+        assert misleading not in script.stderr, script.stderr
+    assert not recording.exists()
+    assert channel_files(channel) == []

@@ -7,6 +7,7 @@
 
 mod clocks;
 mod copy;
+mod metas;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +62,7 @@ pub fn run_pipeline(warmup: u64, description: &str) -> i32 {
         }
     };
     let counter = SinkCounter::attach(&pipeline, warmup);
+    metas::attach_if_asked(&pipeline);
     let produced = pipeline
         .by_name("ipcsink")
         .map(|sink| ProducerClock::attach(&sink, warmup));

@@ -12,6 +12,7 @@ use crate::measure::{
     QUEUED_FRAMES, Row, nobody_uid, other_user, queue_of_frames, single, two_independent,
     two_process, two_process_as,
 };
+use crate::names::id_of;
 use crate::options::{Options, left_out};
 use crate::rows::channel;
 use crate::rows::copy::frame_copy;
@@ -57,6 +58,7 @@ pub fn rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
         return rows;
     }
     rows.extend(default_variants(&pairs));
+    beside_row_5(&mut rows, "5m", 99.0);
     rows.extend(other_user_rows(&pairs));
     // The transport alone: the consumer takes frames and drops them (no GPU
     // work of its own), which bounds what the channel itself costs.
@@ -72,6 +74,20 @@ pub fn rows(o: &Options, env: &[(String, String)]) -> Vec<Row> {
     }
     rows.extend(system_memory_rows(&pairs));
     rows
+}
+
+/// Notes on row `id` its frame rate as a share of row 5's, measured in the
+/// same run, beside its `target` (percent).
+fn beside_row_5(rows: &mut [Row], id: &str, target: f64) {
+    let Some(default_fps) = rows.iter().find(|r| id_of(&r.config) == "5").map(|r| r.fps) else {
+        return;
+    };
+    for row in rows.iter_mut().filter(|r| id_of(&r.config) == id) {
+        if default_fps > 0.0 {
+            let share = 100.0 * row.fps / default_fps;
+            row.note = format!("{share:.1}% of row 5's (target >= {target}%); {}", row.note);
+        }
+    }
 }
 
 /// A consumer that takes frames and drops them.
@@ -215,6 +231,19 @@ fn default_variants(pairs: &Pairs) -> Vec<Row> {
         "5v default, consumer verifies only (read only)",
         "",
         "! cudaprocess name=check verify=true ! fakesink name=sink sync=false enable-last-sample=false",
+    ));
+    // Row 5 with a capture time and 1 KiB of the application's data on
+    // every frame (roles/metas.rs), side by side with row 5.
+    let mut with_metas = pairs.env.to_vec();
+    with_metas.push(("CUDAIPC_BENCH_METAS".into(), "1".into()));
+    rows.push(pairs.two_from(
+        &with_metas,
+        "5m default, a reference timestamp and 1 KiB of data on every frame",
+        pairs.o.frames,
+        pairs.o.warmup,
+        "",
+        "",
+        &verifying(""),
     ));
     // Row 5 over a descriptor channel (ipc-mode=fd): the control block
     // handed over the channel's socket; the slots as in row 5. Then ordered
@@ -399,6 +428,8 @@ pub fn host_rows(o: &Options) -> Vec<Row> {
             "wait-mode=sleep",
         ),
         ("5 default (host transport)", "", ""),
+        // Row 5 with a meta and 1 KiB of data on every frame (roles/metas.rs).
+        ("5m metas on every frame (host transport)", "", ""),
         // The same over a descriptor channel: only the attach differs.
         (
             "5d descriptor channel, ipc-mode=fd (host transport)",
@@ -413,9 +444,19 @@ pub fn host_rows(o: &Options) -> Vec<Row> {
             &format!("{source} ! rscudaipcsink name=ipcsink channel={ch} transport=host sync=false {sink_props}"),
             &format!("rscudaipcsrc name=src channel={ch} connect-timeout=60000 {src_props} ! fakesink name=sink sync=false"),
             o.warmup,
-            &[],
+            &metas_env(config),
             None,
         ));
     }
+    beside_row_5(&mut rows, "5m", 99.0);
     rows
+}
+
+/// The environment of a row's processes: row 5m's producer adds metas.
+fn metas_env(config: &str) -> Vec<(String, String)> {
+    if id_of(config) == "5m" {
+        vec![("CUDAIPC_BENCH_METAS".into(), "1".into())]
+    } else {
+        Vec::new()
+    }
 }

@@ -46,8 +46,13 @@ enum cudaipc_status
   // held by consumers, so the frame was dropped.
   CUDAIPC_DROPPED = 2,
   // A NULL pointer where one is required, an options struct whose
-  // `struct_size` is not this library's, an enum value out of range, a
-  // channel name that is not UTF-8.
+  // `struct_size` is not this library's, an enum value out of range, an
+  // option outside the values it takes (`permissions` above 0777,
+  // `slots` above 64, `wait_for_consumers` above 32, `hold` above 62 or
+  // below -1, `frame_data_bound` above 1048576: the message names the
+  // field and its range), a channel name that is not UTF-8, per-frame
+  // data larger than the channel's frames carry (the message names the
+  // bound) or JSON text that is not UTF-8.
   CUDAIPC_ERROR_INVALID_ARGUMENT = 100,
   // A handle that is not a live one of that kind: freed, released,
   // already published, or never made by this library.
@@ -62,7 +67,8 @@ enum cudaipc_status
   // A format this library does not know.
   CUDAIPC_ERROR_UNSUPPORTED_FORMAT = 105,
   // A layout that cannot describe a frame (zero size, a stride below the
-  // row, a plane outside the frame), or caps that do not parse.
+  // row, a plane outside the frame, a `frame_size` larger than a ring of
+  // its slots can be), or caps that do not parse.
   CUDAIPC_ERROR_INVALID_LAYOUT = 106,
   // A channel name that cannot be used (empty, too long, a `/`).
   CUDAIPC_ERROR_INVALID_CHANNEL_NAME = 107,
@@ -86,7 +92,8 @@ enum cudaipc_status
   // Any other failure of the channel or the slots (shared memory,
   // sockets, a corrupt control block): the message says what.
   CUDAIPC_ERROR_CHANNEL = 115,
-  // A bug in this library (a caught panic): the message says where.
+  // A bug in this library (a caught panic, never printed to stderr): the
+  // message says what and where. No input leads to it.
   CUDAIPC_ERROR_INTERNAL = 116,
 };
 #ifndef __cplusplus
@@ -214,6 +221,29 @@ typedef uint32_t cudaipc_frames;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// What a frame's data is (`cudaipc_frame_get_data`).
+enum cudaipc_frame_data_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The frame carries no data.
+  CUDAIPC_FRAME_DATA_NONE = 0,
+  // Opaque bytes (`cudaipc_loan_set_data`, Python's `data=b"..."`, a
+  // GStreamer producer's `CudaIpcFrameData` field `bytes`).
+  CUDAIPC_FRAME_DATA_BYTES = 1,
+  // UTF-8 JSON text (`cudaipc_loan_set_json`, Python's `data={...}`, a
+  // GStreamer producer's `CudaIpcFrameData` field `json`).
+  CUDAIPC_FRAME_DATA_JSON = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum cudaipc_frame_data_kind cudaipc_frame_data_kind;
+#else
+typedef uint32_t cudaipc_frame_data_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // A frame handed out by `cudaipc_subscriber_next_frame`. It holds its
 // slot (the producer does not write it again) until
 // `cudaipc_frame_release`. Opaque.
@@ -240,7 +270,9 @@ typedef struct cudaipc_subscriber cudaipc_subscriber;
 // GStreamer's default layout of the format (strides, offsets and
 // `frame_size` are ignored); otherwise `n_planes` must be the format's
 // plane count, with `strides` and `offsets` of each plane in a frame of
-// `frame_size` bytes. `fps_d` 0 means no frame rate in the caps.
+// `frame_size` bytes (at most about 2^57: a ring of 64 such slots must
+// fit in memory; more is `CUDAIPC_ERROR_INVALID_LAYOUT`). `fps_d` 0
+// means no frame rate in the caps.
 // As output every field is filled.
 typedef struct cudaipc_layout {
   // A `cudaipc_format`.
@@ -323,19 +355,25 @@ typedef struct cudaipc_loan_info {
 // How `cudaipc_publisher_create` sets a publisher up. Fill it with
 // `cudaipc_publisher_options_init` (the elements' defaults), then change
 // fields. `struct_size` must stay `sizeof(cudaipc_publisher_options)`:
-// it tells the library which version of the struct it was given.
+// it tells the library which version of the struct it was given. A
+// struct of the version before `frame_data_bound` (its `struct_size` 36,
+// a program built against that header) is taken with that field's
+// default, 16384.
 typedef struct cudaipc_publisher_options {
   // `sizeof(cudaipc_publisher_options)`.
   uint32_t struct_size;
   // A `cudaipc_transport` (default AUTO).
   uint32_t transport;
-  // Slots in the ring; 0: chosen as `rscudaipcsink` does.
+  // Slots in the ring, 0 to 64; 0: chosen as `rscudaipcsink` does.
   uint32_t slots;
-  // File mode of the channel's shared files (default 0600).
+  // File mode of the channel's shared files, 0 to 0777 (octal: read,
+  // write and execute bits only; default 0600). Anything else is
+  // `CUDAIPC_ERROR_INVALID_ARGUMENT`.
   uint32_t permissions;
   // A `cudaipc_when_full` (default BLOCK).
   uint32_t when_full;
-  // Consumers to wait for before the first frame (default 0).
+  // Consumers to wait for before the first frame, 0 to 32 (a channel's
+  // most; default 0).
   uint32_t wait_for_consumers;
   // A `cudaipc_ipc_mode` (default AUTO: legacy).
   uint32_t ipc_mode;
@@ -344,6 +382,12 @@ typedef struct cudaipc_publisher_options {
   // Non-zero: a live channel (frames at a fixed rate); consumers keep
   // their own pace (default 0).
   uint32_t live;
+  // Bytes of data each frame may carry (`cudaipc_loan_set_data` and
+  // `_set_json`, `cudaipc_publisher_publish_with_data` and `_with_json`;
+  // a GStreamer producer's metas), 0 to 1048576, framing included: the
+  // data itself gets 16 bytes less. Default 16384; 0: frames carry no
+  // data. Anything else is `CUDAIPC_ERROR_INVALID_ARGUMENT`.
+  uint32_t frame_data_bound;
 } cudaipc_publisher_options;
 
 // How `cudaipc_subscriber_open` attaches. Fill it with
@@ -354,8 +398,10 @@ typedef struct cudaipc_subscriber_options {
   uint32_t struct_size;
   // A `cudaipc_frames` (default AUTO).
   uint32_t frames;
-  // Frames kept while asking for the next (a batch of 8: 7); -1: not
-  // declared (default).
+  // Frames kept while asking for the next (a batch of 8: 7), 0 to 62 (a
+  // ring has at most 64 slots, and a hold of N needs N+2); -1: not
+  // declared (default). Anything else is
+  // `CUDAIPC_ERROR_INVALID_ARGUMENT`.
   int32_t hold;
   // A `cudaipc_ipc_mode` (default AUTO).
   uint32_t ipc_mode;
@@ -382,6 +428,24 @@ const char *cudaipc_version(void);
 // `info` is NULL or a writable `cudaipc_frame_info` whose `struct_size` is
 // readable.
 cudaipc_status cudaipc_frame_get_info(struct cudaipc_frame *frame, struct cudaipc_frame_info *info);
+
+// The data published with the frame: `*kind` a `cudaipc_frame_data_kind`,
+// `*data` and `*len` its bytes. `CUDAIPC_FRAME_DATA_NONE`: none (`*data`
+// NULL, `*len` 0). `CUDAIPC_FRAME_DATA_BYTES`: the bytes a producer set
+// (`cudaipc_loan_set_data`, Python's `data=b"..."`, a GStreamer
+// producer's `CudaIpcFrameData` field `bytes`). `CUDAIPC_FRAME_DATA_JSON`:
+// UTF-8 JSON text (`cudaipc_loan_set_json`, a Python dict, the meta's
+// field `json`), NUL-terminated after its `*len` bytes. The text comes
+// from another process and is not parsed here. `*data` is valid until
+// the frame is released; the pointer stays the same for each call on the
+// frame.
+//
+// # Safety
+// `data`, `len` and `kind` are NULL or writable.
+cudaipc_status cudaipc_frame_get_data(struct cudaipc_frame *frame,
+                                      const void **data,
+                                      size_t *len,
+                                      uint32_t *kind);
 
 // Copies the frame's bytes into `dst` (`size` must be the layout's
 // `frame_size`): from the shared memory on the host transport, or
@@ -443,6 +507,32 @@ cudaipc_status cudaipc_loan_stream_wait(struct cudaipc_loan *loan, void *stream)
 // As for `cudaipc_loan_stream_wait`.
 cudaipc_status cudaipc_loan_publish_after_stream(struct cudaipc_loan *loan, void *stream);
 
+// Sets `len` bytes at `data` as the data that travels with the loan's
+// frame (copied; replacing data set before): `CUDAIPC_FRAME_DATA_BYTES`
+// to `cudaipc_frame_get_data`, a `CudaIpcFrameData` meta's `bytes` after
+// `rscudaipcsrc`, `bytes` to Python's `frame.data`. `data` may be NULL
+// where `len` is 0. More than the channel's frames carry
+// (`cudaipc_publisher_options.frame_data_bound` less 16 bytes) is
+// `CUDAIPC_ERROR_INVALID_ARGUMENT`, its message naming the bound; the
+// loan stays as it was.
+//
+// # Safety
+// `data` is NULL or readable for `len` bytes.
+cudaipc_status cudaipc_loan_set_data(struct cudaipc_loan *loan, const void *data, size_t len);
+
+// Sets the NUL-terminated UTF-8 JSON text `json` as the data that travels
+// with the loan's frame (copied, not parsed; replacing data set before):
+// `CUDAIPC_FRAME_DATA_JSON` to `cudaipc_frame_get_data`, a
+// `CudaIpcFrameData` meta's `json` after `rscudaipcsrc`, the dict
+// `json.loads` makes of it to Python's `frame.data`. Text that is not
+// UTF-8, or longer than the channel's frames carry
+// (`cudaipc_publisher_options.frame_data_bound` less 16 bytes), is
+// `CUDAIPC_ERROR_INVALID_ARGUMENT`; the loan stays as it was.
+//
+// # Safety
+// `json` is NULL or a NUL-terminated string.
+cudaipc_status cudaipc_loan_set_json(struct cudaipc_loan *loan, const char *json);
+
 // Publishes the frame written into the slot, with `pts_ns` (nanoseconds;
 // negative: no PTS). The loan handle ends here, whatever the result.
 cudaipc_status cudaipc_loan_publish(struct cudaipc_loan *loan, int64_t pts_ns);
@@ -470,14 +560,17 @@ cudaipc_status cudaipc_layout_init(uint32_t format,
 
 // Creates `channel` for frames of `layout` and announces their caps; the
 // publisher in `*out`. `options` NULL: the defaults. Fails if the name is
-// taken by a live producer or not usable, if the cuda transport is asked
-// for without a usable device, or if the slots cannot be allocated.
+// taken by a live producer or not usable, if an option is outside its
+// range (`CUDAIPC_ERROR_INVALID_ARGUMENT`, naming the field and the range),
+// if the cuda transport is asked for without a usable device, or if the
+// slots cannot be allocated.
 //
 // # Safety
 // `channel` is NULL or a NUL-terminated string; `layout` NULL or a
 // readable `cudaipc_layout`; `options` NULL or a readable
-// `cudaipc_publisher_options` (its `struct_size` checked first); `out`
-// NULL or writable.
+// `cudaipc_publisher_options` (its `struct_size` checked first: this
+// version's, or 36, the one before `frame_data_bound`); `out` NULL or
+// writable.
 cudaipc_status cudaipc_publisher_create(const char *channel,
                                         const struct cudaipc_layout *layout,
                                         const struct cudaipc_publisher_options *options,
@@ -495,6 +588,43 @@ cudaipc_status cudaipc_publisher_publish(struct cudaipc_publisher *publisher,
                                          const void *data,
                                          size_t size,
                                          int64_t pts_ns);
+
+// `cudaipc_publisher_publish`, with `len` bytes at `app_data` travelling
+// with the frame (copied; `CUDAIPC_FRAME_DATA_BYTES` to
+// `cudaipc_frame_get_data`, a `CudaIpcFrameData` meta's `bytes` after
+// `rscudaipcsrc`, `bytes` to Python's `frame.data`). `app_data` may be
+// NULL where `len` is 0. More than the channel's frames carry
+// (`options.frame_data_bound` less 16 bytes) is
+// `CUDAIPC_ERROR_INVALID_ARGUMENT`, its message naming the bound, and
+// nothing is published.
+//
+// # Safety
+// `data` is NULL or readable for `size` bytes; `app_data` NULL or
+// readable for `len` bytes.
+cudaipc_status cudaipc_publisher_publish_with_data(struct cudaipc_publisher *publisher,
+                                                   const void *data,
+                                                   size_t size,
+                                                   int64_t pts_ns,
+                                                   const void *app_data,
+                                                   size_t len);
+
+// `cudaipc_publisher_publish`, with the NUL-terminated UTF-8 JSON text
+// `json` travelling with the frame (copied, not parsed;
+// `CUDAIPC_FRAME_DATA_JSON` to `cudaipc_frame_get_data`, a
+// `CudaIpcFrameData` meta's `json` after `rscudaipcsrc`, the dict
+// `json.loads` makes of it to Python's `frame.data`). Text that is not
+// UTF-8, or longer than the channel's frames carry
+// (`options.frame_data_bound` less 16 bytes), is
+// `CUDAIPC_ERROR_INVALID_ARGUMENT`, and nothing is published.
+//
+// # Safety
+// `data` is NULL or readable for `size` bytes; `json` NULL or a
+// NUL-terminated string.
+cudaipc_status cudaipc_publisher_publish_with_json(struct cudaipc_publisher *publisher,
+                                                   const void *data,
+                                                   size_t size,
+                                                   int64_t pts_ns,
+                                                   const char *json);
 
 // Lends a free slot to write the next frame into in place (no copy); the
 // loan in `*loan`. With `when_full` BLOCK it waits for a slot; with DROP
@@ -561,7 +691,9 @@ cudaipc_status cudaipc_subscriber_options_init(struct cudaipc_subscriber_options
 
 // Attaches to `channel`, waiting up to `options->timeout_ms` for its
 // producer; the subscriber in `*out`. `options` NULL: the defaults.
-// `CUDAIPC_ERROR_NO_PRODUCER` if none appeared in time.
+// `CUDAIPC_ERROR_NO_PRODUCER` if none appeared in time (the message lists
+// the channels that have one); `CUDAIPC_ERROR_INVALID_ARGUMENT` for a
+// `hold` outside -1 and 0 to 62.
 //
 // # Safety
 // `channel` is NULL or a NUL-terminated string; `options` NULL or a
@@ -573,10 +705,14 @@ cudaipc_status cudaipc_subscriber_open(const char *channel,
 
 // Waits up to `timeout_ms` (negative: as long as it takes) for the next
 // frame; the frame in `*frame`, to give back with `cudaipc_frame_release`.
-// `CUDAIPC_END_OF_STREAM` (and `*frame` NULL) at the end of the stream;
-// `CUDAIPC_ERROR_TIMEOUT` when none came in time;
+// `CUDAIPC_END_OF_STREAM` (and `*frame` NULL) at the end of the stream,
+// and again at once, without waiting, at every later call until the
+// producer starts a new stream (publishes a frame again, as a pipeline
+// restarted by a flushing seek does): that call returns the new stream's
+// first frame. `CUDAIPC_ERROR_TIMEOUT` when none came in time;
 // `CUDAIPC_ERROR_PRODUCER_GONE` once the producer closed without an end
-// of stream or died; `CUDAIPC_ERROR_CLOSED` once the subscriber was
+// of stream or died (its close after an end of stream is
+// `CUDAIPC_END_OF_STREAM`); `CUDAIPC_ERROR_CLOSED` once the subscriber was
 // closed, at once if that happens while this waits. One thread at a time
 // reads a subscriber: a second call waits for the first.
 //

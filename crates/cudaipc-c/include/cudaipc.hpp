@@ -27,6 +27,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cudaipc.h"
@@ -85,6 +86,21 @@ struct subscriber_options : cudaipc_subscriber_options {
   }
 };
 
+// The data published with a frame (frame::app_data()): none, bytes, or
+// JSON text. bytes points into the frame: valid until it is released.
+struct app_data {
+  uint32_t kind = CUDAIPC_FRAME_DATA_NONE;  // a cudaipc_frame_data_kind
+  const void* bytes = nullptr;
+  std::size_t size = 0;
+
+  bool empty() const noexcept { return kind == CUDAIPC_FRAME_DATA_NONE; }
+  bool is_json() const noexcept { return kind == CUDAIPC_FRAME_DATA_JSON; }
+  // The JSON text (not parsed); empty unless is_json().
+  std::string_view json() const noexcept {
+    return is_json() ? std::string_view(static_cast<const char*>(bytes), size) : std::string_view();
+  }
+};
+
 // A slot lent by publisher::loan(). Write the frame at data() (host
 // transport) or device_ptr() (cuda transport), then publish(); destroyed
 // unpublished, the slot goes back.
@@ -124,6 +140,15 @@ class loan {
   // Orders the publication after the work queued on stream so far.
   void publish_after(void* stream) {
     detail::check(cudaipc_loan_publish_after_stream(handle_, stream));
+  }
+  // Data that travels with the frame (copied; replaces data set before):
+  // bytes, or JSON text. Throws CUDAIPC_ERROR_INVALID_ARGUMENT beyond the
+  // channel's frame_data_bound (less 16 bytes).
+  void set_app_data(const void* data, std::size_t size) {
+    detail::check(cudaipc_loan_set_data(handle_, data, size));
+  }
+  void set_app_json(const std::string& json) {
+    detail::check(cudaipc_loan_set_json(handle_, json.c_str()));
   }
   // Publishes the frame (pts in nanoseconds; negative: none). The loan is
   // spent whatever the result.
@@ -165,6 +190,18 @@ class publisher {
   // them; false if the frame was dropped (when_full DROP, every slot held).
   bool publish(const void* data, std::size_t size, int64_t pts_ns = -1) {
     return detail::check(cudaipc_publisher_publish(handle_, data, size, pts_ns)) == CUDAIPC_OK;
+  }
+  // publish(), with app_size bytes at app (or the JSON text json)
+  // travelling with the frame.
+  bool publish_with_data(const void* data, std::size_t size, int64_t pts_ns, const void* app,
+                         std::size_t app_size) {
+    return detail::check(cudaipc_publisher_publish_with_data(handle_, data, size, pts_ns, app,
+                                                             app_size)) == CUDAIPC_OK;
+  }
+  bool publish_with_json(const void* data, std::size_t size, int64_t pts_ns,
+                         const std::string& json) {
+    return detail::check(cudaipc_publisher_publish_with_json(handle_, data, size, pts_ns,
+                                                             json.c_str())) == CUDAIPC_OK;
   }
   // A free slot to write the next frame into in place.
   cudaipc::loan loan() {
@@ -238,6 +275,12 @@ class frame {
   // Cuda transport: the frame's device address (a CUdeviceptr).
   uint64_t device_ptr() const noexcept { return info_.device_ptr; }
   void* cuda_stream() const noexcept { return info_.cuda_stream; }
+  // The data the producer published with the frame (empty(): none).
+  cudaipc::app_data app_data() const {
+    cudaipc::app_data out;
+    detail::check(cudaipc_frame_get_data(handle_, &out.bytes, &out.size, &out.kind));
+    return out;
+  }
   // Copies the frame to host memory (size: the frame's), downloading it on
   // the cuda transport.
   void copy_to_host(void* dst, std::size_t size) const {
@@ -325,8 +368,10 @@ class subscriber {
   subscriber& operator=(const subscriber&) = delete;
   ~subscriber() { reset(); }
 
-  // The next frame, or nullopt at the end of the stream; throws on a
-  // timeout (status CUDAIPC_ERROR_TIMEOUT) and on a close (CLOSED).
+  // The next frame, or nullopt at the end of the stream (and at once on
+  // every later call, until the producer starts a new stream: then its
+  // first frame); throws on a timeout (status CUDAIPC_ERROR_TIMEOUT) and on
+  // a close (CLOSED).
   std::optional<frame> next(std::chrono::milliseconds timeout = forever) {
     cudaipc_frame* handle = nullptr;
     if (detail::check(cudaipc_subscriber_next_frame(handle_, detail::to_ms(timeout), &handle)) ==

@@ -4,11 +4,13 @@
 
 use std::ffi::c_void;
 
-use api::Frame;
+use api::{AppData, Frame};
 
 use crate::handles::Registry;
 use crate::status::{CUDAIPC_OK, Failure, cudaipc_status, guard};
-use crate::types::{check_out, cudaipc_frame_info, cudaipc_layout};
+use crate::types::{
+    check_out, cudaipc_frame_data_kind, cudaipc_frame_info, cudaipc_layout, write_out,
+};
 
 /// A frame handed out by `cudaipc_subscriber_next_frame`. It holds its
 /// slot (the producer does not write it again) until
@@ -18,11 +20,38 @@ pub struct cudaipc_frame {
 }
 
 /// A frame; shared (`&`) by every call on it, none of which mutates it.
-pub(crate) struct Entry(Frame);
+/// Its data is taken out of the slot when it is handed out: the pointer
+/// `cudaipc_frame_get_data` gives stays valid until the release.
+pub(crate) struct Entry(Frame, Option<Data>);
+
+/// A frame's data as C reads it.
+struct Data {
+    kind: cudaipc_frame_data_kind,
+    /// The bytes; JSON text with a NUL after it, which `len` leaves out.
+    bytes: Box<[u8]>,
+    len: usize,
+}
 
 impl Entry {
     pub(crate) fn new(frame: Frame) -> Self {
-        Self(frame)
+        let data = frame.data().map(|data| match data {
+            AppData::Bytes(bytes) => Data {
+                kind: cudaipc_frame_data_kind::CUDAIPC_FRAME_DATA_BYTES,
+                len: bytes.len(),
+                bytes: bytes.into_boxed_slice(),
+            },
+            AppData::Json(text) => {
+                let len = text.len();
+                let mut bytes = text.into_bytes();
+                bytes.push(0);
+                Data {
+                    kind: cudaipc_frame_data_kind::CUDAIPC_FRAME_DATA_JSON,
+                    bytes: bytes.into_boxed_slice(),
+                    len,
+                }
+            }
+        });
+        Self(frame, data)
     }
 }
 
@@ -65,6 +94,56 @@ pub unsafe extern "C" fn cudaipc_frame_get_info(
     })
 }
 
+/// The data published with the frame: `*kind` a `cudaipc_frame_data_kind`,
+/// `*data` and `*len` its bytes. `CUDAIPC_FRAME_DATA_NONE`: none (`*data`
+/// NULL, `*len` 0). `CUDAIPC_FRAME_DATA_BYTES`: the bytes a producer set
+/// (`cudaipc_loan_set_data`, Python's `data=b"..."`, a GStreamer
+/// producer's `CudaIpcFrameData` field `bytes`). `CUDAIPC_FRAME_DATA_JSON`:
+/// UTF-8 JSON text (`cudaipc_loan_set_json`, a Python dict, the meta's
+/// field `json`), NUL-terminated after its `*len` bytes. The text comes
+/// from another process and is not parsed here. `*data` is valid until
+/// the frame is released; the pointer stays the same for each call on the
+/// frame.
+///
+/// # Safety
+/// `data`, `len` and `kind` are NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_frame_get_data(
+    frame: *mut cudaipc_frame,
+    data: *mut *const c_void,
+    len: *mut usize,
+    kind: *mut u32,
+) -> cudaipc_status {
+    guard("cudaipc_frame_get_data", || {
+        let entry = FRAMES.get(frame)?;
+        for (null, what) in [
+            (data.is_null(), "data"),
+            (len.is_null(), "len"),
+            (kind.is_null(), "kind"),
+        ] {
+            if null {
+                return Err(Failure::null(what));
+            }
+        }
+        let (pointer, bytes, which) = match &entry.1 {
+            Some(found) => (found.bytes.as_ptr().cast::<c_void>(), found.len, found.kind),
+            None => (
+                std::ptr::null(),
+                0,
+                cudaipc_frame_data_kind::CUDAIPC_FRAME_DATA_NONE,
+            ),
+        };
+        // SAFETY: checked not NULL above; the caller's contract. The bytes
+        // live in the entry, which the registry keeps until the release.
+        unsafe {
+            write_out(data, pointer, "data")?;
+            write_out(len, bytes, "len")?;
+            write_out(kind, which as u32, "kind")?;
+        }
+        Ok(CUDAIPC_OK)
+    })
+}
+
 /// Copies the frame's bytes into `dst` (`size` must be the layout's
 /// `frame_size`): from the shared memory on the host transport, or
 /// downloaded (and waited for) on the cuda transport.
@@ -82,8 +161,19 @@ pub unsafe extern "C" fn cudaipc_frame_copy_to_host(
         if dst.is_null() {
             return Err(Failure::null("dst"));
         }
+        // Before a slice is made of them: a size above `isize::MAX` may not
+        // be one, and only a frame's is taken anyway.
+        let expected = entry.0.layout().frame_size();
+        if size != expected {
+            return Err(api::Error::FrameSize {
+                expected,
+                given: size,
+            }
+            .into());
+        }
         // SAFETY: not NULL; the caller's contract says `size` bytes are
-        // writable there, and nothing else of ours aliases them.
+        // writable there, and nothing else of ours aliases them; `size` is
+        // a frame's (at most `isize::MAX`).
         let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), size) };
         entry.0.copy_to_host(dst)?;
         Ok(CUDAIPC_OK)

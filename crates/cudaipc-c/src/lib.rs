@@ -9,7 +9,8 @@
 //! `cudaipc_last_error_message()` on the same thread. Handles are numbers
 //! looked up in a registry (handles.rs), never addresses: NULL, a freed
 //! handle or one of another kind is an error code. Each entry point runs in
-//! `status::guard`, which catches panics.
+//! `status::guard`, which catches panics (bugs only: no input reaches one)
+//! without printing them.
 
 #![allow(non_camel_case_types)]
 // Each `unsafe extern "C"` function's contract is its `# Safety` section.
@@ -18,6 +19,7 @@
 mod frame;
 mod handles;
 mod loan;
+mod messages;
 mod publisher;
 mod status;
 mod subscriber;
@@ -32,9 +34,9 @@ pub use publisher::*;
 pub use status::*;
 pub use subscriber::*;
 pub use types::{
-    CUDAIPC_MAX_PLANES, cudaipc_format, cudaipc_frame_info, cudaipc_frames, cudaipc_ipc_mode,
-    cudaipc_layout, cudaipc_loan_info, cudaipc_publisher_options, cudaipc_subscriber_options,
-    cudaipc_transport, cudaipc_when_full,
+    CUDAIPC_MAX_PLANES, cudaipc_format, cudaipc_frame_data_kind, cudaipc_frame_info,
+    cudaipc_frames, cudaipc_ipc_mode, cudaipc_layout, cudaipc_loan_info, cudaipc_publisher_options,
+    cudaipc_subscriber_options, cudaipc_transport, cudaipc_when_full,
 };
 
 /// Bumped when a struct or a function's meaning changes incompatibly; the

@@ -2,7 +2,7 @@
 
 //! A loaned slot: `cudaipc_loan_*`.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, MutexGuard};
 
 use api::FrameLoan;
@@ -11,7 +11,7 @@ use crate::handles::Registry;
 use crate::status::{
     CUDAIPC_ERROR_INVALID_HANDLE, CUDAIPC_OK, Failure, Result, cudaipc_status, guard,
 };
-use crate::types::{check_out, cudaipc_layout, cudaipc_loan_info, pts};
+use crate::types::{app_bytes, app_json, check_out, cudaipc_layout, cudaipc_loan_info, pts};
 
 /// A slot lent by `cudaipc_publisher_loan`, to write one frame into in
 /// place. Opaque; ends with `cudaipc_loan_publish` or
@@ -126,6 +126,59 @@ pub unsafe extern "C" fn cudaipc_loan_publish_after_stream(
         with_loan(loan, |loan| {
             // SAFETY: the caller's contract.
             unsafe { loan.wait_for_stream(stream) }?;
+            Ok(CUDAIPC_OK)
+        })
+    })
+}
+
+/// Sets `len` bytes at `data` as the data that travels with the loan's
+/// frame (copied; replacing data set before): `CUDAIPC_FRAME_DATA_BYTES`
+/// to `cudaipc_frame_get_data`, a `CudaIpcFrameData` meta's `bytes` after
+/// `rscudaipcsrc`, `bytes` to Python's `frame.data`. `data` may be NULL
+/// where `len` is 0. More than the channel's frames carry
+/// (`cudaipc_publisher_options.frame_data_bound` less 16 bytes) is
+/// `CUDAIPC_ERROR_INVALID_ARGUMENT`, its message naming the bound; the
+/// loan stays as it was.
+///
+/// # Safety
+/// `data` is NULL or readable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_loan_set_data(
+    loan: *mut cudaipc_loan,
+    data: *const c_void,
+    len: usize,
+) -> cudaipc_status {
+    guard("cudaipc_loan_set_data", || {
+        with_loan(loan, |loan| {
+            // SAFETY: the caller's contract.
+            let data = unsafe { app_bytes(data, len, "data") }?;
+            loan.set_data(&data)?;
+            Ok(CUDAIPC_OK)
+        })
+    })
+}
+
+/// Sets the NUL-terminated UTF-8 JSON text `json` as the data that travels
+/// with the loan's frame (copied, not parsed; replacing data set before):
+/// `CUDAIPC_FRAME_DATA_JSON` to `cudaipc_frame_get_data`, a
+/// `CudaIpcFrameData` meta's `json` after `rscudaipcsrc`, the dict
+/// `json.loads` makes of it to Python's `frame.data`. Text that is not
+/// UTF-8, or longer than the channel's frames carry
+/// (`cudaipc_publisher_options.frame_data_bound` less 16 bytes), is
+/// `CUDAIPC_ERROR_INVALID_ARGUMENT`; the loan stays as it was.
+///
+/// # Safety
+/// `json` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_loan_set_json(
+    loan: *mut cudaipc_loan,
+    json: *const c_char,
+) -> cudaipc_status {
+    guard("cudaipc_loan_set_json", || {
+        with_loan(loan, |loan| {
+            // SAFETY: the caller's contract.
+            let data = unsafe { app_json(json) }?;
+            loan.set_data(&data)?;
             Ok(CUDAIPC_OK)
         })
     })

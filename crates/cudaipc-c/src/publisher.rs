@@ -4,13 +4,14 @@
 
 use std::ffi::{c_char, c_void};
 
-use api::{IpcMode, Published, Publisher, PublisherOptions, Transport, WhenFull};
+use api::{AppData, IpcMode, Published, Publisher, PublisherOptions, Transport, WhenFull};
 
 use crate::handles::Registry;
 use crate::loan::{LOANS, Loan, cudaipc_loan};
 use crate::status::{CUDAIPC_DROPPED, CUDAIPC_OK, Failure, Result, cudaipc_status, guard};
 use crate::types::{
-    channel_name, cudaipc_layout, cudaipc_publisher_options, enum_value, pts, read_sized, write_out,
+    PUBLISHER_OPTIONS_V1_SIZE, app_bytes, app_json, channel_name, cudaipc_layout,
+    cudaipc_publisher_options, enum_value, pts, read_versioned, write_out,
 };
 
 /// A publisher: the producer end of a channel (what `rscudaipcsink` is to a
@@ -23,6 +24,23 @@ pub struct cudaipc_publisher {
 pub(crate) static PUBLISHERS: Registry<Publisher, cudaipc_publisher> =
     Registry::new("publisher", 1);
 
+/// The C defaults: those of the Rust API (and `rscudaipcsink`).
+fn default_options() -> cudaipc_publisher_options {
+    let defaults = PublisherOptions::default();
+    cudaipc_publisher_options {
+        struct_size: size_of::<cudaipc_publisher_options>() as u32,
+        transport: 0,
+        slots: 0,
+        permissions: defaults.permissions,
+        when_full: 0,
+        wait_for_consumers: 0,
+        ipc_mode: 0,
+        device: defaults.device,
+        live: 0,
+        frame_data_bound: defaults.frame_data_bound,
+    }
+}
+
 /// Fills `options` with the defaults (those of `rscudaipcsink`), its
 /// `struct_size` included.
 ///
@@ -33,20 +51,8 @@ pub unsafe extern "C" fn cudaipc_publisher_options_init(
     options: *mut cudaipc_publisher_options,
 ) -> cudaipc_status {
     guard("cudaipc_publisher_options_init", || {
-        let defaults = PublisherOptions::default();
-        let value = cudaipc_publisher_options {
-            struct_size: size_of::<cudaipc_publisher_options>() as u32,
-            transport: 0,
-            slots: 0,
-            permissions: defaults.permissions,
-            when_full: 0,
-            wait_for_consumers: 0,
-            ipc_mode: 0,
-            device: defaults.device,
-            live: 0,
-        };
         // SAFETY: the caller's contract.
-        unsafe { write_out(options, value, "options") }?;
+        unsafe { write_out(options, default_options(), "options") }?;
         Ok(CUDAIPC_OK)
     })
 }
@@ -92,20 +98,24 @@ fn rust_options(c: &cudaipc_publisher_options) -> Result<PublisherOptions> {
         wait_for_consumers: c.wait_for_consumers,
         device: c.device,
         live: c.live != 0,
+        frame_data_bound: c.frame_data_bound,
         ..PublisherOptions::default()
     })
 }
 
 /// Creates `channel` for frames of `layout` and announces their caps; the
 /// publisher in `*out`. `options` NULL: the defaults. Fails if the name is
-/// taken by a live producer or not usable, if the cuda transport is asked
-/// for without a usable device, or if the slots cannot be allocated.
+/// taken by a live producer or not usable, if an option is outside its
+/// range (`CUDAIPC_ERROR_INVALID_ARGUMENT`, naming the field and the range),
+/// if the cuda transport is asked for without a usable device, or if the
+/// slots cannot be allocated.
 ///
 /// # Safety
 /// `channel` is NULL or a NUL-terminated string; `layout` NULL or a
 /// readable `cudaipc_layout`; `options` NULL or a readable
-/// `cudaipc_publisher_options` (its `struct_size` checked first); `out`
-/// NULL or writable.
+/// `cudaipc_publisher_options` (its `struct_size` checked first: this
+/// version's, or 36, the one before `frame_data_bound`); `out` NULL or
+/// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cudaipc_publisher_create(
     channel: *const c_char,
@@ -128,7 +138,14 @@ pub unsafe extern "C" fn cudaipc_publisher_create(
             PublisherOptions::default()
         } else {
             // SAFETY: the caller's contract.
-            rust_options(&unsafe { read_sized(options, "options") }?)?
+            rust_options(&unsafe {
+                read_versioned(
+                    options,
+                    PUBLISHER_OPTIONS_V1_SIZE,
+                    default_options(),
+                    "options",
+                )
+            }?)?
         };
         let publisher = Publisher::create(channel, layout, options)?;
         let handle = PUBLISHERS.insert(publisher);
@@ -154,18 +171,105 @@ pub unsafe extern "C" fn cudaipc_publisher_publish(
     pts_ns: i64,
 ) -> cudaipc_status {
     guard("cudaipc_publisher_publish", || {
-        let publisher = PUBLISHERS.get(publisher)?;
-        if data.is_null() {
-            return Err(Failure::null("data"));
-        }
-        // SAFETY: not NULL; the caller's contract says `size` bytes are
-        // readable there.
-        let frame = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) };
-        match publisher.publish(frame, pts(pts_ns))? {
-            Published::Sent => Ok(CUDAIPC_OK),
-            Published::Dropped => Ok(CUDAIPC_DROPPED),
-        }
+        // SAFETY: the caller's contract.
+        unsafe { publish(publisher, data, size, pts_ns, || Ok(None)) }
     })
+}
+
+/// `cudaipc_publisher_publish`, with `len` bytes at `app_data` travelling
+/// with the frame (copied; `CUDAIPC_FRAME_DATA_BYTES` to
+/// `cudaipc_frame_get_data`, a `CudaIpcFrameData` meta's `bytes` after
+/// `rscudaipcsrc`, `bytes` to Python's `frame.data`). `app_data` may be
+/// NULL where `len` is 0. More than the channel's frames carry
+/// (`options.frame_data_bound` less 16 bytes) is
+/// `CUDAIPC_ERROR_INVALID_ARGUMENT`, its message naming the bound, and
+/// nothing is published.
+///
+/// # Safety
+/// `data` is NULL or readable for `size` bytes; `app_data` NULL or
+/// readable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_publish_with_data(
+    publisher: *mut cudaipc_publisher,
+    data: *const c_void,
+    size: usize,
+    pts_ns: i64,
+    app_data: *const c_void,
+    len: usize,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_publish_with_data", || {
+        // SAFETY: the caller's contract.
+        let app = || unsafe { app_bytes(app_data, len, "app_data") }.map(Some);
+        // SAFETY: the caller's contract.
+        unsafe { publish(publisher, data, size, pts_ns, app) }
+    })
+}
+
+/// `cudaipc_publisher_publish`, with the NUL-terminated UTF-8 JSON text
+/// `json` travelling with the frame (copied, not parsed;
+/// `CUDAIPC_FRAME_DATA_JSON` to `cudaipc_frame_get_data`, a
+/// `CudaIpcFrameData` meta's `json` after `rscudaipcsrc`, the dict
+/// `json.loads` makes of it to Python's `frame.data`). Text that is not
+/// UTF-8, or longer than the channel's frames carry
+/// (`options.frame_data_bound` less 16 bytes), is
+/// `CUDAIPC_ERROR_INVALID_ARGUMENT`, and nothing is published.
+///
+/// # Safety
+/// `data` is NULL or readable for `size` bytes; `json` NULL or a
+/// NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaipc_publisher_publish_with_json(
+    publisher: *mut cudaipc_publisher,
+    data: *const c_void,
+    size: usize,
+    pts_ns: i64,
+    json: *const c_char,
+) -> cudaipc_status {
+    guard("cudaipc_publisher_publish_with_json", || {
+        // SAFETY: the caller's contract.
+        let app = || unsafe { app_json(json) }.map(Some);
+        // SAFETY: the caller's contract.
+        unsafe { publish(publisher, data, size, pts_ns, app) }
+    })
+}
+
+/// The publish calls' body: the frame's `size` bytes at `data` checked,
+/// then the application's data `app` makes, then the copy.
+///
+/// # Safety
+/// `data` is NULL or readable for `size` bytes.
+unsafe fn publish(
+    publisher: *mut cudaipc_publisher,
+    data: *const c_void,
+    size: usize,
+    pts_ns: i64,
+    app: impl FnOnce() -> Result<Option<AppData>>,
+) -> Result<cudaipc_status> {
+    let publisher = PUBLISHERS.get(publisher)?;
+    if data.is_null() {
+        return Err(Failure::null("data"));
+    }
+    // Before a slice is made of them: a size above `isize::MAX` may not
+    // be one, and only a frame's is taken anyway.
+    let expected = publisher.layout().frame_size();
+    if size != expected {
+        return Err(api::Error::FrameSize {
+            expected,
+            given: size,
+        }
+        .into());
+    }
+    // SAFETY: not NULL; the caller's contract says `size` bytes are
+    // readable there, and `size` is a frame's (at most `isize::MAX`).
+    let frame = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+    let published = match app()? {
+        Some(app) => publisher.publish_with_data(frame, pts(pts_ns), &app)?,
+        None => publisher.publish(frame, pts(pts_ns))?,
+    };
+    match published {
+        Published::Sent => Ok(CUDAIPC_OK),
+        Published::Dropped => Ok(CUDAIPC_DROPPED),
+    }
 }
 
 /// Lends a free slot to write the next frame into in place (no copy); the

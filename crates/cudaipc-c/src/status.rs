@@ -4,9 +4,12 @@
 //! entry point runs in: a panic is caught there and becomes a status, never
 //! an unwind into C.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Once;
+
+use crate::messages;
 
 /// What a call returns. `CUDAIPC_OK` and the two other values below 100 are
 /// outcomes; every value from 100 on is an error, whose text
@@ -24,8 +27,13 @@ pub enum cudaipc_status {
     /// held by consumers, so the frame was dropped.
     CUDAIPC_DROPPED = 2,
     /// A NULL pointer where one is required, an options struct whose
-    /// `struct_size` is not this library's, an enum value out of range, a
-    /// channel name that is not UTF-8.
+    /// `struct_size` is not this library's, an enum value out of range, an
+    /// option outside the values it takes (`permissions` above 0777,
+    /// `slots` above 64, `wait_for_consumers` above 32, `hold` above 62 or
+    /// below -1, `frame_data_bound` above 1048576: the message names the
+    /// field and its range), a channel name that is not UTF-8, per-frame
+    /// data larger than the channel's frames carry (the message names the
+    /// bound) or JSON text that is not UTF-8.
     CUDAIPC_ERROR_INVALID_ARGUMENT = 100,
     /// A handle that is not a live one of that kind: freed, released,
     /// already published, or never made by this library.
@@ -40,7 +48,8 @@ pub enum cudaipc_status {
     /// A format this library does not know.
     CUDAIPC_ERROR_UNSUPPORTED_FORMAT = 105,
     /// A layout that cannot describe a frame (zero size, a stride below the
-    /// row, a plane outside the frame), or caps that do not parse.
+    /// row, a plane outside the frame, a `frame_size` larger than a ring of
+    /// its slots can be), or caps that do not parse.
     CUDAIPC_ERROR_INVALID_LAYOUT = 106,
     /// A channel name that cannot be used (empty, too long, a `/`).
     CUDAIPC_ERROR_INVALID_CHANNEL_NAME = 107,
@@ -64,7 +73,8 @@ pub enum cudaipc_status {
     /// Any other failure of the channel or the slots (shared memory,
     /// sockets, a corrupt control block): the message says what.
     CUDAIPC_ERROR_CHANNEL = 115,
-    /// A bug in this library (a caught panic): the message says where.
+    /// A bug in this library (a caught panic, never printed to stderr): the
+    /// message says what and where. No input leads to it.
     CUDAIPC_ERROR_INTERNAL = 116,
 }
 
@@ -93,11 +103,13 @@ impl From<api::Error> for Failure {
     fn from(e: api::Error) -> Self {
         use api::Error as E;
         let status = match &e {
+            E::OutOfRange { .. } => CUDAIPC_ERROR_INVALID_ARGUMENT,
             E::InvalidLayout(_) | E::InvalidCaps { .. } | E::SlotsTooSmall { .. } => {
                 CUDAIPC_ERROR_INVALID_LAYOUT
             }
             E::UnsupportedFormat(_) => CUDAIPC_ERROR_UNSUPPORTED_FORMAT,
             E::FrameSize { .. } => CUDAIPC_ERROR_FRAME_SIZE,
+            E::FrameDataTooLarge { .. } => CUDAIPC_ERROR_INVALID_ARGUMENT,
             E::InvalidChannelName(_) => CUDAIPC_ERROR_INVALID_CHANNEL_NAME,
             E::ChannelInUse { .. } => CUDAIPC_ERROR_CHANNEL_IN_USE,
             E::NoProducer { .. } => CUDAIPC_ERROR_NO_PRODUCER,
@@ -110,7 +122,16 @@ impl From<api::Error> for Failure {
             E::Holds(_) => CUDAIPC_ERROR_HOLDS,
             _ => CUDAIPC_ERROR_CHANNEL,
         };
-        Self::new(status, e.to_string())
+        // The Rust API names its own fields and Python's calls where it
+        // says what to change; C's are told here.
+        let message = match &e {
+            E::OutOfRange { setting, value } => messages::out_of_range(*setting, *value),
+            E::Holds(e) => messages::holds(e),
+            E::NoProducer { .. } => messages::no_producer(&e),
+            E::FrameDataTooLarge { len, bound } => messages::frame_data_too_large(*len, *bound),
+            e => e.to_string(),
+        };
+        Self::new(status, message)
     }
 }
 
@@ -118,6 +139,34 @@ pub(crate) type Result<T> = std::result::Result<T, Failure>;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// Entry points running on this thread: a panic while one is caught by
+    /// `guard`, which reports it.
+    static GUARDED: Cell<u32> = const { Cell::new(0) };
+    /// Where the last caught panic of this thread was raised, as the panic
+    /// hook saw it (a caught payload says only what).
+    static PANICKED_AT: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Installs, once per process, a panic hook that keeps quiet about the
+/// panics `guard` catches (the host program's stderr gets no Rust panic and
+/// backtrace; the status and the last error's text say it) and hands every
+/// other panic to the hook that was there before: the host's own, or
+/// Rust's default, which prints it.
+fn quiet_caught_panics() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            // During thread teardown: not ours to judge.
+            let guarded = GUARDED.try_with(Cell::get).unwrap_or(0) > 0;
+            if !guarded {
+                return previous(info);
+            }
+            if let Some(at) = info.location() {
+                let _ = PANICKED_AT.try_with(|p| *p.borrow_mut() = at.to_string());
+            }
+        }));
+    });
 }
 
 fn set_last_error(message: &str) {
@@ -129,7 +178,11 @@ fn set_last_error(message: &str) {
 /// Runs an entry point's body: its error or panic becomes a status, and its
 /// message the thread's last error.
 pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<cudaipc_status>) -> cudaipc_status {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    quiet_caught_panics();
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let outcome = catch_unwind(AssertUnwindSafe(body));
+    GUARDED.with(|g| g.set(g.get() - 1));
+    match outcome {
         Ok(Ok(status)) => status,
         Ok(Err(failure)) => {
             set_last_error(&failure.message);
@@ -141,7 +194,12 @@ pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<cudaipc_status>) -
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            set_last_error(&format!("internal error in {name}: {what}"));
+            let at = PANICKED_AT.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            let at = match at.is_empty() {
+                true => String::new(),
+                false => format!(" (at {at})"),
+            };
+            set_last_error(&format!("internal error in {name}: {what}{at}"));
             CUDAIPC_ERROR_INTERNAL
         }
     }

@@ -10,7 +10,10 @@ use api::{Closer, Frames, IpcMode, Subscriber, SubscriberOptions};
 
 use crate::frame::{FRAMES, cudaipc_frame};
 use crate::handles::Registry;
-use crate::status::{CUDAIPC_END_OF_STREAM, CUDAIPC_OK, Failure, Result, cudaipc_status, guard};
+use crate::status::{
+    CUDAIPC_END_OF_STREAM, CUDAIPC_ERROR_INVALID_ARGUMENT, CUDAIPC_OK, Failure, Result,
+    cudaipc_status, guard,
+};
 use crate::types::{
     channel_name, cudaipc_subscriber_options, enum_value, read_sized, timeout, write_out,
 };
@@ -69,7 +72,16 @@ fn rust_options(c: &cudaipc_subscriber_options) -> Result<SubscriberOptions> {
             1 => Frames::Every,
             _ => Frames::Latest,
         },
-        hold: u32::try_from(c.hold).ok(),
+        hold: match c.hold {
+            -1 => None,
+            // Above the most a ring can hold: the Rust API refuses it.
+            hold => Some(u32::try_from(hold).map_err(|_| {
+                Failure::new(
+                    CUDAIPC_ERROR_INVALID_ARGUMENT,
+                    crate::messages::hold_out_of_range(&hold.to_string()),
+                )
+            })?),
+        },
         ipc_mode: match enum_value(c.ipc_mode, 3, "options.ipc_mode")? {
             0 => None,
             1 => Some(IpcMode::Legacy),
@@ -82,7 +94,9 @@ fn rust_options(c: &cudaipc_subscriber_options) -> Result<SubscriberOptions> {
 
 /// Attaches to `channel`, waiting up to `options->timeout_ms` for its
 /// producer; the subscriber in `*out`. `options` NULL: the defaults.
-/// `CUDAIPC_ERROR_NO_PRODUCER` if none appeared in time.
+/// `CUDAIPC_ERROR_NO_PRODUCER` if none appeared in time (the message lists
+/// the channels that have one); `CUDAIPC_ERROR_INVALID_ARGUMENT` for a
+/// `hold` outside -1 and 0 to 62.
 ///
 /// # Safety
 /// `channel` is NULL or a NUL-terminated string; `options` NULL or a
@@ -121,10 +135,14 @@ pub unsafe extern "C" fn cudaipc_subscriber_open(
 
 /// Waits up to `timeout_ms` (negative: as long as it takes) for the next
 /// frame; the frame in `*frame`, to give back with `cudaipc_frame_release`.
-/// `CUDAIPC_END_OF_STREAM` (and `*frame` NULL) at the end of the stream;
-/// `CUDAIPC_ERROR_TIMEOUT` when none came in time;
+/// `CUDAIPC_END_OF_STREAM` (and `*frame` NULL) at the end of the stream,
+/// and again at once, without waiting, at every later call until the
+/// producer starts a new stream (publishes a frame again, as a pipeline
+/// restarted by a flushing seek does): that call returns the new stream's
+/// first frame. `CUDAIPC_ERROR_TIMEOUT` when none came in time;
 /// `CUDAIPC_ERROR_PRODUCER_GONE` once the producer closed without an end
-/// of stream or died; `CUDAIPC_ERROR_CLOSED` once the subscriber was
+/// of stream or died (its close after an end of stream is
+/// `CUDAIPC_END_OF_STREAM`); `CUDAIPC_ERROR_CLOSED` once the subscriber was
 /// closed, at once if that happens while this waits. One thread at a time
 /// reads a subscriber: a second call waits for the first.
 ///

@@ -126,13 +126,30 @@ pub enum cudaipc_frames {
     CUDAIPC_FRAMES_LATEST = 2,
 }
 
+/// What a frame's data is (`cudaipc_frame_get_data`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum cudaipc_frame_data_kind {
+    /// The frame carries no data.
+    CUDAIPC_FRAME_DATA_NONE = 0,
+    /// Opaque bytes (`cudaipc_loan_set_data`, Python's `data=b"..."`, a
+    /// GStreamer producer's `CudaIpcFrameData` field `bytes`).
+    CUDAIPC_FRAME_DATA_BYTES = 1,
+    /// UTF-8 JSON text (`cudaipc_loan_set_json`, Python's `data={...}`, a
+    /// GStreamer producer's `CudaIpcFrameData` field `json`).
+    CUDAIPC_FRAME_DATA_JSON = 2,
+}
+
 /// A frame's format, size and memory layout.
 ///
 /// As input (`cudaipc_publisher_create`): `n_planes` 0 asks for
 /// GStreamer's default layout of the format (strides, offsets and
 /// `frame_size` are ignored); otherwise `n_planes` must be the format's
 /// plane count, with `strides` and `offsets` of each plane in a frame of
-/// `frame_size` bytes. `fps_d` 0 means no frame rate in the caps.
+/// `frame_size` bytes (at most about 2^57: a ring of 64 such slots must
+/// fit in memory; more is `CUDAIPC_ERROR_INVALID_LAYOUT`). `fps_d` 0
+/// means no frame rate in the caps.
 /// As output every field is filled.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -212,7 +229,10 @@ impl cudaipc_layout {
 /// How `cudaipc_publisher_create` sets a publisher up. Fill it with
 /// `cudaipc_publisher_options_init` (the elements' defaults), then change
 /// fields. `struct_size` must stay `sizeof(cudaipc_publisher_options)`:
-/// it tells the library which version of the struct it was given.
+/// it tells the library which version of the struct it was given. A
+/// struct of the version before `frame_data_bound` (its `struct_size` 36,
+/// a program built against that header) is taken with that field's
+/// default, 16384.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct cudaipc_publisher_options {
@@ -220,13 +240,16 @@ pub struct cudaipc_publisher_options {
     pub struct_size: u32,
     /// A `cudaipc_transport` (default AUTO).
     pub transport: u32,
-    /// Slots in the ring; 0: chosen as `rscudaipcsink` does.
+    /// Slots in the ring, 0 to 64; 0: chosen as `rscudaipcsink` does.
     pub slots: u32,
-    /// File mode of the channel's shared files (default 0600).
+    /// File mode of the channel's shared files, 0 to 0777 (octal: read,
+    /// write and execute bits only; default 0600). Anything else is
+    /// `CUDAIPC_ERROR_INVALID_ARGUMENT`.
     pub permissions: u32,
     /// A `cudaipc_when_full` (default BLOCK).
     pub when_full: u32,
-    /// Consumers to wait for before the first frame (default 0).
+    /// Consumers to wait for before the first frame, 0 to 32 (a channel's
+    /// most; default 0).
     pub wait_for_consumers: u32,
     /// A `cudaipc_ipc_mode` (default AUTO: legacy).
     pub ipc_mode: u32,
@@ -235,7 +258,18 @@ pub struct cudaipc_publisher_options {
     /// Non-zero: a live channel (frames at a fixed rate); consumers keep
     /// their own pace (default 0).
     pub live: u32,
+    /// Bytes of data each frame may carry (`cudaipc_loan_set_data` and
+    /// `_set_json`, `cudaipc_publisher_publish_with_data` and `_with_json`;
+    /// a GStreamer producer's metas), 0 to 1048576, framing included: the
+    /// data itself gets 16 bytes less. Default 16384; 0: frames carry no
+    /// data. Anything else is `CUDAIPC_ERROR_INVALID_ARGUMENT`.
+    pub frame_data_bound: u32,
 }
+
+/// `struct_size` of a `cudaipc_publisher_options` of the version before
+/// `frame_data_bound` (which the library still takes).
+pub(crate) const PUBLISHER_OPTIONS_V1_SIZE: usize =
+    std::mem::offset_of!(cudaipc_publisher_options, frame_data_bound);
 
 /// How `cudaipc_subscriber_open` attaches. Fill it with
 /// `cudaipc_subscriber_options_init`, then change fields; `struct_size`
@@ -247,8 +281,10 @@ pub struct cudaipc_subscriber_options {
     pub struct_size: u32,
     /// A `cudaipc_frames` (default AUTO).
     pub frames: u32,
-    /// Frames kept while asking for the next (a batch of 8: 7); -1: not
-    /// declared (default).
+    /// Frames kept while asking for the next (a batch of 8: 7), 0 to 62 (a
+    /// ring has at most 64 slots, and a hold of N needs N+2); -1: not
+    /// declared (default). Anything else is
+    /// `CUDAIPC_ERROR_INVALID_ARGUMENT`.
     pub hold: i32,
     /// A `cudaipc_ipc_mode` (default AUTO).
     pub ipc_mode: u32,
@@ -337,6 +373,36 @@ pub(crate) unsafe fn read_sized<T: Copy>(ptr: *const T, what: &str) -> Result<T>
     Ok(unsafe { ptr.read_unaligned() })
 }
 
+/// `*ptr` as `read_sized` reads it, where an older version of `T`, its
+/// first `older` bytes, is taken too: the fields it lacks are `defaults`'.
+///
+/// # Safety
+/// A non-NULL `ptr` points to at least a readable `u32`, and to as many
+/// readable bytes as that `u32` says where it is `older` or `size_of::<T>()`.
+pub(crate) unsafe fn read_versioned<T: Copy>(
+    ptr: *const T,
+    older: usize,
+    defaults: T,
+    what: &str,
+) -> Result<T> {
+    // SAFETY: the caller's contract.
+    let size = unsafe { struct_size(ptr.cast(), what) }?;
+    if size as usize != older || older >= size_of::<T>() {
+        check_size::<T>(size, what)?;
+        // SAFETY: not NULL, and its `struct_size` says a whole `T` is there.
+        return Ok(unsafe { ptr.read_unaligned() });
+    }
+    let mut value = defaults;
+    // SAFETY: the caller's `struct_size` says `older` bytes are readable at
+    // `ptr`; they are the leading fields of `T` (plain integers: any bytes
+    // are a value), written over the defaults' own, and `older` is less
+    // than `T`'s size.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut value).cast::<u8>(), older);
+    }
+    Ok(value)
+}
+
 /// Checks `ptr` as `read_sized` does, for a struct the call writes.
 ///
 /// # Safety
@@ -401,6 +467,57 @@ pub(crate) unsafe fn channel_name<'a>(name: *const c_char) -> Result<&'a str> {
             "the channel name is not UTF-8",
         )
     })
+}
+
+/// The application's bytes at `data` (`len` of them; NULL where `len` is 0),
+/// copied; `what` names `data` in an error.
+///
+/// # Safety
+/// A non-NULL `data` is readable for `len` bytes.
+pub(crate) unsafe fn app_bytes(
+    data: *const c_void,
+    len: usize,
+    what: &str,
+) -> Result<api::AppData> {
+    if len == 0 {
+        return Ok(api::AppData::Bytes(Vec::new()));
+    }
+    if data.is_null() {
+        return Err(Failure::null(what));
+    }
+    // Before a slice is made of them: no channel's frames carry more (and
+    // a length above `isize::MAX` may not be a slice).
+    let most = api::Setting::FrameDataBound.max() as usize;
+    if len > most {
+        return Err(Failure::new(
+            CUDAIPC_ERROR_INVALID_ARGUMENT,
+            format!(
+                "per-frame data of {len} bytes: no channel's frames carry more than {most} (cudaipc_publisher_options.frame_data_bound sets what this one's carry)"
+            ),
+        ));
+    }
+    // SAFETY: not NULL; the caller's contract says `len` bytes are
+    // readable there, and `len` is at most a mebibyte.
+    let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
+    Ok(api::AppData::Bytes(bytes.to_vec()))
+}
+
+/// The application's JSON text `json` (NUL-terminated UTF-8), copied.
+///
+/// # Safety
+/// A non-NULL `json` is a NUL-terminated string.
+pub(crate) unsafe fn app_json(json: *const c_char) -> Result<api::AppData> {
+    if json.is_null() {
+        return Err(Failure::null("json"));
+    }
+    // SAFETY: not NULL; the caller's contract says it is NUL-terminated.
+    let text = unsafe { CStr::from_ptr(json) }.to_str().map_err(|e| {
+        Failure::new(
+            CUDAIPC_ERROR_INVALID_ARGUMENT,
+            format!("json is not UTF-8 text ({e})"),
+        )
+    })?;
+    Ok(api::AppData::Json(text.to_owned()))
 }
 
 /// A timeout in milliseconds, negative for none.

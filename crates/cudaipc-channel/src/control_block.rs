@@ -29,6 +29,33 @@ pub fn control_header(shared: &shm::SharedFile) -> &ControlHeader {
     unsafe { &*(shared.map.as_ptr() as *const ControlHeader) }
 }
 
+/// Slot `slot`'s frame data area of `bound` bytes, as words; `None` where
+/// the mapping does not hold it (the caller's bound is the one it checked
+/// against the file, never one read again from a header a peer may change).
+pub fn frame_data_words(
+    shared: &shm::SharedFile,
+    slot: usize,
+    bound: u32,
+) -> Option<&[std::sync::atomic::AtomicU64]> {
+    if slot >= layout::MAX_SLOTS || !layout::is_valid_frame_data_bound(bound) {
+        return None;
+    }
+    let offset = layout::frame_data_offset(slot, bound);
+    if offset.checked_add(bound as usize)? > shared.len() {
+        return None;
+    }
+    // SAFETY: [offset, offset + bound) lies within the mapping (checked
+    // above), which lives as long as `shared`; the offset is a multiple of 8
+    // (the header's size and the bound are) from a page-aligned start; any
+    // bits are valid atomics, shared between processes soundly.
+    Some(unsafe {
+        std::slice::from_raw_parts(
+            shared.map.as_ptr().add(offset) as *const std::sync::atomic::AtomicU64,
+            bound as usize / 8,
+        )
+    })
+}
+
 /// Whether the producer a control block records may still run: its process
 /// runs, where its pid can be checked here (of our PID namespace, and of our
 /// user: /proc may hide other users' processes, `hidepid`), or the block is

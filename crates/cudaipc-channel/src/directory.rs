@@ -232,7 +232,7 @@ pub(crate) fn header(shared: &SharedFile) -> Option<&ControlHeader> {
     let h = control_header(shared);
     let ok = h.magic.load(Ordering::Relaxed) == MAGIC
         && h.version.load(Ordering::Relaxed) == PROTOCOL_VERSION
-        && h.total_size.load(Ordering::Relaxed) as usize == control_size();
+        && checked_frame_data_bound(h, shared.len()).is_some();
     ok.then_some(h)
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// "CUDAIPC\0" in little endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAIPC\0");
 /// Bump on any change of the layout or of the rules.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Most slots a channel can have.
 pub const MAX_SLOTS: usize = 64;
@@ -29,10 +29,23 @@ pub const POOL_DESCRIPTOR_BYTES: usize = 128;
 pub const QUEUE_LEN: usize = 2 * MAX_SLOTS;
 /// Most planes a frame can describe (GstVideoMeta has four).
 pub const MAX_PLANES: usize = 4;
+/// Room for one frame's data (its metas, an application's bytes) unless the
+/// producer sets another: a few hundred detections. The area of every slot
+/// index follows the header (`frame_data_offset`).
+pub const DEFAULT_FRAME_DATA_BOUND: u32 = 16 * 1024;
+/// Most a producer may give each frame's data: 64 slots of it stay well
+/// within what a control block may map.
+pub const MAX_FRAME_DATA_BOUND: u32 = 1 << 20;
+/// Events (tags, stream-start, custom ones) kept for consumers that have
+/// not taken them yet; an event overwrites the one this many before it.
+pub const EVENT_RECORDS: usize = 16;
+/// Room for one serialized event.
+pub const EVENT_CAPACITY: usize = 4096;
 
 // Slot indices must never collide with queue markers, and every consumer
 // needs a bit in `SlotRecord::holders`.
-const _: () = assert!(MAX_SLOTS < QUEUE_EOS as usize);
+const _: () = assert!(MAX_SLOTS < QUEUE_EVENT as usize);
+const _: () = assert!(QUEUE_EVENT < QUEUE_EOS);
 const _: () = assert!(MAX_CONSUMERS <= 64);
 
 /// `ControlHeader::state`
@@ -72,6 +85,8 @@ pub const SEQ_WRITING: u64 = 1 << 63;
 /// Queue entries pack `seq << 8 | kind`, kind being a slot index or a marker.
 pub const QUEUE_KIND_BITS: u32 = 8;
 pub const QUEUE_EOS: u64 = 0xFF;
+/// An event, in `ControlHeader::events[seq % EVENT_RECORDS]`.
+pub const QUEUE_EVENT: u64 = 0xFE;
 
 /// `u64::MAX` stands for "no timestamp" (GST_CLOCK_TIME_NONE).
 pub const TIME_NONE: u64 = u64::MAX;
@@ -101,6 +116,10 @@ pub struct ControlHeader {
     pub producer_start_time: AtomicU64,
     pub producer_pid_namespace: AtomicU64,
     pub producer_session: AtomicU64,
+    /// Bytes of each slot's frame data area (a multiple of 8, at most
+    /// MAX_FRAME_DATA_BOUND; 0: frames carry no data).
+    pub frame_data_bound: AtomicU32,
+    pub _pad_identity: AtomicU32,
 
     /// STATE_OPEN while the producer lives, STATE_CLOSING while it stops,
     /// STATE_CLOSED after a clean stop.
@@ -146,7 +165,11 @@ pub struct ControlHeader {
     /// Producer statistics, for consumers and tools.
     pub frames_published: AtomicU64,
     pub frames_dropped: AtomicU64,
+    /// Frames whose data did not fit `frame_data_bound` (published without).
+    pub frame_data_dropped: AtomicU64,
 
+    /// Events in the order of the queue: `events[seq % EVENT_RECORDS]`.
+    pub events: [EventRecord; EVENT_RECORDS],
     pub slots: [SlotRecord; MAX_SLOTS],
     pub consumers: [ConsumerRecord; MAX_CONSUMERS],
 }
@@ -171,8 +194,26 @@ pub struct SlotRecord {
     pub n_planes: AtomicU32,
     pub plane_offset: [AtomicU64; MAX_PLANES],
     pub plane_stride: [AtomicU32; MAX_PLANES],
+    /// Bytes of the frame's data in the slot's frame data area.
+    pub data_len: AtomicU32,
+    pub _pad_data: AtomicU32,
+    /// The frame's number: frames published on the channel before it. Its
+    /// queue position (`seq`) counts events and ends of stream too.
+    pub frame_number: AtomicU64,
     /// Transport handles of this slot; part of the pool (pool_seqlock).
     pub descriptor: [AtomicU64; SLOT_DESCRIPTOR_BYTES / 8],
+}
+
+/// One event of the queue. Guarded by `seqlock` (odd while written):
+/// consumers read it without holding anything.
+#[repr(C)]
+pub struct EventRecord {
+    pub seqlock: AtomicU64,
+    /// Queue sequence number of the event held.
+    pub seq: AtomicU64,
+    pub len: AtomicU32,
+    pub _pad: AtomicU32,
+    pub bytes: [AtomicU64; EVENT_CAPACITY / 8],
 }
 
 #[repr(C)]
@@ -253,9 +294,36 @@ pub const fn queue_entry_kind(entry: u64) -> u64 {
     entry & ((1 << QUEUE_KIND_BITS) - 1)
 }
 
-/// Size of the control file.
+/// Size of the control block's header: the control file's first bytes.
 pub const fn control_size() -> usize {
     std::mem::size_of::<ControlHeader>()
+}
+
+/// Size of a control file whose slots carry up to `frame_data_bound` bytes
+/// of frame data each: the header, then one area per slot index.
+pub const fn control_file_size(frame_data_bound: u32) -> usize {
+    control_size() + MAX_SLOTS * frame_data_bound as usize
+}
+
+/// Where slot `slot`'s frame data area starts in the control file.
+pub const fn frame_data_offset(slot: usize, frame_data_bound: u32) -> usize {
+    control_size() + slot * frame_data_bound as usize
+}
+
+/// Whether a mapped control file of `len` bytes matches what its header
+/// says of its size, and which frame data bound it has then.
+pub fn checked_frame_data_bound(h: &ControlHeader, len: usize) -> Option<u32> {
+    let bound = h.frame_data_bound.load(Ordering::Relaxed);
+    let total = h.total_size.load(Ordering::Relaxed);
+    (is_valid_frame_data_bound(bound)
+        && total == control_file_size(bound) as u64
+        && len as u64 >= total)
+        .then_some(bound)
+}
+
+/// Whether a producer may give frames `bound` bytes of data each.
+pub const fn is_valid_frame_data_bound(bound: u32) -> bool {
+    bound <= MAX_FRAME_DATA_BOUND && bound % 8 == 0
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod control_block;
 mod corruption;
 mod descriptor_wire;
 pub mod directory;
+pub mod frame_data;
 pub mod layout;
 mod peers;
 pub mod platform;
@@ -26,6 +27,7 @@ use protocol::{read_seqlocked, write_seqlocked};
 
 pub use consumer::{
     ChannelInfo, Consumer, ConsumerConfig, ConsumerWaker, Frame, Item, PoolInfo, ReleaseHandle,
+    TravellingCounts,
 };
 pub use control_block::ControlBlock;
 pub use corruption::{Corruption, Requested, Seqlocked};
@@ -71,6 +73,88 @@ impl ConsumerMode {
             ConsumerMode::Auto => layout::MODE_AUTO,
             ConsumerMode::EveryFrame => layout::MODE_EVERY_FRAME,
             ConsumerMode::Latest => layout::MODE_LATEST,
+        }
+    }
+}
+
+/// A setting of a producer or a consumer whose values the channel limits:
+/// each takes 0 to [`max`](Self::max). The channel checks those it is given
+/// (a producer's `permissions`, the slots of a pool) and the layers above
+/// check the others before they reach it; each layer names the setting in
+/// its own terms ([`ChannelError::OutOfRange`] carries which one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// The file mode of the channel's files and socket: read, write and
+    /// execute bits for the owner, the group and others (0o777 at most: a
+    /// setuid, setgid or sticky bit on shared memory is never wanted).
+    Permissions,
+    /// Slots in a producer's ring; 0 leaves the depth to the transport.
+    Slots,
+    /// Consumers a producer waits for before its first frame: a channel
+    /// has at most `MAX_CONSUMERS`.
+    WaitForConsumers,
+    /// Frames a consumer keeps while it asks for the next: a hold of N
+    /// needs N+2 slots, and a ring has at most `MAX_SLOTS`.
+    Hold,
+    /// Bytes of data (metas, an application's bytes) each frame may carry.
+    FrameDataBound,
+}
+
+impl Setting {
+    /// The largest value the setting takes (the smallest is 0).
+    pub const fn max(self) -> u64 {
+        match self {
+            Setting::Permissions => 0o777,
+            Setting::Slots => layout::MAX_SLOTS as u64,
+            Setting::WaitForConsumers => layout::MAX_CONSUMERS as u64,
+            Setting::Hold => layout::MAX_SLOTS as u64 - 2,
+            Setting::FrameDataBound => layout::MAX_FRAME_DATA_BOUND as u64,
+        }
+    }
+
+    /// [`ChannelError::OutOfRange`] unless `value` is 0 to [`max`](Self::max).
+    pub fn check(self, value: u64) -> Result<(), ChannelError> {
+        match value <= self.max() {
+            true => Ok(()),
+            false => Err(ChannelError::OutOfRange {
+                setting: self,
+                value,
+            }),
+        }
+    }
+
+    /// Why [`max`](Self::max) is the limit, for a message that refuses a
+    /// value above it.
+    pub fn why(self) -> String {
+        match self {
+            Setting::Permissions => {
+                "a file mode has read, write and execute bits only (no setuid, setgid or sticky bit)"
+                    .to_owned()
+            }
+            Setting::Slots => format!("a ring has at most {} slots", layout::MAX_SLOTS),
+            Setting::WaitForConsumers => {
+                format!("a channel has at most {} consumers", layout::MAX_CONSUMERS)
+            }
+            Setting::Hold => format!(
+                "a ring has at most {} slots, and a hold of N needs N+2",
+                layout::MAX_SLOTS
+            ),
+            Setting::FrameDataBound => format!(
+                "the control block holds an area of it for each of {} slots",
+                layout::MAX_SLOTS
+            ),
+        }
+    }
+
+    /// The setting's name, as the APIs' option fields spell it (Rust, C
+    /// and Python alike).
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::Permissions => "permissions",
+            Setting::Slots => "slots",
+            Setting::WaitForConsumers => "wait_for_consumers",
+            Setting::Hold => "hold",
+            Setting::FrameDataBound => "frame_data_bound",
         }
     }
 }
@@ -166,6 +250,11 @@ pub enum ChannelError {
     },
     /// A frame reserved or published before any slot pool.
     NoSlotPool,
+    /// A serialized event larger than an event record holds.
+    EventTooLarge {
+        len: usize,
+        capacity: usize,
+    },
     /// A slot published that the producer had not reserved.
     NotReserved {
         slot: usize,
@@ -196,6 +285,12 @@ pub enum ChannelError {
         channel: String,
         hold: u32,
         slots: usize,
+    },
+    /// A setting outside 0 to [`Setting::max`]: which one, and the value
+    /// given.
+    OutOfRange {
+        setting: Setting,
+        value: u64,
     },
     /// The producer's ring is shallower than a consumer's declared hold
     /// needs, and may grow (`ControlHeader::ring_grows_to`): returned by
@@ -318,6 +413,25 @@ impl fmt::Display for ChannelError {
                 write!(f, "caps of {len} bytes exceed the channel's {capacity}")
             }
             ChannelError::NoSlotPool => write!(f, "no slot pool configured"),
+            ChannelError::EventTooLarge { len, capacity } => write!(
+                f,
+                "an event of {len} bytes exceeds the {capacity} bytes an event may take"
+            ),
+            ChannelError::OutOfRange {
+                setting: Setting::Permissions,
+                value,
+            } => write!(
+                f,
+                "permissions {value:#o} is outside 0 to 0o777: {}",
+                Setting::Permissions.why()
+            ),
+            ChannelError::OutOfRange { setting, value } => write!(
+                f,
+                "{} is {value}, outside 0 to {}: {}",
+                setting.name(),
+                setting.max(),
+                setting.why()
+            ),
             ChannelError::NotReserved { slot } => write!(f, "slot {slot} is not reserved"),
             ChannelError::Io { context, source } => write!(f, "{context}: {source}"),
             ChannelError::Corrupt(what) => write!(f, "corrupt control block: {what}"),
@@ -412,3 +526,5 @@ mod loom_tests;
 mod tests;
 #[cfg(test)]
 mod tests_pace;
+#[cfg(test)]
+mod tests_travelling;

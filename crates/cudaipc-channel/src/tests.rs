@@ -58,6 +58,41 @@ fn meta(size: u64, pts: u64) -> FrameMeta {
 }
 
 #[test]
+fn a_mode_beyond_0o777_and_a_ring_beyond_max_slots_are_refused() {
+    for permissions in [0o4777, u32::MAX, 777] {
+        let channel = unique_channel("mode");
+        let err = Producer::create(ProducerConfig {
+            channel: channel.clone(),
+            permissions,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, ChannelError::OutOfRange { setting: Setting::Permissions, value }
+                if value == u64::from(permissions)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("0 to 0o777"), "{err}");
+        assert!(!shm::control_path(&channel).exists());
+    }
+    let p = producer(&unique_channel("ring"), WhenFull::Block);
+    let no = AtomicBool::new(false);
+    let deep = vec![[0u8; SLOT_DESCRIPTOR_BYTES]; MAX_SLOTS + 1];
+    let err = p.configure_pool(64, &deep, b"pool", &no).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChannelError::OutOfRange {
+                setting: Setting::Slots,
+                value: 65
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(p.slot_count(), 4, "the ring in place stays");
+}
+
+#[test]
 fn a_second_producer_is_refused_and_a_closed_channel_is_removed() {
     let channel = unique_channel("dup");
     let p = producer(&channel, WhenFull::Block);

@@ -59,6 +59,7 @@ fn next_frame(c: &mut Consumer) -> Frame {
     match c.next(&no, Some(Duration::from_secs(5))).unwrap() {
         Item::Frame(f) => f,
         Item::Eos => panic!("end of stream"),
+        Item::Event(_) => panic!("an event"),
     }
 }
 

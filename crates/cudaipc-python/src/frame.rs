@@ -287,6 +287,9 @@ pub struct Frame {
     /// The subscriber's stream (cuda transport; None for a copy, complete
     /// when made).
     stream: Option<usize>,
+    /// The data published with it, taken out of its slot when it was
+    /// handed out (shared with its copies).
+    data: Option<Arc<cudaipc::AppData>>,
 }
 
 impl Frame {
@@ -305,6 +308,7 @@ impl Frame {
             address,
             device_ordinal: frame.device_ordinal(),
             stream: frame.cuda_stream().map(|s| s as usize),
+            data: frame.data().map(Arc::new),
             shared: Mutex::new(Some(Arc::new(FrameShared {
                 source: Source::Channel(frame),
                 streams: Mutex::new(Vec::new()),
@@ -320,8 +324,10 @@ impl Frame {
         cuda: Option<BufferStream>,
         pts: Option<u64>,
         offset: Option<u64>,
+        data: Option<cudaipc::AppData>,
     ) -> Self {
         Self {
+            data: data.map(Arc::new),
             layout,
             seq: offset.unwrap_or(0),
             pts,
@@ -349,6 +355,7 @@ impl Frame {
             address: owned_address(&owned),
             device_ordinal: owned.device_ordinal(),
             stream: None,
+            data: self.data.clone(),
             shared: Mutex::new(Some(Arc::new(FrameShared {
                 source: Source::Owned(owned),
                 streams: Mutex::new(Vec::new()),
@@ -656,6 +663,20 @@ impl Frame {
         self.missed_before
     }
 
+    /// The data published with the frame: None (none), bytes, or the dict
+    /// a Python producer gave (`publish(..., data=)`; JSON text parsed with
+    /// `json.loads`, a new object at each read). A GStreamer producer's
+    /// `CudaIpcFrameData` meta arrives here too. Kept with the frame, not
+    /// in its slot: readable after `release()`, and copies (`copy()`) have
+    /// it.
+    #[getter]
+    fn data(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.data
+            .as_deref()
+            .map(|data| crate::frame_data::to_python(py, data, self.seq))
+            .transpose()
+    }
+
     /// 'cuda' (cuda transport) or 'cpu' (host transport).
     #[getter]
     fn device(&self) -> &'static str {
@@ -800,9 +821,12 @@ fn buffer_layout(
 /// buffer (and its slot) until the frame is released and its exports are
 /// gone: the `Gst.Buffer` (CUDA memory: `address` is its `CudaIpcMeta`'s
 /// `device-ptr`, ordered on `cuda_stream` of `device_id`) or a read map of
-/// it (system memory: `address` is the mapped bytes).
+/// it (system memory: `address` is the mapped bytes). `app_bytes` and
+/// `app_json`: the fields of its `CudaIpcFrameData` meta (the bytes first,
+/// as the Rust API reads a frame's data).
 #[pyfunction]
-#[pyo3(signature = (holder, caps, planes, address, size, device_id, cuda_stream, pts, offset))]
+#[pyo3(signature = (holder, caps, planes, address, size, device_id, cuda_stream, pts, offset,
+                    app_bytes=None, app_json=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn gst_buffer_frame(
     py: Python<'_>,
@@ -815,6 +839,8 @@ pub fn gst_buffer_frame(
     cuda_stream: Option<u64>,
     pts: Option<u64>,
     offset: Option<u64>,
+    app_bytes: Option<Vec<u8>>,
+    app_json: Option<String>,
 ) -> PyResult<Frame> {
     let layout = buffer_layout(py, caps, planes, size)?;
     if address == 0 {
@@ -839,5 +865,10 @@ pub fn gst_buffer_frame(
             ));
         }
     };
-    Ok(Frame::of_buffer(holder, layout, address, cuda, pts, offset))
+    let data = app_bytes
+        .map(cudaipc::AppData::Bytes)
+        .or(app_json.map(cudaipc::AppData::Json));
+    Ok(Frame::of_buffer(
+        holder, layout, address, cuda, pts, offset, data,
+    ))
 }

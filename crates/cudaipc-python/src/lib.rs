@@ -7,6 +7,7 @@
 mod dlpack;
 mod errors;
 mod frame;
+mod frame_data;
 mod publisher;
 mod streams;
 mod subscriber;

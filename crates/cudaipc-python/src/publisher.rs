@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use cudaipc::{
-    FrameLoan, Published, PublisherOptions, Transport, VideoFormat, VideoLayout, WhenFull,
+    FrameLoan, Published, PublisherOptions, Setting, Transport, VideoFormat, VideoLayout, WhenFull,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::dlpack::{self, Consumed, DLDataType};
-use crate::errors::{raise, to_py};
+use crate::errors::{raise, setting_arg, to_py};
 use crate::frame::plane_view;
 use crate::streams;
 
@@ -40,9 +40,13 @@ struct Source {
 /// creates the channel for frames of that format and size ('auto': the
 /// cuda transport where a CUDA device is usable, else host). `live=True`:
 /// frames come at a fixed rate (a camera): consumers keep their own pace
-/// (the publisher waits only for `frames='every'` subscribers). `close()`,
-/// from any thread, wakes a `publish` waiting for a slot, which raises
-/// ClosedError.
+/// (the publisher waits only for `frames='every'` subscribers). `slots`: 0
+/// to 64 (0: chosen as rscudaipcsink does); `permissions`: the file mode of
+/// the channel's files, 0 to 0o777 (default 0o600); `wait_for_consumers`:
+/// 0 to 32; `frame_data_bound`: the bytes of data each frame may carry
+/// (`publish(..., data=)`), 0 to 1048576 (default 16384; 0: none); anything
+/// else raises InvalidArgumentError (a ValueError) naming it. `close()`, from any thread, wakes a `publish` waiting for a
+/// slot, which raises ClosedError.
 // Frozen, with its own lock: a thread blocked in `publish` borrows nothing
 // that `close()` from another thread needs.
 #[pyclass(module = "cudaipc", frozen)]
@@ -259,7 +263,7 @@ impl Publisher {
     #[pyo3(signature = (channel, format, width, height, *, transport="auto", ipc_mode="legacy",
                         slots=0, when_full="block", permissions=0o600, wait_for_consumers=0,
                         allowed_users=Vec::new(), allowed_groups=Vec::new(), device=0,
-                        strides=None, live=false))]
+                        strides=None, live=false, frame_data_bound=16384))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -269,15 +273,16 @@ impl Publisher {
         height: u32,
         transport: &str,
         ipc_mode: &str,
-        slots: usize,
+        slots: i64,
         when_full: &str,
-        permissions: u32,
-        wait_for_consumers: u32,
+        permissions: i64,
+        wait_for_consumers: i64,
         allowed_users: Vec<u32>,
         allowed_groups: Vec<u32>,
         device: i32,
         strides: Option<Vec<u32>>,
         live: bool,
+        frame_data_bound: i64,
     ) -> PyResult<Self> {
         let parsed: VideoFormat = format.parse().map_err(|e| to_py(py, e))?;
         let layout = match strides {
@@ -307,14 +312,15 @@ impl Publisher {
         let options = PublisherOptions {
             transport,
             ipc_mode: crate::subscriber::parse_ipc_mode(Some(ipc_mode))?.unwrap_or_default(),
-            slots,
+            slots: setting_arg(py, Setting::Slots, slots)?,
             when_full,
-            permissions,
-            wait_for_consumers,
+            permissions: setting_arg(py, Setting::Permissions, permissions)?,
+            wait_for_consumers: setting_arg(py, Setting::WaitForConsumers, wait_for_consumers)?,
             allowed_uids: allowed_users,
             allowed_gids: allowed_groups,
             device,
             live,
+            frame_data_bound: setting_arg(py, Setting::FrameDataBound, frame_data_bound)?,
         };
         let inner = py
             .allow_threads(|| cudaipc::Publisher::create(channel, layout.clone(), options))
@@ -336,19 +342,28 @@ impl Publisher {
     /// the GPU, after the work queued so far on `stream` (default: the
     /// legacy default stream), and later work on `stream` waits for the
     /// copy, so the array may be reused there at once. `pts`: the frame's
-    /// time in nanoseconds. Waits (Ctrl-C ends the wait) while consumers
-    /// hold every slot; with `when_full='drop'` returns False instead.
-    /// ClosedError once the publisher was closed (also by `close()` from
-    /// another thread while this waits).
-    #[pyo3(signature = (frame, *, pts=None, stream=None))]
+    /// time in nanoseconds. `data`: what travels with the frame
+    /// (`frame.data` of a Subscriber, a `CudaIpcFrameData` meta after
+    /// `rscudaipcsrc`): bytes (bytes, bytearray, memoryview), or a dict,
+    /// sent as its JSON text (`json.dumps`); at most `frame_data_bound`
+    /// less 16 bytes of framing (InvalidArgumentError otherwise). Waits
+    /// (Ctrl-C ends the wait) while consumers hold every slot; with
+    /// `when_full='drop'` returns False instead. ClosedError once the
+    /// publisher was closed (also by `close()` from another thread while
+    /// this waits).
+    #[pyo3(signature = (frame, *, pts=None, stream=None, data=None))]
     fn publish(
         &self,
         py: Python<'_>,
         frame: &Bound<'_, PyAny>,
         pts: Option<u64>,
         stream: Option<&Bound<'_, PyAny>>,
+        data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let publisher = self.inner(py)?;
+        // Before any array is taken: a dict that JSON cannot hold is
+        // refused with nothing done.
+        let data = crate::frame_data::from_python(data)?;
         let stream = stream.map(streams::handle).transpose()?;
         let planes = self.layout.format().plane_count();
         let arrays: Vec<Bound<'_, PyAny>> =
@@ -392,7 +407,10 @@ impl Publisher {
             // Host arrays into device slots: the API's upload.
             let mut bytes = vec![0u8; layout.frame_size()];
             copy_rows_to_host(layout, &sources, &mut bytes);
-            let published = match py.allow_threads(|| publisher.publish(&bytes, pts)) {
+            let published = match py.allow_threads(|| match &data {
+                Some(data) => publisher.publish_with_data(&bytes, pts, data),
+                None => publisher.publish(&bytes, pts),
+            }) {
                 Ok(published) => published,
                 Err(cudaipc::Error::Closed) => return Err(self.closed_error(py)),
                 Err(e) => return Err(to_py(py, e)),
@@ -402,6 +420,10 @@ impl Publisher {
         let Some(mut loan) = self.loan(py, &publisher)? else {
             return Ok(false);
         };
+        if let Some(data) = &data {
+            // Refused: the loan goes back unpublished.
+            loan.set_data(data).map_err(|e| to_py(py, e))?;
+        }
         if on_gpu {
             let ours = loan.device_ordinal();
             if let Some(other) = sources.iter().find(|s| s.cuda_device != ours) {

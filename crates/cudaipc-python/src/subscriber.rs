@@ -7,12 +7,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cudaipc::{Frames, IpcMode, SubscriberOptions};
+use cudaipc::{Frames, IpcMode, Setting, SubscriberOptions};
 use pyo3::exceptions::{PyRuntimeWarning, PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::{raise, to_py};
+use crate::errors::{raise, setting_arg, to_py};
 use crate::frame::Frame;
 
 /// How long one wait lasts between checks for Ctrl-C (signals): longer
@@ -49,12 +49,14 @@ pub fn parse_ipc_mode(name: Option<&str>) -> PyResult<Option<IpcMode>> {
 /// `frames`: 'auto' (every frame, at this subscriber's own pace on a live
 /// channel), 'every' (every frame; the producer waits for this subscriber)
 /// or 'latest'. `hold`: how many frames it keeps while asking for the next
-/// (a batch of 8: 7); the ring needs `hold + 2` slots (a ring whose depth
+/// (a batch of 8: 7), 0 to 62 (InvalidArgumentError, a ValueError,
+/// otherwise); the ring needs `hold + 2` slots (a ring whose depth
 /// the producer left to the transport grows to them; one it set raises
 /// HoldError at the first frame), and asking for a frame while holding more (or,
 /// undeclared, every slot) raises HoldError at once.
 /// Iterating gives frames until the producer's end of stream, each within
-/// `timeout` (WaitTimeoutError otherwise). The first frames it misses
+/// `timeout` (WaitTimeoutError otherwise); iterating again after it ends at
+/// once, until the producer starts a new stream. The first frames it misses
 /// (`frames_missed`) give one RuntimeWarning. `close()`, from any thread,
 /// wakes a wait for a frame, which raises ClosedError.
 // Frozen, with its own locks: a thread blocked in a wait borrows nothing
@@ -71,7 +73,6 @@ pub struct Subscriber {
     caps: Mutex<Option<(&'static str, u32, u32)>>,
     channel: String,
     timeout: Option<Duration>,
-    ended: AtomicBool,
     frames: Frames,
     /// The Rust subscriber's counts, as of the last frame (they change
     /// only when one is read): read without the lock a wait holds.
@@ -121,13 +122,16 @@ impl Subscriber {
         channel: &str,
         timeout: Option<f64>,
         frames: &str,
-        hold: Option<u32>,
+        hold: Option<i64>,
         ipc_mode: Option<&str>,
         allowed_producers: Vec<u32>,
         allowed_groups: Vec<u32>,
         device: Option<i32>,
     ) -> PyResult<Self> {
         let timeout = seconds(timeout)?;
+        let hold = hold
+            .map(|hold| setting_arg(py, Setting::Hold, hold))
+            .transpose()?;
         let frames = match frames {
             "auto" => Frames::Auto,
             "every" => Frames::Every,
@@ -138,7 +142,8 @@ impl Subscriber {
                 )));
             }
         };
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A deadline beyond what an instant can be is none: forever.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Short attaches in a row, to see Ctrl-C between them.
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -164,7 +169,6 @@ impl Subscriber {
                         caps: Mutex::new(None),
                         channel: channel.to_owned(),
                         timeout,
-                        ended: AtomicBool::new(false),
                     });
                 }
                 Err(cudaipc::Error::NoProducer { .. })
@@ -198,9 +202,12 @@ impl Subscriber {
     }
 
     /// Waits up to `timeout` seconds (default: the subscriber's; None:
-    /// forever) for the next frame. None at the end of the stream;
-    /// WaitTimeoutError when none came in time; ProducerGoneError when the
-    /// producer closed the channel without an end of stream, or died;
+    /// forever) for the next frame. None at the end of the stream, and
+    /// again at once, without waiting, at every later call until the
+    /// producer starts a new stream (publishes a frame again): that call
+    /// returns its first frame. WaitTimeoutError when none came in time;
+    /// ProducerGoneError when the producer closed the channel without an
+    /// end of stream, or died (its close after an end of stream is None);
     /// ClosedError once the subscriber was closed (also by `close()` from
     /// another thread while this waits).
     #[pyo3(signature = (timeout=-1.0))]
@@ -211,9 +218,6 @@ impl Subscriber {
         };
         if self.closer.is_closed() {
             return Err(self.closed_error(py));
-        }
-        if self.ended.load(Ordering::SeqCst) {
-            return Ok(None);
         }
         // What is left of the timeout, counted down by the waits that ran
         // out: no clock is read for a frame that comes within the first.
@@ -249,10 +253,9 @@ impl Subscriber {
                     }
                     return Ok(Some(frame));
                 }
-                Ok(None) => {
-                    self.ended.store(true, Ordering::SeqCst);
-                    return Ok(None);
-                }
+                // After it, the Rust subscriber says so again at once until
+                // a new stream starts.
+                Ok(None) => return Ok(None),
                 Err(cudaipc::Error::Closed) => return Err(self.closed_error(py)),
                 Err(cudaipc::Error::Timeout(_)) if left.is_none_or(|left| left > wait) => {
                     left = left.map(|left| left - wait);

@@ -154,6 +154,9 @@ pub enum TransportError {
         peer: bool,
         source: CudaError,
     },
+    /// A legacy CUDA channel read in the process that publishes it: CUDA
+    /// opens IPC memory handles only in other processes.
+    ImportInProducerProcess,
     /// The producer's interprocess event of a slot cannot be opened (CUDA
     /// keeps them in files only their creator's user can map, in its PID
     /// namespace).
@@ -284,6 +287,9 @@ impl fmt::Display for TransportError {
             } => write!(
                 f,
                 "a slot of {slot_size} bytes cannot hold a frame of {frame_size}"
+            ),
+            TransportError::ImportInProducerProcess => f.write_str(
+                "a legacy CUDA channel cannot be read in the process that publishes it (CUDA opens IPC memory handles only in other processes): read it from another process",
             ),
             TransportError::ImportMemory {
                 slot,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{ConsumerSlots, ProducerSlots, SharedObject, SlotMemory, SlotRequest, TransportError};
 use crate::slots::RECEIVED_POOL;
-use cudaipc_channel::layout::{RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
+use cudaipc_channel::layout::{MAX_SLOTS, RELEASE_DESCRIPTOR_BYTES, SLOT_DESCRIPTOR_BYTES};
 use cudaipc_channel::mapping::SharedMapping;
 use cudaipc_channel::shm::{self, SharedFile};
 use cudaipc_channel::socket::{self, Peers};
@@ -18,8 +18,28 @@ use cudaipc_channel::{ChannelError, IpcMode, PoolInfo, Producer};
 /// Slots start on page boundaries.
 const SLOT_ALIGN: usize = 4096;
 
+/// The largest slot a ring may have: a ring of `MAX_SLOTS` of them, each
+/// rounded up to a page, stays within the `isize::MAX` bytes one mapping
+/// (and a slice of it) may span. Frames larger than this are refused where
+/// their size enters.
+pub const MAX_SLOT_SIZE: usize = isize::MAX as usize / MAX_SLOTS / SLOT_ALIGN * SLOT_ALIGN;
+
+/// A slot's bytes with the padding to the next one's page; only for sizes
+/// of a pool `pool_bytes` accepted.
 fn slot_stride(size: usize) -> usize {
     size.next_multiple_of(SLOT_ALIGN)
+}
+
+/// The bytes `count` slots of `size` take, checked: a size from outside
+/// (a frame size, or a pool's in shared memory) must not wrap the pool to a
+/// few bytes whose slots then lie outside the file.
+fn pool_bytes(count: usize, size: usize) -> Result<usize, TransportError> {
+    size.checked_next_multiple_of(SLOT_ALIGN)
+        .and_then(|stride| stride.checked_mul(count))
+        .filter(|&total| total <= isize::MAX as usize)
+        .ok_or(TransportError::Overflow {
+            what: "the pool size",
+        })
 }
 
 /// A slot's bytes in a shared host mapping. It keeps the mapping alive, so
@@ -103,7 +123,7 @@ impl HostProducerSlots {
     /// name has a random part; if another user created it anyway, a fresh
     /// name is taken.
     pub fn create(request: &SlotRequest) -> Result<Self, TransportError> {
-        let total = slot_stride(request.size) * request.count;
+        let total = pool_bytes(request.count, request.size)?;
         if request.ipc_mode == IpcMode::Fd {
             let name = format!("cudaipc-{}.{}", request.channel, request.generation);
             let label = socket::socket_path(&request.channel);
@@ -164,12 +184,7 @@ fn pool_extent(pool: &PoolInfo) -> Result<(usize, usize, usize), TransportError>
     let size = usize::try_from(pool.slot_size).map_err(|_| TransportError::Overflow {
         what: "the slot size",
     })?;
-    let needed = slot_stride(size)
-        .checked_mul(count)
-        .ok_or(TransportError::Overflow {
-            what: "the pool size",
-        })?;
-    Ok((count, size, needed))
+    Ok((count, size, pool_bytes(count, size)?))
 }
 
 /// The error for slot memory whose file another process truncated.

@@ -34,7 +34,7 @@ pub use cuda_slots::{
     waits_on_host,
 };
 pub use error::{GpuWork, LegacyCudaIpc, SharedObject, TransportError};
-pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion};
+pub use host::{HostConsumerSlots, HostProducerSlots, HostRegion, MAX_SLOT_SIZE};
 pub use kinds::{DeviceTraits, GpuSync, TransportKind, resolve_ipc_mode, resolve_ipc_mode_for};
 pub use lending::{Learned, Lender};
 pub use lent_slots::{LendableFrame, Lent, LentSlots};

@@ -39,8 +39,8 @@ use cudaipc_channel::layout::MAX_SLOTS;
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::wait::timed;
 use cudaipc_channel::{
-    Blocker, ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, WaitMode,
-    WhenFull,
+    Blocker, ChannelError, FrameMeta, IpcMode, Producer, ProducerConfig, ProducerStats, Setting,
+    WaitMode, WhenFull,
 };
 
 /// How often the wait for consumers (`wait_for_consumers`) looks again.
@@ -66,6 +66,8 @@ pub struct PublisherConfig {
     pub ipc_mode: IpcMode,
     /// `IpcMode::Fd`: consumers allowed beside the own user.
     pub peers: Peers,
+    /// Bytes of data (metas, an application's bytes) each frame may carry.
+    pub frame_data_bound: u32,
 }
 
 /// One generation of slots.
@@ -249,6 +251,11 @@ struct Repeatable<T> {
 impl<T: Send + 'static> Publisher<T> {
     /// Creates the channel (no slots yet: see `configure`).
     pub fn create(config: PublisherConfig) -> Result<Self, ChannelError> {
+        // Refused here, not when the first pool is published: a ring deeper
+        // than the channel's slot records, or more consumers than it has
+        // (a wait that would never end).
+        Setting::Slots.check(config.slots as u64)?;
+        Setting::WaitForConsumers.check(u64::from(config.wait_for_consumers))?;
         let device = config.device.as_ref();
         let producer = Producer::create(ProducerConfig {
             channel: config.channel.clone(),
@@ -261,6 +268,7 @@ impl<T: Send + 'static> Publisher<T> {
             wait_mode: config.wait_mode,
             ipc_mode: config.ipc_mode,
             peers: config.peers.clone(),
+            frame_data_bound: config.frame_data_bound,
         })?;
         let depth = RingDepth::new(config.kind, config.device.clone(), config.slots);
         Ok(Self {
@@ -319,6 +327,17 @@ impl<T: Send + 'static> Publisher<T> {
         // A source copied under other caps may be laid out otherwise now.
         self.forget_all_content();
         self.producer.set_caps(caps, &self.interrupt)
+    }
+
+    /// Bytes of data each frame may carry (`FrameMeta::data`).
+    pub fn frame_data_bound(&self) -> usize {
+        self.producer.frame_data_bound()
+    }
+
+    /// Publishes a serialized event between the frames published before it
+    /// and those after it.
+    pub fn publish_event(&self, bytes: &[u8]) -> Result<u64, ChannelError> {
+        self.producer.publish_event(bytes, &self.interrupt)
     }
 
     pub fn eos(&self) {

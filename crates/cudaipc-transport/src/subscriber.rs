@@ -135,10 +135,15 @@ impl From<TransportError> for SubscriberError {
 }
 
 /// What [`Subscriber::next`] yields.
+// A frame is moved out at once, once per frame: boxing it would cost an
+// allocation per frame for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// The frames that follow have these caps (the producer's string).
     Caps(String),
     Frame(HeldFrame),
+    /// A serialized event, between the frames it came between.
+    StreamEvent(Vec<u8>),
     Eos,
     ProducerGone(ProducerGone),
 }
@@ -287,7 +292,7 @@ impl Subscriber {
             TransportKind::Host => None,
             TransportKind::Cuda => Some(open_device(&config, &info)?),
         };
-        Ok(Self {
+        let mut subscriber = Self {
             config,
             consumer,
             kind,
@@ -299,7 +304,19 @@ impl Subscriber {
             held: Arc::new(AtomicUsize::new(0)),
             stale: AtomicU64::new(0),
             host_waits: false,
-        })
+        };
+        subscriber.open_current_pool();
+        Ok(subscriber)
+    }
+
+    /// Opens the producer's slots now rather than at the first frame, so
+    /// that frames published before a clean close (which removes the
+    /// slots' names) can still be read after it, as after a killed
+    /// producer. Best effort: a failure here comes again at the first frame.
+    fn open_current_pool(&mut self) {
+        if let Ok(pool) = self.consumer.pool() {
+            let _ = self.refresh_pool(pool.generation);
+        }
     }
 
     pub fn kind(&self) -> TransportKind {
@@ -351,6 +368,12 @@ impl Subscriber {
     /// Whether the producer marks the channel live (frames come paced).
     pub fn channel_is_live(&self) -> bool {
         self.consumer.channel_is_live()
+    }
+
+    /// What this subscriber lost or refused of what travels beside the
+    /// frames (data past its bound, events overwritten).
+    pub fn travelling_counts(&self) -> cudaipc_channel::TravellingCounts {
+        self.consumer.travelling_counts()
     }
 
     /// Frames skipped because the pool or caps had moved on past them.
@@ -406,6 +429,7 @@ impl Subscriber {
             let frame = match self.consumer.next(interrupt, left) {
                 Ok(Item::Frame(frame)) => frame,
                 Ok(Item::Eos) => return Ok(Some(Event::Eos)),
+                Ok(Item::Event(bytes)) => return Ok(Some(Event::StreamEvent(bytes))),
                 Err(ChannelError::ProducerGone(gone)) => {
                     return Ok(Some(Event::ProducerGone(gone)));
                 }
@@ -700,6 +724,7 @@ mod tests {
         loop {
             match subscriber.next(&no).unwrap() {
                 Event::Caps(c) => caps = c,
+                Event::StreamEvent(_) => panic!("an event"),
                 Event::Frame(frame) => {
                     let byte = frame.host_bytes().unwrap()[0];
                     let expected_caps = match byte {

@@ -315,6 +315,7 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
         wait_for_consumers: 1,
         ipc_mode: Default::default(),
         peers: Default::default(),
+        frame_data_bound: 0,
     })
     .unwrap();
     publisher.configure(SIZE).unwrap();
@@ -334,7 +335,7 @@ fn a_source_pushed_again_is_published_again_without_a_copy() {
                     );
                     pts.push(push);
                 }
-                Event::Caps(_) => {}
+                Event::Caps(_) | Event::StreamEvent(_) => {}
                 Event::Eos => return pts,
                 Event::ProducerGone(gone) => panic!("{gone:?}"),
             }
@@ -392,6 +393,7 @@ fn a_loan_is_published_by_its_owner_or_given_back_when_dropped() {
             wait_for_consumers: 0,
             ipc_mode: Default::default(),
             peers: Default::default(),
+            frame_data_bound: 0,
         })
         .unwrap(),
     );

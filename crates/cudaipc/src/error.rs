@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use cudaipc_channel::ChannelError;
+use cudaipc_channel::{ChannelError, Setting};
 use cudaipc_transport::{SubscriberError, TransportError};
 
 /// Everything the API's calls can fail with. Bad input is an error, never a
@@ -28,12 +28,31 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// An option outside the values it takes, 0 to [`Setting::max`]:
+    /// refused before anything is created or attached.
+    OutOfRange {
+        /// Which option: [`Setting::Permissions`], [`Setting::Slots`] and
+        /// [`Setting::WaitForConsumers`] are those of
+        /// [`PublisherOptions`](crate::PublisherOptions), [`Setting::Hold`]
+        /// is [`SubscriberOptions::hold`](crate::SubscriberOptions::hold).
+        setting: Setting,
+        /// The value given.
+        value: u64,
+    },
     /// Bytes given for a frame that are not the layout's frame size.
     FrameSize {
         /// The layout's frame size.
         expected: usize,
         /// Bytes given.
         given: usize,
+    },
+    /// Per-frame data larger than the channel lets a frame carry
+    /// (`PublisherOptions::frame_data_bound`, less the framing).
+    FrameDataTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// The most an application's data may have on this channel.
+        bound: usize,
     },
     /// A channel name that cannot be used (empty, too long, a `/` in it):
     /// the name.
@@ -157,6 +176,7 @@ impl Error {
                 died: gone == cudaipc_channel::ProducerGone::Died,
             },
             ChannelError::Interrupted => Self::Closed,
+            ChannelError::OutOfRange { setting, value } => Self::OutOfRange { setting, value },
             source => Self::Channel { what, source },
         }
     }
@@ -191,9 +211,49 @@ impl fmt::Display for Error {
             Self::InvalidCaps { caps, reason } => {
                 write!(f, "unusable caps \"{caps}\": {reason}")
             }
+            Self::OutOfRange { setting, value } => {
+                let (field, value, extra) = match setting {
+                    Setting::Permissions => (
+                        "PublisherOptions::permissions",
+                        format!("{value:#o}"),
+                        " (0o600: this user only)",
+                    ),
+                    Setting::Slots => (
+                        "PublisherOptions::slots",
+                        value.to_string(),
+                        " (0: the transport chooses)",
+                    ),
+                    Setting::WaitForConsumers => (
+                        "PublisherOptions::wait_for_consumers",
+                        value.to_string(),
+                        "",
+                    ),
+                    Setting::Hold => (
+                        "SubscriberOptions::hold",
+                        format!("Some({value})"),
+                        ", or None (not declared)",
+                    ),
+                    Setting::FrameDataBound => {
+                        ("PublisherOptions::frame_data_bound", value.to_string(), "")
+                    }
+                };
+                let max = match setting {
+                    Setting::Permissions => format!("{:#o}", setting.max()),
+                    _ => setting.max().to_string(),
+                };
+                write!(
+                    f,
+                    "{field} is {value}: {}, so it takes 0 to {max}{extra}",
+                    setting.why()
+                )
+            }
             Self::FrameSize { expected, given } => write!(
                 f,
                 "a frame of this layout has {expected} bytes, {given} were given"
+            ),
+            Self::FrameDataTooLarge { len, bound } => write!(
+                f,
+                "per-frame data of {len} bytes: this channel's frames carry at most {bound} (the producer's frame_data_bound sets it)"
             ),
             Self::InvalidChannelName(name) => {
                 write!(f, "{}", ChannelError::InvalidName { name: name.clone() })

@@ -126,6 +126,12 @@ pub struct Plane {
 /// integers.
 const MAX_DIMENSION: u32 = i32::MAX as u32;
 
+/// The most bytes a frame may have (about 128 PiB on a 64-bit machine): a
+/// ring of the most slots a channel has, each holding one such frame,
+/// stays within what one mapping of memory spans. A layout of a larger
+/// frame is refused where it is made, never when its slots are allocated.
+pub const MAX_FRAME_SIZE: usize = cudaipc_transport::MAX_SLOT_SIZE;
+
 /// A frame's format, size and memory layout: what a channel's caps and
 /// each frame's metadata say about the frame, in the elements' terms.
 ///
@@ -208,11 +214,6 @@ impl VideoLayout {
                 vec![(0, luma), (u, chroma), (v, chroma)]
             }
         };
-        let size = match format {
-            VideoFormat::Nv12 => planes[1].0 + planes[1].1 * (luma_rows / 2),
-            VideoFormat::I420 => planes[2].0 + planes[2].1 * (luma_rows / 2),
-            _ => planes[0].1 * h,
-        };
         let planes = planes
             .into_iter()
             .map(|(offset, stride)| {
@@ -221,6 +222,21 @@ impl VideoLayout {
                 Ok(Plane { offset, stride })
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        // Checked: a stride of 2^33 bytes (RGBA at the widest) times
+        // 2^31 rows wraps a u64.
+        let (last, last_rows) = match format {
+            VideoFormat::Nv12 => (planes[1], luma_rows / 2),
+            VideoFormat::I420 => (planes[2], luma_rows / 2),
+            _ => (planes[0], h),
+        };
+        let size = u64::from(last.stride)
+            .checked_mul(last_rows)
+            .and_then(|bytes| bytes.checked_add(last.offset))
+            .ok_or_else(|| {
+                Error::InvalidLayout(format!(
+                    "a {width}x{height} frame of {format} overflows 64 bits"
+                ))
+            })?;
         Self::with_planes(format, width, height, &planes, to_usize(size)?)
     }
 
@@ -258,6 +274,12 @@ impl VideoLayout {
         frame_size: usize,
     ) -> Result<Self, Error> {
         check_dimensions(width, height)?;
+        if frame_size > MAX_FRAME_SIZE {
+            return Err(Error::InvalidLayout(format!(
+                "frame_size is {frame_size} bytes ({width}x{height} {format}), above the most a frame may have: {MAX_FRAME_SIZE} bytes (a ring of {} such slots must fit in memory)",
+                cudaipc_channel::layout::MAX_SLOTS
+            )));
+        }
         if planes.len() != format.plane_count() {
             return Err(Error::InvalidLayout(format!(
                 "{} planes given; {format} has {}",

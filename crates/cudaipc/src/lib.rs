@@ -41,6 +41,7 @@
 
 mod closer;
 mod error;
+mod frame_data;
 mod gpu_order;
 mod layout;
 mod owned;
@@ -48,10 +49,11 @@ mod publisher;
 mod subscriber;
 
 pub use closer::Closer;
-pub use cudaipc_channel::{IpcMode, WhenFull};
+pub use cudaipc_channel::{IpcMode, Setting, WhenFull};
 pub use error::Error;
+pub use frame_data::AppData;
 pub use gpu_order::{CudaDevice, order_streams, synchronize_device};
-pub use layout::{Plane, VideoFormat, VideoLayout};
+pub use layout::{MAX_FRAME_SIZE, Plane, VideoFormat, VideoLayout};
 pub use owned::OwnedFrame;
 pub use publisher::{FrameLoan, Published, Publisher, PublisherOptions, Transport};
 pub use subscriber::{Frame, Frames, Subscriber, SubscriberOptions};

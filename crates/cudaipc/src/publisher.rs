@@ -16,7 +16,7 @@ use cudaipc_transport::{
 };
 
 use crate::closer::{Closer, close_publisher};
-use crate::{Error, VideoLayout};
+use crate::{AppData, Error, VideoLayout};
 
 type Inner = cudaipc_transport::Publisher<()>;
 
@@ -45,14 +45,19 @@ pub struct PublisherOptions {
     /// does: 8 on a [`live`](Self::live) channel; for frames that come as
     /// fast as they are made, on CUDA without MPS as many as 5% of the
     /// device memory holds (8 to 64), 2 with MPS, 4 in host memory; and
-    /// deeper where a subscriber declares a `hold` that needs it.
+    /// deeper where a subscriber declares a `hold` that needs it. At most 64
+    /// ([`Setting::Slots`](crate::Setting::Slots)); more is
+    /// [`Error::OutOfRange`].
     pub slots: usize,
     /// What `publish` and `loan` do when consumers hold every slot.
     pub when_full: WhenFull,
-    /// File mode of the channel's shared files (`0o600`: this user only).
+    /// File mode of the channel's shared files (`0o600`: this user only):
+    /// read, write and execute bits, 0 to `0o777`; a setuid, setgid or
+    /// sticky bit (or a decimal `777`) is [`Error::OutOfRange`].
     pub permissions: u32,
     /// Consumers to wait for before the first frame is published (0: none),
-    /// so that they get every frame.
+    /// so that they get every frame. At most 32, a channel's most
+    /// consumers ([`Error::OutOfRange`] above).
     pub wait_for_consumers: u32,
     /// `IpcMode::Fd`: user ids whose consumers may attach beside this user.
     pub allowed_uids: Vec<u32>,
@@ -73,6 +78,10 @@ pub struct PublisherOptions {
     /// [`Frames::Latest`]: crate::Frames::Latest
     /// [`Subscriber::frames_missed`]: crate::Subscriber::frames_missed
     pub live: bool,
+    /// Bytes of data each frame may carry (its [`AppData`], and a
+    /// GStreamer producer's metas): an area of this size for each of the
+    /// 64 slot records follows the control block. 0: frames carry none.
+    pub frame_data_bound: u32,
 }
 
 impl Default for PublisherOptions {
@@ -88,6 +97,7 @@ impl Default for PublisherOptions {
             allowed_gids: Vec::new(),
             device: 0,
             live: false,
+            frame_data_bound: cudaipc_channel::layout::DEFAULT_FRAME_DATA_BOUND,
         }
     }
 }
@@ -149,9 +159,10 @@ impl std::fmt::Debug for Publisher {
 
 impl Publisher {
     /// Creates `channel` for frames of `layout` and announces their caps.
-    /// Fails if the name is taken by a live producer or not usable, if the
-    /// cuda transport is asked for without a usable device, or if the slots
-    /// cannot be allocated.
+    /// Fails if the name is taken by a live producer or not usable, if an
+    /// option is outside its range ([`Error::OutOfRange`], before anything
+    /// is created), if the cuda transport is asked for without a usable
+    /// device, or if the slots cannot be allocated.
     pub fn create(
         channel: &str,
         layout: VideoLayout,
@@ -195,6 +206,7 @@ impl Publisher {
                 uids: options.allowed_uids,
                 gids: options.allowed_gids,
             },
+            frame_data_bound: options.frame_data_bound,
         })
         .map_err(|e| Error::channel(channel, "create the channel", e))?;
         // Before the slots are allocated: a live ring's depth is its own.
@@ -252,6 +264,28 @@ impl Publisher {
     /// the stream). With `when_full: Block` it waits while consumers hold
     /// every slot; with `Drop` it drops the frame instead.
     pub fn publish(&self, frame: &[u8], pts: Option<Duration>) -> Result<Published, Error> {
+        self.publish_frame(frame, pts, Vec::new())
+    }
+
+    /// Like [`publish`](Self::publish), with `data` travelling with the
+    /// frame ([`Frame::data`](crate::Frame::data) on the other side; a
+    /// `CudaIpcFrameData` meta to `rscudaipcsrc`).
+    pub fn publish_with_data(
+        &self,
+        frame: &[u8],
+        pts: Option<Duration>,
+        data: &AppData,
+    ) -> Result<Published, Error> {
+        let blob = data.encode(self.inner.frame_data_bound())?;
+        self.publish_frame(frame, pts, blob)
+    }
+
+    fn publish_frame(
+        &self,
+        frame: &[u8],
+        pts: Option<Duration>,
+        data: Vec<u8>,
+    ) -> Result<Published, Error> {
         if self.is_closed() {
             return Err(Error::Closed);
         }
@@ -277,7 +311,7 @@ impl Publisher {
         };
         match self
             .inner
-            .publish_copy_of(None, &frame_meta(&self.layout, pts), fill)
+            .publish_copy_of(None, &frame_meta(&self.layout, pts, data), fill)
         {
             Ok(Some(_)) => Ok(Published::Sent),
             Ok(None) => Ok(Published::Dropped),
@@ -325,6 +359,8 @@ impl Publisher {
             loan,
             channel: self.channel.clone(),
             layout: self.layout.clone(),
+            data: Vec::new(),
+            frame_data_bound: self.inner.frame_data_bound(),
         })
     }
 
@@ -378,6 +414,9 @@ pub struct FrameLoan {
     loan: SlotLoan<()>,
     channel: Arc<str>,
     layout: Arc<VideoLayout>,
+    /// The frame data blob to publish with it (see `set_data`).
+    data: Vec<u8>,
+    frame_data_bound: usize,
 }
 
 impl std::fmt::Debug for FrameLoan {
@@ -528,9 +567,16 @@ impl FrameLoan {
         })
     }
 
+    /// Sets the data that travels with this frame (replacing any set
+    /// before); refused when larger than the channel's frames carry.
+    pub fn set_data(&mut self, data: &AppData) -> Result<(), Error> {
+        self.data = data.encode(self.frame_data_bound)?;
+        Ok(())
+    }
+
     /// Publishes the frame written into the slot, with `pts`.
     pub fn publish(self, pts: Option<Duration>) -> Result<(), Error> {
-        let meta = frame_meta(&self.layout, pts);
+        let meta = frame_meta(&self.layout, pts, self.data);
         match self.loan.publish(&meta) {
             Ok(_slot) => Ok(()),
             Err(e) => Err(publish_error(&self.channel, e)),
@@ -539,7 +585,7 @@ impl FrameLoan {
 }
 
 /// The channel's metadata of a frame of `layout`.
-fn frame_meta(layout: &VideoLayout, pts: Option<Duration>) -> FrameMeta {
+fn frame_meta(layout: &VideoLayout, pts: Option<Duration>, data: Vec<u8>) -> FrameMeta {
     FrameMeta {
         size: layout.frame_size() as u64,
         // u64::MAX stands for "none" on the wire.
@@ -555,6 +601,7 @@ fn frame_meta(layout: &VideoLayout, pts: Option<Duration>) -> FrameMeta {
         offset_end: u64::MAX,
         flags: 0,
         planes: layout.wire_planes(),
+        data,
     }
 }
 

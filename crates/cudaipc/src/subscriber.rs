@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cudaipc_channel::socket::Peers;
-use cudaipc_channel::{ConsumerMode, IpcMode, WaitMode};
+use cudaipc_channel::{ChannelError, ConsumerMode, IpcMode, Setting, WaitMode};
 use cudaipc_transport::{
     Event, HeldFrame, SlotMemory, SubscriberConfig, SubscriberError, TransportKind,
 };
@@ -39,7 +39,7 @@ pub enum Frames {
 #[derive(Debug, Clone)]
 pub struct SubscriberOptions {
     /// How long [`Subscriber::attach`] waits for a producer to appear
-    /// (`None`: forever).
+    /// (`None`: forever; so does a timeout of more than a hundred years).
     pub timeout: Option<Duration>,
     /// Every frame (at its own pace on a live channel, or always), or only
     /// the newest.
@@ -51,7 +51,9 @@ pub struct SubscriberOptions {
     /// `slots` ([`Error::Holds`]); asking for a frame while holding more
     /// fails at once. Undeclared,
     /// asking while holding every slot of the ring fails at once
-    /// ([`Error::Holds`]) rather than waiting on itself.
+    /// ([`Error::Holds`]) rather than waiting on itself. At most 62
+    /// ([`Setting::Hold`]'s max: a ring has at most 64 slots); more is
+    /// refused by [`Subscriber::attach`] ([`Error::OutOfRange`]).
     pub hold: Option<u32>,
     /// How the channel is reached; `None`: through its socket if it has
     /// one, else by its files' names.
@@ -114,6 +116,9 @@ pub struct Subscriber {
     layout: Option<VideoLayout>,
     /// Set by a [`Closer`]: waits end with it.
     closed: Arc<AtomicBool>,
+    /// The last event handed out was the end of a stream: until a new one
+    /// starts, every call says so again at once.
+    ended: bool,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -131,6 +136,15 @@ impl Subscriber {
     /// [`Error::PermissionDenied`] if the channel belongs to a user that
     /// is not trusted, or its files may not be opened.
     pub fn attach(channel: &str, options: SubscriberOptions) -> Result<Self, Error> {
+        if let Some(hold) = options.hold {
+            Setting::Hold
+                .check(u64::from(hold))
+                .map_err(|e| Error::channel(channel, "attach to the channel", e))?;
+        }
+        let options = SubscriberOptions {
+            timeout: bounded(options.timeout),
+            ..options
+        };
         let config = SubscriberConfig {
             channel: channel.to_owned(),
             mode: match options.frames {
@@ -178,6 +192,7 @@ impl Subscriber {
             channel: channel.to_owned(),
             layout: None,
             closed,
+            ended: false,
         })
     }
 
@@ -212,13 +227,25 @@ impl Subscriber {
         self.layout.as_ref()
     }
 
-    /// Waits up to `timeout` (`None`: as long as it takes) for the next
-    /// frame. `Ok(None)` at the end of the stream; [`Error::Timeout`] when
-    /// none came in time; [`Error::ProducerGone`] once the producer closed
-    /// the channel without an end of stream, or died; [`Error::Closed`]
-    /// once [`close`](Self::close) was called, at once if it was called
-    /// while this waits.
+    /// Waits up to `timeout` (`None`: as long as it takes; so does a
+    /// timeout of more than a hundred years) for the next frame.
+    /// `Ok(None)` at the end of the stream, and from then on at once,
+    /// without waiting, at every call until the producer starts a new
+    /// stream (publishes a frame again, as a pipeline restarted by a
+    /// flushing seek does): that call hands out the new stream's first
+    /// frame. [`Error::Timeout`] when none came in time;
+    /// [`Error::ProducerGone`] once the producer closed the channel
+    /// without an end of stream, or died (after an end of stream its
+    /// close is that end again: `Ok(None)`); [`Error::Closed`] once
+    /// [`close`](Self::close) was called, at once if it was called while
+    /// this waits.
     pub fn next_frame(&mut self, timeout: Option<Duration>) -> Result<Option<Frame>, Error> {
+        // After an end of stream only a look, never a wait: a new stream's
+        // first item is there already, or the end stands.
+        let timeout = match self.ended {
+            true => Some(Duration::ZERO),
+            false => bounded(timeout),
+        };
         loop {
             if self.is_closed() {
                 return Err(Error::Closed);
@@ -229,14 +256,33 @@ impl Subscriber {
                 Err(SubscriberError::Interrupted) if self.is_closed() => {
                     return Err(Error::Closed);
                 }
-                other => other.map_err(Error::read)?,
+                other => other.map_err(Error::read),
+            };
+            let event = match event {
+                // The end stands: nothing came after it. (The consumer
+                // refuses to wait while this subscriber holds every slot
+                // only when nothing new is there.)
+                Ok(None) | Err(Error::Holds(ChannelError::HoldsEverySlot { .. })) if self.ended => {
+                    return Ok(None);
+                }
+                event => event?,
             };
             match event {
                 None => return Err(Error::Timeout(timeout.unwrap_or_default())),
                 Some(Event::Caps(caps)) => self.layout = Some(VideoLayout::from_caps(&caps)?),
-                Some(Event::Frame(held)) => return self.frame(held).map(Some),
-                Some(Event::Eos) => return Ok(None),
+                Some(Event::Frame(held)) => {
+                    self.ended = false;
+                    return self.frame(held).map(Some);
+                }
+                // GStreamer's events (tags, stream-start) are for the
+                // elements; frames and their data are what this API reads.
+                Some(Event::StreamEvent(_)) => {}
+                Some(Event::Eos) => {
+                    self.ended = true;
+                    return Ok(None);
+                }
                 Some(Event::ProducerGone(gone)) => {
+                    self.ended = false;
                     return Err(Error::ProducerGone {
                         channel: self.channel.clone(),
                         died: gone == cudaipc_channel::ProducerGone::Died,
@@ -296,6 +342,15 @@ impl Subscriber {
     }
 }
 
+/// The longest timeout waited as given; a longer one waits as long as it
+/// takes (`None`), since an instant that far ahead may not be representable
+/// (an overflow in the wait).
+const LONGEST_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+fn bounded(timeout: Option<Duration>) -> Option<Duration> {
+    timeout.filter(|&timeout| timeout <= LONGEST_TIMEOUT)
+}
+
 /// A frame read by a [`Subscriber`]. It holds its slot: the producer does
 /// not write the slot again until the frame is dropped, so keep it only as
 /// long as it is read. To keep a frame longer, keep an owned copy of it,
@@ -344,6 +399,14 @@ impl Frame {
     /// frames by design and counts none.
     pub fn missed_before(&self) -> u64 {
         self.held.missed_before
+    }
+
+    /// The data the producer published with the frame
+    /// ([`Publisher::publish_with_data`](crate::Publisher::publish_with_data),
+    /// [`FrameLoan::set_data`](crate::FrameLoan::set_data), or a
+    /// `CudaIpcFrameData` meta in a GStreamer producer), if any.
+    pub fn data(&self) -> Option<crate::AppData> {
+        crate::AppData::decode(&self.held.data)
     }
 
     /// The frame's bytes ([`VideoLayout::frame_size`] of them), on the host

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use cudaipc::{
-    Error, Frames, Plane, Published, Publisher, PublisherOptions, Subscriber, SubscriberOptions,
-    Transport, VideoFormat, VideoLayout, WhenFull,
+    AppData, Error, Frames, Plane, Published, Publisher, PublisherOptions, Subscriber,
+    SubscriberOptions, Transport, VideoFormat, VideoLayout, WhenFull,
 };
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(5));
@@ -332,4 +332,94 @@ fn a_publisher_is_not_live_unless_it_says_so() {
     let (publisher, subscriber) = pair("not-live", host(2, WhenFull::Block));
     assert!(!publisher.is_live());
     assert!(!subscriber.is_live());
+}
+
+#[test]
+fn frames_published_before_a_close_are_delivered_before_producer_gone() {
+    // As after a killed producer: what was published arrives, then the
+    // loss. The subscriber takes nothing until the publisher is gone.
+    let (publisher, mut subscriber) = pair("close-delivers", host(4, WhenFull::Block));
+    let size = layout().frame_size();
+    for n in 1..=2u8 {
+        publisher.publish(&vec![n; size], None).unwrap();
+    }
+    drop(publisher);
+    for n in 1..=2u8 {
+        let frame = subscriber.next_frame(WAIT).unwrap();
+        let frame = frame.unwrap_or_else(|| panic!("frame {n}: end of stream instead"));
+        assert!(
+            frame.host_bytes().unwrap().iter().all(|&b| b == n),
+            "frame {n}"
+        );
+    }
+    let err = subscriber.next_frame(WAIT).unwrap_err();
+    assert!(
+        matches!(err, Error::ProducerGone { died: false, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn each_frame_brings_the_data_published_with_it() {
+    let (publisher, mut subscriber) = pair("frame-data", host(4, WhenFull::Block));
+    let size = layout().frame_size();
+    let boxes = AppData::Json(r#"{"boxes": [[10, 20, 30, 40, 0.9]]}"#.into());
+    publisher
+        .publish_with_data(&vec![1; size], None, &boxes)
+        .unwrap();
+    let mut loan = publisher.loan().unwrap();
+    loan.set_data(&AppData::Bytes(vec![0xCA, 0xFE])).unwrap();
+    loan.host_bytes_mut().unwrap().fill(2);
+    loan.publish(None).unwrap();
+    publisher.publish(&vec![3; size], None).unwrap();
+    let data: Vec<Option<AppData>> = (0..3)
+        .map(|_| subscriber.next_frame(WAIT).unwrap().unwrap().data())
+        .collect();
+    assert_eq!(
+        data,
+        [Some(boxes), Some(AppData::Bytes(vec![0xCA, 0xFE])), None]
+    );
+    // More than the channel's frames carry: refused, nothing published.
+    let options = PublisherOptions {
+        frame_data_bound: 64,
+        ..host(2, WhenFull::Block)
+    };
+    let (small, mut reader) = pair("frame-data-small", options);
+    let err = small
+        .publish_with_data(&vec![4; size], None, &AppData::Bytes(vec![0; 64]))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::FrameDataTooLarge { len: 64, bound: 48 }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("at most 48"), "{err}");
+    small.eos();
+    assert!(
+        reader.next_frame(WAIT).unwrap().is_none(),
+        "no frame before the end"
+    );
+}
+
+#[test]
+fn a_legacy_cuda_channel_read_where_it_is_published_says_to_read_it_from_another_process() {
+    if cudaipc_transport::cuda::gpu_or_skip("a_legacy_cuda_channel_read_in_its_own_process")
+        .is_none()
+    {
+        return;
+    }
+    let options = PublisherOptions {
+        transport: Transport::Cuda,
+        slots: 2,
+        ..Default::default()
+    };
+    let (publisher, mut subscriber) = pair("own-process", options);
+    publisher
+        .publish(&vec![7u8; layout().frame_size()], None)
+        .unwrap();
+    let err = subscriber.next_frame(WAIT).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot be read in the process that publishes it")
+            && err.contains("another process"),
+        "{err}"
+    );
 }

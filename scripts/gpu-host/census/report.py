@@ -10,8 +10,8 @@ RAW_DIR/<path>/<frames>/<process>/census-<pid>.txt are the reports;
 PATHS_TSV has one line per path: name, asserted (1/0), the path's label,
 its note (the reason a measured path syncs or copies), its processes
 (comma-separated), and "ok" or why a run failed or did not run. Writes the table to
-TABLE_MD and stdout; exits 1 when an asserted path fails a check (each
-failure named on stderr).
+TABLE_MD and stdout; exits 1 when an asserted path fails a check, or when
+no asserted path was measured at all (each failure named on stderr).
 
 Limits (environment): CENSUS_MAX_CALLS (driver calls a frame, default 10;
 CENSUS_MAX_CALLS_PYTHON for the Python consumer's process, default 60),
@@ -71,6 +71,10 @@ def main():
     python_limit = float(os.environ.get("CENSUS_MAX_CALLS_PYTHON", "60"))
     slack = int(os.environ.get("CENSUS_SLACK", "2"))
     rows, failures = [], []
+    # Asserted processes whose counts were measured and checked: a census
+    # that checked none (CENSUS_ONLY matching no asserted path, every run
+    # failed) must not pass.
+    checked = 0
     with open(paths_tsv) as f:
         for line in f:
             if not line.strip():
@@ -106,6 +110,7 @@ def main():
                 # (cuCtxGetDevice and cuDevicePrimaryCtxGetState per op).
                 limit = python_limit if "python" in name else plugin_limit
                 if asserted:
+                    checked += 1
                     problems = []
                     # The checks compare counts, not rounded figures.
                     if syncs * frames > slack:
@@ -135,6 +140,9 @@ def main():
     with open(table_md, "w") as f:
         f.write(table)
     sys.stdout.write(table)
+    if not checked:
+        failures.append("no asserted path was measured: nothing was checked"
+                        + (f" (CENSUS_ONLY={os.environ['CENSUS_ONLY']!r})" if os.environ.get("CENSUS_ONLY") else ""))
     for failure in failures:
         print(f"census FAILED: {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -9,6 +9,10 @@
 //!        cudaipc-channels watch [--once] [--json] [--interval SECONDS] [CHANNEL...]
 //!        cudaipc-channels remove-stale CHANNEL...
 //!        cudaipc-channels remove-stale --all
+//!
+//! It removes only this user's files (another user's are that user's to
+//! remove): `--all` is every stale channel and marker of this user, and
+//! names the other users' it leaves.
 
 mod watch;
 
@@ -35,7 +39,7 @@ fn main() {
 
 fn usage() {
     eprintln!(
-        "usage: cudaipc-channels [list]\n       {}\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all\n\
+        "usage: cudaipc-channels [list]\n       {}\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all   (this user's stale channels and markers)\n\
          Channels are files in {} (CUDAIPC_SHM_DIR overrides it).",
         watch::USAGE,
         directory::shm_dir().display()
@@ -94,44 +98,74 @@ fn list() -> i32 {
 }
 
 /// Removes the stale files of the channels named, or with `--all` of every
-/// stale channel and waiter marker, saying what it removes. Without either
-/// it only lists what `--all` would remove.
+/// stale channel and waiter marker of this user, saying what it removes and
+/// which other users' it leaves (it can remove only this user's files; on a
+/// shared host the others are theirs). Without either it only lists what
+/// `--all` would remove.
 fn remove_stale(args: &[String]) -> i32 {
-    let stale_channels: Vec<String> = directory::list_channels()
+    let me = cudaipc_channel::shm::effective_uid();
+    let (stale_channels, others_channels): (Vec<_>, Vec<_>) = directory::list_channels()
         .into_iter()
         .filter(|c| c.state == ChannelState::Stale)
-        .map(|c| c.name)
-        .collect();
-    let stale_waiters: Vec<_> = directory::list_waiters(None)
+        .partition(|c| c.owner_uid == Some(me));
+    let (stale_waiters, others_waiters): (Vec<_>, Vec<_>) = directory::list_waiters(None)
         .into_iter()
         .filter(|w| !w.live)
-        .collect();
+        .partition(|w| w.owner_uid == me);
+    // What another user's stale files are, and that they stay.
+    let others = || {
+        for c in &others_channels {
+            let uid = c
+                .owner_uid
+                .map_or_else(|| "?".to_string(), |u| u.to_string());
+            println!(
+                "left the stale channel '{}' of user {uid}: only that user can remove it",
+                c.name
+            );
+        }
+        for w in &others_waiters {
+            let path = w.path.display();
+            println!(
+                "left the stale marker of a consumer of '{}' of user {}: {path}: only that user can remove it",
+                w.channel, w.owner_uid
+            );
+        }
+    };
     let names: Vec<String> = match args {
         [] => {
             if stale_channels.is_empty() && stale_waiters.is_empty() {
-                println!("nothing stale in {}", directory::shm_dir().display());
+                println!(
+                    "nothing stale of this user (uid {me}) in {}",
+                    directory::shm_dir().display()
+                );
+                others();
                 return 0;
             }
-            for name in &stale_channels {
-                println!("stale channel '{name}'");
+            for c in &stale_channels {
+                println!("stale channel '{}'", c.name);
             }
             for w in &stale_waiters {
                 let path = w.path.display();
                 println!("stale marker of a consumer of '{}': {path}", w.channel);
             }
+            others();
             eprintln!(
-                "remove-stale removes only what it is given: name the channels, or --all for all of the above"
+                "remove-stale removes only what it is given: name the channels, or --all for all of this user's above"
             );
             return 2;
         }
         [all] if all == "--all" => {
-            let mut names = stale_channels;
+            let mut names: Vec<String> = stale_channels.into_iter().map(|c| c.name).collect();
             names.extend(stale_waiters.into_iter().map(|w| w.channel));
             names.sort();
             names.dedup();
             if names.is_empty() {
-                println!("nothing stale in {}", directory::shm_dir().display());
+                println!(
+                    "nothing stale of this user (uid {me}) in {}",
+                    directory::shm_dir().display()
+                );
             }
+            others();
             names
         }
         names => names.to_vec(),

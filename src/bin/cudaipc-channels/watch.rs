@@ -98,7 +98,7 @@ pub fn run(args: &[String]) -> i32 {
         let views = watch::compare(&before, &after);
         let text = match options.json {
             true => json(&views) + "\n",
-            false => table(&views, options.interval),
+            false => table(&views, options.interval, options.once),
         };
         let mut out = std::io::stdout().lock();
         let shown = match clear {
@@ -145,11 +145,14 @@ fn pace(c: &ConsumerView) -> &'static str {
     }
 }
 
-fn table(views: &[ChannelView], interval: Duration) -> String {
+/// The view; `once`: a single snapshot (no "Ctrl-C ends": it ends by
+/// itself).
+fn table(views: &[ChannelView], interval: Duration, once: bool) -> String {
     let mut out = format!(
-        "channels in {}, rates over {:.1} s (Ctrl-C ends)\n",
+        "channels in {}, rates over {:.1} s{}\n",
         directory::shm_dir().display(),
-        interval.as_secs_f64()
+        interval.as_secs_f64(),
+        if once { "" } else { " (Ctrl-C ends)" }
     );
     if views.is_empty() {
         out += "no channels\n";

@@ -23,6 +23,7 @@ fn calls_with((p, s, f, l): Handles) -> Vec<(&'static str, cudaipc_status)> {
     let (mut int, mut count, mut missed) = (0i32, 0u32, 0u64);
     let mut loan = null_mut();
     let mut frame = null_mut();
+    let (mut app, mut app_len, mut kind) = (null(), 0usize, 0u32);
     // SAFETY: zeroes are valid infos.
     let mut frame_info: cudaipc_frame_info = unsafe { std::mem::zeroed() };
     frame_info.struct_size = size_of::<cudaipc_frame_info>() as u32;
@@ -37,6 +38,21 @@ fn calls_with((p, s, f, l): Handles) -> Vec<(&'static str, cudaipc_status)> {
             (
                 "cudaipc_publisher_publish",
                 cudaipc_publisher_publish(p, data.as_ptr().cast(), 64, 0),
+            ),
+            (
+                "cudaipc_publisher_publish_with_data",
+                cudaipc_publisher_publish_with_data(
+                    p,
+                    data.as_ptr().cast(),
+                    64,
+                    0,
+                    c"d".as_ptr().cast(),
+                    1,
+                ),
+            ),
+            (
+                "cudaipc_publisher_publish_with_json",
+                cudaipc_publisher_publish_with_json(p, data.as_ptr().cast(), 64, 0, c"{}".as_ptr()),
             ),
             (
                 "cudaipc_publisher_loan",
@@ -69,6 +85,14 @@ fn calls_with((p, s, f, l): Handles) -> Vec<(&'static str, cudaipc_status)> {
                 "cudaipc_loan_publish_after_stream",
                 cudaipc_loan_publish_after_stream(l, stream),
             ),
+            (
+                "cudaipc_loan_set_data",
+                cudaipc_loan_set_data(l, c"d".as_ptr().cast(), 1),
+            ),
+            (
+                "cudaipc_loan_set_json",
+                cudaipc_loan_set_json(l, c"{}".as_ptr()),
+            ),
             ("cudaipc_loan_publish", cudaipc_loan_publish(l, 0)),
             ("cudaipc_loan_discard", cudaipc_loan_discard(l)),
             (
@@ -88,6 +112,10 @@ fn calls_with((p, s, f, l): Handles) -> Vec<(&'static str, cudaipc_status)> {
             (
                 "cudaipc_frame_get_info",
                 cudaipc_frame_get_info(f, &mut frame_info),
+            ),
+            (
+                "cudaipc_frame_get_data",
+                cudaipc_frame_get_data(f, &mut app, &mut app_len, &mut kind),
             ),
             (
                 "cudaipc_frame_copy_to_host",
@@ -234,6 +262,32 @@ fn null_out_and_data_pointers_with_live_handles_are_invalid_arguments() {
     let calls = unsafe {
         [
             ("publish data", cudaipc_publisher_publish(p, null(), 64, 0)),
+            (
+                "publish_with_data data",
+                cudaipc_publisher_publish_with_data(p, null(), 64, 0, null(), 0),
+            ),
+            (
+                "publish_with_data app_data",
+                cudaipc_publisher_publish_with_data(p, [0u8; 64].as_ptr().cast(), 64, 0, null(), 1),
+            ),
+            (
+                "publish_with_json json",
+                cudaipc_publisher_publish_with_json(p, [0u8; 64].as_ptr().cast(), 64, 0, null()),
+            ),
+            ("loan set_data", cudaipc_loan_set_data(l, null(), 3)),
+            ("loan set_json", cudaipc_loan_set_json(l, null())),
+            (
+                "frame get_data data",
+                cudaipc_frame_get_data(f, null_mut(), &mut 0, &mut 0),
+            ),
+            (
+                "frame get_data len",
+                cudaipc_frame_get_data(f, &mut null(), null_mut(), &mut 0),
+            ),
+            (
+                "frame get_data kind",
+                cudaipc_frame_get_data(f, &mut null(), &mut 0, null_mut()),
+            ),
             ("loan out", cudaipc_publisher_loan(p, null_mut())),
             ("get_layout", cudaipc_publisher_get_layout(p, null_mut())),
             (
@@ -506,5 +560,11 @@ fn status_names_and_version_are_static_strings() {
 fn a_caught_panic_is_an_internal_error() {
     let status = crate::status::guard("test", || panic!("on purpose"));
     assert_eq!(status, CUDAIPC_ERROR_INTERNAL);
-    assert_eq!(last_error(), "internal error in test: on purpose");
+    // What, and where (the panic itself is not printed: tests::limits).
+    assert!(
+        last_error().starts_with("internal error in test: on purpose (at ")
+            && last_error().contains("bad_input.rs:"),
+        "{}",
+        last_error()
+    );
 }

@@ -3,7 +3,9 @@
 //! The extern functions called as C calls them.
 
 mod bad_input;
+mod frame_data;
 mod header;
+mod limits;
 mod round_trip;
 
 use std::ffi::{CStr, CString};

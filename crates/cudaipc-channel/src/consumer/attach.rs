@@ -191,6 +191,7 @@ impl Consumer {
                 received: 0,
                 waits: 0,
                 pacing: Pacing::default(),
+                travelling: Default::default(),
                 ready: false,
                 caught_up: false,
                 waiter_marker: None,
@@ -248,8 +249,9 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
     }
     let h = control_header(shared);
     let r = Ordering::Relaxed;
+    let frame_data_bound = checked_frame_data_bound(h, shared.len());
     let layout_ok = h.header_size.load(r) as usize == std::mem::size_of::<ControlHeader>()
-        && h.total_size.load(r) as usize == control_size()
+        && frame_data_bound.is_some()
         && h.max_slots.load(r) as usize == MAX_SLOTS
         && h.max_consumers.load(r) as usize == MAX_CONSUMERS
         && h.slot_record_size.load(r) as usize == std::mem::size_of::<SlotRecord>()
@@ -273,6 +275,7 @@ fn validate_header(shared: &SharedFile) -> Result<ChannelInfo, ChannelError> {
     device_uuid[..8].copy_from_slice(&h.device_uuid[0].load(r).to_le_bytes());
     device_uuid[8..].copy_from_slice(&h.device_uuid[1].load(r).to_le_bytes());
     Ok(ChannelInfo {
+        frame_data_bound: frame_data_bound.unwrap_or(0),
         transport,
         gpu_sync,
         device_ordinal: h.device_ordinal.load(r),

@@ -17,6 +17,9 @@ use super::{
 
 mod attach;
 mod pacing;
+mod travelling;
+
+pub use travelling::Counts as TravellingCounts;
 
 use pacing::Pacing;
 
@@ -91,6 +94,9 @@ pub struct ChannelInfo {
     /// A descriptor channel's: the producers trusted to hand out its
     /// memory (over its socket). `None`: names in the shm folder.
     pub descriptor_channel: Option<Peers>,
+    /// Bytes of data each frame may carry, as checked against the control
+    /// file at attach (the only bound a frame's `data_len` is read against).
+    pub frame_data_bound: u32,
 }
 
 /// The slot pool, read consistently.
@@ -105,6 +111,8 @@ pub struct PoolInfo {
 /// A frame taken from the channel; the slot stays held until released.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
+    /// The frame's number on the channel: frames published before it
+    /// (events and ends of stream, which take queue positions, not counted).
     pub seq: u64,
     pub slot: usize,
     pub caps_generation: u64,
@@ -120,11 +128,17 @@ pub struct Frame {
     pub publish_time_ns: u64,
     /// Frames this consumer missed just before this one.
     pub missed_before: u64,
+    /// The frame's data (metas, an application's bytes), copied out while
+    /// the slot was held; empty when it carries none or when what the
+    /// block said of it was impossible (counted: `frame_data_refused`).
+    pub data: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
     Frame(Frame),
+    /// A serialized event (opaque here), between the frames it came between.
+    Event(Vec<u8>),
     Eos,
 }
 
@@ -195,6 +209,8 @@ pub struct Consumer {
     received: u64,
     waits: u64,
     pacing: Pacing,
+    /// What travelled beside the frames and was lost or refused.
+    travelling: travelling::Counts,
     /// Said ready in the record (see [`Consumer::mark_ready`]).
     ready: bool,
     /// Said in the record to have nothing to catch up (see `note_caught_up`).
@@ -686,6 +702,11 @@ impl Consumer {
             self.advance(target + 1, skipped);
             return Ok(Some(Item::Eos));
         }
+        if kind == QUEUE_EVENT {
+            let event = self.read_event(target);
+            self.advance(target + 1, skipped);
+            return Ok(event.map(Item::Event));
+        }
         let slot = kind as usize;
         if slot >= self.slot_count {
             // Not read yet, or replaced by a larger pool since.
@@ -705,7 +726,7 @@ impl Consumer {
         }
         let frame = match self
             .check_intact()
-            .and_then(|()| self.read_frame(slot, target))
+            .and_then(|()| self.read_frame(slot))
             .and_then(|frame| {
                 if let Some(frame) = &frame {
                     self.keep_caps_of(frame.caps_generation)?;
@@ -779,7 +800,7 @@ impl Consumer {
 
     /// `Ok(None)`: the frame belongs to a pool the producer replaced since
     /// (it may do so while a latest-mode consumer is about to take a frame).
-    fn read_frame(&mut self, slot: usize, seq: u64) -> Result<Option<Frame>, ChannelError> {
+    fn read_frame(&mut self, slot: usize) -> Result<Option<Frame>, ChannelError> {
         let r = &self.header().slots[slot];
         let time = |v: u64| (v != TIME_NONE).then_some(v);
         let pool_generation = r.pool_generation.load(Ordering::Relaxed);
@@ -795,7 +816,8 @@ impl Consumer {
                 }));
             }
         }
-        let r = &self.header().slots[slot];
+        let shared = self.shared.clone();
+        let r = &control_header(&shared).slots[slot];
         let size = r.size.load(Ordering::Relaxed);
         if size == 0 || size > self.slot_size {
             return Err(ChannelError::Corrupt(Corruption::FrameSize {
@@ -823,8 +845,9 @@ impl Consumer {
                 frame_size: size,
             }));
         }
+        let data = self.read_frame_data(slot, r.data_len.load(Ordering::Relaxed));
         Ok(Some(Frame {
-            seq,
+            seq: r.frame_number.load(Ordering::Relaxed),
             slot,
             caps_generation: r.caps_generation.load(Ordering::Relaxed),
             pool_generation,
@@ -838,6 +861,7 @@ impl Consumer {
             planes,
             publish_time_ns: r.publish_time_ns.load(Ordering::Relaxed),
             missed_before: 0,
+            data,
         }))
     }
 

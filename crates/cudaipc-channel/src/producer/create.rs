@@ -9,6 +9,15 @@ impl Producer {
     /// name; replaces the channel of a dead one.
     pub fn create(config: ProducerConfig) -> Result<Self, ChannelError> {
         shm::validate_channel_name(&config.channel)?;
+        // Before any file is made with it: a setuid, setgid or sticky bit
+        // (or a decimal 777 taken for octal) must not reach a mode.
+        Setting::Permissions.check(u64::from(config.permissions))?;
+        Setting::FrameDataBound.check(u64::from(config.frame_data_bound))?;
+        // Areas start on 8-byte boundaries: a bound rounds up to that.
+        let config = ProducerConfig {
+            frame_data_bound: config.frame_data_bound.next_multiple_of(8),
+            ..config
+        };
         if config.ipc_mode == IpcMode::Fd {
             return Self::create_descriptor_channel(config);
         }
@@ -62,7 +71,8 @@ impl Producer {
         config: &ProducerConfig,
     ) -> Result<(SharedFile, Option<std::path::PathBuf>), ChannelError> {
         let dir = shm::shm_dir();
-        match SharedFile::create_unnamed(&dir, path, control_size(), config.permissions) {
+        let size = control_file_size(config.frame_data_bound);
+        match SharedFile::create_unnamed(&dir, path, size, config.permissions) {
             Ok(Some(shared)) => return Ok((shared, None)),
             Ok(None) => {}
             Err(e) => {
@@ -80,7 +90,7 @@ impl Producer {
                 std::process::id(),
                 shm::random_u64()
             ));
-            match SharedFile::create_exclusive(&temp, control_size(), config.permissions) {
+            match SharedFile::create_exclusive(&temp, size, config.permissions) {
                 Ok(shared) => return Ok((shared, Some(temp))),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
                     attempt += 1;
@@ -143,7 +153,7 @@ impl Producer {
         let shared = SharedFile::create_sealed(
             &format!("cudaipc-{}", config.channel),
             &label,
-            control_size(),
+            control_file_size(config.frame_data_bound),
         )
         .map_err(|e| ChannelError::io("cannot create the control block", e))?;
         if !matches!(

@@ -8,9 +8,10 @@ use super::layout::*;
 use super::shm::{self, SharedFile};
 use super::socket::{self, Peers};
 use super::wait::{self, WaitMode, WaitOutcome, WakeSource};
-use super::{ChannelError, IpcMode, protocol, write_seqlocked};
+use super::{ChannelError, IpcMode, Setting, protocol, write_seqlocked};
 
 mod create;
+mod travelling;
 
 /// What the producer does when no slot is free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +38,9 @@ pub struct ProducerConfig {
     pub ipc_mode: IpcMode,
     /// With `IpcMode::Fd`: the consumers allowed beside the own user.
     pub peers: Peers,
+    /// Bytes of data each frame may carry (`FrameMeta::data`), rounded up
+    /// to a multiple of 8; 0: none.
+    pub frame_data_bound: u32,
 }
 
 impl Default for ProducerConfig {
@@ -52,6 +56,7 @@ impl Default for ProducerConfig {
             wait_mode: WaitMode::Hybrid,
             ipc_mode: IpcMode::Legacy,
             peers: Peers::default(),
+            frame_data_bound: DEFAULT_FRAME_DATA_BOUND,
         }
     }
 }
@@ -68,6 +73,10 @@ pub struct FrameMeta {
     pub flags: u32,
     /// (offset, stride) of each plane.
     pub planes: Vec<(u64, u32)>,
+    /// The frame's data (metas, an application's bytes: opaque here), at
+    /// most [`Producer::frame_data_bound`] bytes: more is not published
+    /// (counted in `ControlHeader::frame_data_dropped`), the frame is.
+    pub data: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -275,7 +284,11 @@ impl Producer {
     ) -> Result<u64, ChannelError> {
         self.check_intact()?;
         let count = slot_descriptors.len();
-        assert!((1..=MAX_SLOTS).contains(&count) && pool_descriptor.len() <= POOL_DESCRIPTOR_BYTES);
+        // A ring deeper than the control block's slot records is asked for
+        // from outside (a `slots` setting); no ring, or a descriptor the
+        // transport made too long, is a bug of the caller.
+        Setting::Slots.check(count as u64)?;
+        assert!(count >= 1 && pool_descriptor.len() <= POOL_DESCRIPTOR_BYTES);
         if self.slot_count() > 0 {
             self.drain(interrupt)?;
         }
@@ -698,6 +711,11 @@ impl Producer {
             record.plane_offset[p].store(offset, Ordering::Relaxed);
             record.plane_stride[p].store(stride, Ordering::Relaxed);
         }
+        self.write_frame_data(slot, &meta.data);
+        record.frame_number.store(
+            h.frames_published.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         record
             .publish_time_ns
             .store(shm::monotonic_ns(), Ordering::Relaxed);
@@ -931,7 +949,9 @@ fn init_header(h: &ControlHeader, config: &ProducerConfig, session: u64) {
     h.version.store(PROTOCOL_VERSION, r);
     h.header_size
         .store(std::mem::size_of::<ControlHeader>() as u32, r);
-    h.total_size.store(control_size() as u64, r);
+    h.total_size
+        .store(control_file_size(config.frame_data_bound) as u64, r);
+    h.frame_data_bound.store(config.frame_data_bound, r);
     h.max_slots.store(MAX_SLOTS as u32, r);
     h.max_consumers.store(MAX_CONSUMERS as u32, r);
     h.slot_record_size

@@ -14,6 +14,10 @@ reads::
 
     with cudaipc.Publisher("out", "RGB", 1280, 720) as publisher:
         publisher.publish(array, pts=0)
+        publisher.publish(array, pts=33_333_333, data={"boxes": [[10, 20, 64, 48, 0.9]]})
+
+Data published with a frame (bytes, or a dict sent as JSON) is ``frame.data``
+on the other side, and a ``CudaIpcFrameData`` meta after ``rscudaipcsrc``.
 
 In a GStreamer application (PyGObject), a buffer of ``rscudaipcsrc ! appsink``
 becomes a frame the same way, without a copy::
@@ -37,7 +41,7 @@ from ._errors import (
     UnsupportedFormatError,
     WaitTimeoutError,
 )
-from ._gst import from_gst_buffer, from_gst_sample
+from ._gst import from_gst_buffer, from_gst_sample, gst_buffer_data, set_gst_buffer_data
 from ._native import FORMATS, Frame, FramePlane, Publisher, Subscriber, __version__
 
 __all__ = [
@@ -60,4 +64,6 @@ __all__ = [
     "__version__",
     "from_gst_buffer",
     "from_gst_sample",
+    "gst_buffer_data",
+    "set_gst_buffer_data",
 ]

@@ -5,11 +5,15 @@ without a copy. Needs PyGObject (Debian: python3-gi, gir1.2-gstreamer-1.0,
 gir1.2-gst-plugins-base-1.0); imported only when called."""
 
 import ctypes
+import json
 
 from ._errors import InvalidArgumentError
 from ._native import gst_buffer_frame
 
 META_NAME = "CudaIpcMeta"
+# An application's data per frame (src/frame_data/app_data.rs): field
+# "bytes" (GBytes) or "json" (a string).
+DATA_META_NAME = "CudaIpcFrameData"
 CUDA_FEATURE = "memory:CUDAMemory"
 NO_META = (
     "the buffer carries no CudaIpcMeta: it is not a frame of rscudaipcsrc in "
@@ -45,7 +49,9 @@ class _MapInfo(ctypes.Structure):
 
 
 _GST_MAP_READ = 1
+_G_TYPE_STRING = 16 << 2
 _libgst = None
+_libgobject = None
 
 
 def _gst_library():
@@ -60,8 +66,33 @@ def _gst_library():
         lib.gst_mini_object_ref.restype = ctypes.c_void_p
         lib.gst_mini_object_unref.argtypes = [ctypes.c_void_p]
         lib.gst_mini_object_unref.restype = None
+        lib.gst_mini_object_is_writable.argtypes = [ctypes.c_void_p]
+        lib.gst_mini_object_is_writable.restype = ctypes.c_int
+        lib.gst_buffer_get_custom_meta.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.gst_buffer_get_custom_meta.restype = ctypes.c_void_p
+        lib.gst_buffer_add_custom_meta.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.gst_buffer_add_custom_meta.restype = ctypes.c_void_p
+        lib.gst_custom_meta_get_structure.argtypes = [ctypes.c_void_p]
+        lib.gst_custom_meta_get_structure.restype = ctypes.c_void_p
+        lib.gst_structure_remove_field.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.gst_structure_remove_field.restype = None
+        lib.gst_structure_set.restype = None
         _libgst = lib
     return _libgst
+
+
+def _gobject_library():
+    global _libgobject
+    if _libgobject is None:
+        lib = ctypes.CDLL("libgobject-2.0.so.0")
+        lib.g_bytes_get_type.argtypes = []
+        lib.g_bytes_get_type.restype = ctypes.c_size_t
+        lib.g_bytes_new.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.g_bytes_new.restype = ctypes.c_void_p
+        lib.g_bytes_unref.argtypes = [ctypes.c_void_p]
+        lib.g_bytes_unref.restype = None
+        _libgobject = lib
+    return _libgobject
 
 
 class _BufferReference:
@@ -132,6 +163,78 @@ def _meta(buffer):
     return fields
 
 
+def _data_fields(buffer):
+    """The "bytes" (as bytes) and "json" fields of the buffer's
+    CudaIpcFrameData, each None where it has none."""
+    meta = buffer.get_custom_meta(DATA_META_NAME)
+    if meta is None:
+        return None, None
+    # PyGObject's structure is a copy: good for reading.
+    structure = meta.get_structure()
+    raw = structure.get_value("bytes") if structure.has_field("bytes") else None
+    text = structure.get_value("json") if structure.has_field("json") else None
+    if raw is not None:
+        raw = bytes(raw.get_data()) if hasattr(raw, "get_data") else None
+    return raw, text if isinstance(text, str) else None
+
+
+def gst_buffer_data(buffer):
+    """The data an application attached to ``buffer`` (a Gst.Buffer): its
+    ``CudaIpcFrameData`` meta, as ``rscudaipcsrc`` puts there the data a
+    producer published with the frame (``publish(..., data=)``): bytes, the
+    dict of its JSON text (``json.loads``), or None."""
+    raw, text = _data_fields(buffer)
+    if raw is not None:
+        return raw
+    return None if text is None else json.loads(text)
+
+
+def set_gst_buffer_data(buffer, data):
+    """Attaches ``data`` to ``buffer`` (a writable Gst.Buffer, e.g. one made
+    for ``appsrc``) as its ``CudaIpcFrameData`` meta, which ``rscudaipcsink``
+    carries with the frame (``frame.data`` of a Subscriber): bytes,
+    bytearray or memoryview as the field ``bytes`` (a GBytes), a dict as the
+    field ``json`` (its ``json.dumps`` text, compact), replacing data set
+    before. The plugin registers the meta: load it first (e.g. make an
+    ``rscudaipcsink``, or ``Gst.ElementFactory.find("rscudaipcsink").load()``).
+
+    Through libgstreamer: PyGObject's ``meta.get_structure()`` is a copy,
+    so ``set_value`` on it does not reach the buffer."""
+    if isinstance(data, dict):
+        field, value = b"json", json.dumps(data, separators=(",", ":"), allow_nan=False)
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        field, value = b"bytes", bytes(data)
+    else:
+        raise TypeError(f"data takes bytes, a bytearray, a memoryview or a dict, not "
+                        f"{type(data).__name__}")
+    lib = _gst_library()
+    pointer = hash(buffer)
+    if not lib.gst_mini_object_is_writable(pointer):
+        raise InvalidArgumentError("the buffer is not writable (another reference holds it): "
+                                   "set its data before pushing it, or on a copy")
+    meta = lib.gst_buffer_get_custom_meta(pointer, DATA_META_NAME.encode())
+    if not meta:
+        meta = lib.gst_buffer_add_custom_meta(pointer, DATA_META_NAME.encode())
+    if not meta:
+        raise InvalidArgumentError(
+            f"{DATA_META_NAME} is not registered: load the cudaipc plugin first "
+            "(Gst.ElementFactory.find('rscudaipcsink').load())")
+    structure = ctypes.c_void_p(lib.gst_custom_meta_get_structure(meta))
+    other = b"bytes" if field == b"json" else b"json"
+    lib.gst_structure_remove_field(structure, other)
+    if field == b"json":
+        lib.gst_structure_set(structure, field, ctypes.c_size_t(_G_TYPE_STRING),
+                              ctypes.c_char_p(value.encode()), None)
+        return
+    gobject = _gobject_library()
+    gbytes = gobject.g_bytes_new(value, len(value))
+    try:
+        lib.gst_structure_set(structure, field, ctypes.c_size_t(gobject.g_bytes_get_type()),
+                              ctypes.c_void_p(gbytes), None)
+    finally:
+        gobject.g_bytes_unref(gbytes)
+
+
 def from_gst_buffer(buffer, caps):
     """The frame of ``buffer`` (a Gst.Buffer that ``rscudaipcsrc`` pushed,
     of ``caps``): a ``cudaipc.Frame`` whose DLPack and CUDA Array Interface
@@ -144,7 +247,8 @@ def from_gst_buffer(buffer, caps):
     host transport): the buffer is mapped read-only for the frame's life.
 
     The frame holds the buffer, and so the slot, until it is released
-    (``release()``, a ``with`` block) and its exports are gone.
+    (``release()``, a ``with`` block) and its exports are gone. Its ``data``
+    is the buffer's ``CudaIpcFrameData`` (see ``gst_buffer_data``).
     """
     Gst, GstVideo = _gi()
     if buffer is None or caps is None:
@@ -155,16 +259,18 @@ def from_gst_buffer(buffer, caps):
     pts = None if buffer.pts == Gst.CLOCK_TIME_NONE else buffer.pts
     offset = None if buffer.offset == Gst.BUFFER_OFFSET_NONE else buffer.offset
     meta = _meta(buffer)
+    app_bytes, app_json = _data_fields(buffer)
     if meta is not None:
         return gst_buffer_frame(_BufferReference(buffer), caps.to_string(), planes,
                                 meta["device-ptr"],
-                                meta["size"], meta["device-id"], meta["cuda-stream"], pts, offset)
+                                meta["size"], meta["device-id"], meta["cuda-stream"], pts, offset,
+                                app_bytes, app_json)
     features = caps.get_features(0)
     if features is not None and features.contains(CUDA_FEATURE):
         raise InvalidArgumentError(NO_META)
     mapping = _ReadMap(buffer)
     return gst_buffer_frame(mapping, caps.to_string(), planes, mapping.address, mapping.size,
-                            None, None, pts, offset)
+                            None, None, pts, offset, app_bytes, app_json)
 
 
 def from_gst_sample(sample):

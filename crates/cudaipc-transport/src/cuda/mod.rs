@@ -13,6 +13,7 @@ mod memory;
 mod module;
 pub mod nvrtc;
 mod region;
+mod shared_import;
 mod stream;
 mod vmm;
 
@@ -31,6 +32,7 @@ pub use memory::{
 };
 pub use module::{KernelArgs, Module, load_module};
 pub use region::DeviceRegion;
+pub use shared_import::open_region as open_shared_region;
 pub use stream::Stream;
 pub use vmm::{HostRegistration, SharedDeviceMemory};
 

@@ -10,9 +10,7 @@ use std::sync::Arc;
 
 use super::super::timeline::Timeline;
 use super::super::{SharedObject, TransportError};
-use crate::cuda::{
-    Device, DeviceBuffer, DeviceRegion, IPC_HANDLE_BYTES, ImportedMemory, SharedDeviceMemory,
-};
+use crate::cuda::{Device, DeviceBuffer, DeviceRegion, IPC_HANDLE_BYTES, SharedDeviceMemory};
 use cudaipc_channel::layout::SLOT_DESCRIPTOR_BYTES;
 use cudaipc_channel::{ChannelInfo, IpcMode, PoolInfo};
 
@@ -250,22 +248,29 @@ impl<'a> PoolAccess<'a> {
         let peer = device.uuid() != info.device_uuid;
         match self {
             PoolAccess::Named { .. } => {
+                // The driver refuses (CUDA_ERROR_INVALID_CONTEXT); say why.
+                // Legacy channels refuse consumers in another PID namespace,
+                // so the same pid is this process.
+                if info.producer_pid == std::process::id() {
+                    return Err(TransportError::ImportInProducerProcess);
+                }
                 let mut regions = Vec::with_capacity(pool.slot_descriptors.len());
                 for (i, d) in pool.slot_descriptors.iter().enumerate() {
                     let mut handle = [0u8; IPC_HANDLE_BYTES];
                     handle.copy_from_slice(&d[..IPC_HANDLE_BYTES]);
-                    let imported = ImportedMemory::open(device, &handle).map_err(|source| {
-                        TransportError::ImportMemory {
+                    // A producer announcing more than it exported gets
+                    // regions only as long as the mapping: frames beyond it
+                    // are refused, not read. Mapped once per process: other
+                    // subscribers of the channel here share it.
+                    let region = crate::cuda::open_shared_region(device, &handle, size).map_err(
+                        |source| TransportError::ImportMemory {
                             slot: i,
                             shared: false,
                             peer,
                             source,
-                        }
-                    })?;
-                    // A producer announcing more than it exported gets
-                    // regions only as long as the mapping: frames beyond it
-                    // are refused, not read.
-                    regions.push(imported.into_region(size));
+                        },
+                    )?;
+                    regions.push(region);
                 }
                 Ok(ConsumerMemory {
                     regions,

@@ -24,6 +24,10 @@ const MAX_MAPPINGS: usize = 1024;
 const FREE: u8 = 0;
 const CLAIMED: u8 = 1;
 const LIVE: u8 = 2;
+/// The signal handler is mapping zero pages over it: its owner waits before
+/// it unmaps, so that the handler never maps over a range that another
+/// mapping (or the heap) took meanwhile.
+const FAULTING: u8 = 3;
 
 /// One registered mapping; read by the signal handler, so atomics only.
 struct Entry {
@@ -93,9 +97,22 @@ impl std::ops::Deref for SharedMapping {
 
 impl Drop for SharedMapping {
     fn drop(&mut self) {
-        // Unregistered before memmap2 unmaps it, so the handler never maps
-        // over an address range that is no longer ours.
-        REGISTRY[self.entry].state.store(FREE, Ordering::Release);
+        // Unregistered before memmap2 unmaps it, and never while the handler
+        // maps over it, so the handler never maps over an address range that
+        // is no longer ours.
+        unregister(&REGISTRY[self.entry]);
+    }
+}
+
+/// Frees `entry`, first waiting for a fault handler that is mapping over it.
+fn unregister(entry: &Entry) {
+    while entry
+        .state
+        .compare_exchange(LIVE, FREE, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // FAULTING: a handler in another thread, a few system calls long.
+        std::thread::yield_now();
     }
 }
 
@@ -156,6 +173,15 @@ extern "C" fn on_sigbus(
         if address < start || address >= start + len {
             continue;
         }
+        // Held against its owner's unmap while mapping over it: if the
+        // owner freed it first, the range may be someone else's by now.
+        if entry
+            .state
+            .compare_exchange(LIVE, FAULTING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
         let protection = if entry.writable.load(Ordering::Relaxed) {
             libc::PROT_READ | libc::PROT_WRITE
         } else {
@@ -174,8 +200,12 @@ extern "C" fn on_sigbus(
                 0,
             )
         };
-        if mapped != libc::MAP_FAILED {
+        let zeroed = mapped != libc::MAP_FAILED;
+        if zeroed {
             entry.broken.store(true, Ordering::Release);
+        }
+        entry.state.store(LIVE, Ordering::Release);
+        if zeroed {
             return;
         }
         break;

@@ -60,7 +60,7 @@ impl HeldBack {
                 let mut what = format!("pid {}", b.pid);
                 if b.starting {
                     what += &format!(
-                        " (starting: not ready to take frames yet; a live producer waits up to {} s for a consumer to start)",
+                        " (starting: getting ready to take frames, or taking those published meanwhile; a live producer waits up to {} s for a consumer to start)",
                         cudaipc_channel::START_LIMIT.as_secs()
                     );
                 }

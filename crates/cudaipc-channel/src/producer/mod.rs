@@ -149,8 +149,9 @@ pub struct Blocker {
     /// Frames published that it has not taken (counted only for consumers
     /// the producer waits for).
     pub behind: u64,
-    /// It is still starting (attached, not ready to take frames): a live
-    /// producer waits for it up to [`START_LIMIT`].
+    /// It is still starting (attached and not ready to take frames, or
+    /// taking those published while it got ready): a live producer waits
+    /// for it up to [`START_LIMIT`].
     pub starting: bool,
 }
 
@@ -385,6 +386,9 @@ impl Producer {
         let live = self.is_live();
         let published = h.published.load(Ordering::Acquire);
         let count = self.slot_count();
+        // Holding a slot holds the producer back only when every slot is
+        // held; otherwise it waits for the consumers that are behind.
+        let every_slot_held = (0..count).all(|i| h.slots[i].holders.load(Ordering::SeqCst) != 0);
         h.consumers
             .iter()
             .enumerate()
@@ -400,13 +404,13 @@ impl Producer {
                 } else {
                     0
                 };
-                (held > 0 || behind > 0).then(|| Blocker {
+                ((held > 0 && every_slot_held) || behind > 0).then(|| Blocker {
                     index,
                     pid: c.pid.load(Ordering::Relaxed),
                     every_frame: mode == MODE_EVERY_FRAME,
                     held,
                     behind,
-                    starting: mode == MODE_AUTO && live && start_of(c) == Start::Starting,
+                    starting: mode == MODE_AUTO && live && start_of(c) != Start::Done,
                 })
             })
             .collect()

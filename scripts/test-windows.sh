@@ -357,11 +357,26 @@ killed_producer() {
 }
 killed_producer 1 || killed_producer 2
 started=()
-if wine "${launch[@]}" -q videotestsrc num-buffers=5 ! $caps ! rscudaipcsink channel=$ch transport=host \
-  >"$runs/new-producer.txt" 2>&1; then
+# new_producer: status 0 when a new producer took the killed one's channel.
+new_producer() {
+  wine "${launch[@]}" -q videotestsrc num-buffers=5 ! $caps ! rscudaipcsink channel=$ch transport=host \
+    >"$runs/new-producer.txt" 2>&1
+}
+code=0
+new_producer || code=$?
+if [ $code -gt 128 ]; then
+  # Seen twice in about ten runs on a fresh clone: the new producer's Wine
+  # process killed by a signal (SIGKILL, no Windows exception, its log
+  # empty) soon after the killed producer's. Said, and tried once more; a
+  # refusal (exit 1) or a second death fails.
+  echo "windows: WARNING: the new producer's Wine process died of signal $((code - 128)) ($(wc -c <"$runs/new-producer.txt") bytes of log): once more"
+  code=0
+  new_producer || code=$?
+fi
+if [ $code = 0 ]; then
   echo "windows: a new producer takes the channel of the killed one"
 else
-  fail "a new producer could not replace the killed one's channel" "$runs/new-producer.txt"
+  fail "a new producer could not replace the killed one's channel (exit $code)" "$runs/new-producer.txt"
 fi
 stage gst
 

@@ -6,7 +6,8 @@ set -euo pipefail
 packages="build-essential pkg-config patchelf ca-certificates curl unzip python3 python3-pip python3-venv fonts-dejavu-core valgrind
  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
  gstreamer1.0-tools gstreamer1.0-plugins-base-apps gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
- python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0"
+ python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0
+ libucx-dev ucx-utils iproute2 prometheus"
 missing=""
 for p in $packages; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

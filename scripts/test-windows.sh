@@ -89,7 +89,7 @@ export PKG_CONFIG_ALLOW_CROSS=1 PKG_CONFIG_PATH_x86_64_pc_windows_gnu=$cache/pc
 # Built once per run: no incremental state (it would triple the disk used).
 export CARGO_INCREMENTAL=0
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
-cargo clippy --quiet --target $T -p cudaipc-channel -p cudaipc-transport -p cudaipc -p cudaipc-c --all-targets -- -D warnings
+cargo clippy --quiet --target $T -p cudaipc-channel -p cudaipc-transport -p cudaipc -p cudaipc-c -p cudaipc-ucx -p cudaipc-bridge --all-targets -- -D warnings
 cargo clippy --quiet --target $T -p gst-plugin-cudaipc --lib -- -D warnings
 cargo build --quiet --target $T -p gst-plugin-cudaipc --lib
 stage build

@@ -5,7 +5,8 @@
 // protocol (protocol.rs), in-process pipelines (pipelines.rs), a private
 // shm folder and another user (users.rs), other namespaces
 // (namespaces.rs), kill cycles (kill_cycles.rs), the transports a
-// scenario runs on (transport.rs). Here: the
+// scenario runs on (transport.rs), two hosts as network namespaces for
+// the UCX bridge (two_hosts.rs). Here: the
 // one plugin registration and the one GPU check every test binary uses.
 // Each binary uses a part of them.
 #![allow(dead_code, unused_imports)]
@@ -17,6 +18,7 @@ mod pipelines;
 mod proc;
 mod protocol;
 mod transport;
+mod two_hosts;
 mod users;
 
 use std::sync::{Arc, Once};
@@ -30,6 +32,7 @@ pub use pipelines::*;
 pub use proc::*;
 pub use protocol::*;
 pub use transport::*;
+pub use two_hosts::*;
 pub use users::*;
 
 /// Initialises GStreamer and registers the plugin statically, once per

@@ -2,13 +2,15 @@
 
 //! Frames between real processes, on each transport: producer and consumer
 //! pipelines over legacy and descriptor channels, stream changes, the shm
-//! folder as a hostile place, and the soak run of the GPU host. The cuda
+//! folder as a hostile place, the UCX bridge between two network namespaces,
+//! and the soak run of the GPU host. The cuda
 //! transport's cases print `SKIPPED: no CUDA device` without a GPU (and fail
 //! with `CUDAIPC_REQUIRE_GPU=1`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bridge;
 mod cross_process;
 mod descriptor_channels;
 mod shared_files;

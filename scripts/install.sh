@@ -4,8 +4,8 @@
 # (pkg-config's pluginsdir of gstreamer-1.0, with sudo when not root), or with
 # --prefix DIR into DIR/lib/<multiarch>/gstreamer-1.0, and prints the
 # GST_PLUGIN_PATH line that makes GStreamer look there. The channel tool
-# cudaipc-channels goes beside it, into /usr/local/bin (DIR/bin with
-# --prefix). The C library libcudaipc.so (crates/cudaipc-c, with its soname
+# cudaipc-channels and the UCX bridge cudaipc-bridge go into /usr/local/bin
+# (DIR/bin with --prefix). The C library libcudaipc.so (crates/cudaipc-c, with its soname
 # links), its headers cudaipc.h and cudaipc.hpp and cudaipc.pc for
 # pkg-config go under /usr/local (DIR with --prefix): lib/<multiarch>,
 # include/, lib/<multiarch>/pkgconfig; with --prefix it prints the
@@ -28,6 +28,7 @@ while [ $# -gt 0 ]; do
 done
 plugin=libgstcudaipc.so
 tool=cudaipc-channels
+bridge=cudaipc-bridge
 # The C library: the real file carries the version, the soname (what
 # programs load) and the link-time name point to it.
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../Cargo.toml" | head -1)
@@ -69,7 +70,7 @@ done
 
 if [ $uninstall = 1 ]; then
   removed=0
-  for file in "$dir/$plugin" "$bindir/$tool" "$libdir/$clib" "$libdir/$soname" "$libdir/$clib.$version" \
+  for file in "$dir/$plugin" "$bindir/$tool" "$bindir/$bridge" "$libdir/$clib" "$libdir/$soname" "$libdir/$clib.$version" \
       "$pcdir/cudaipc.pc" "$includedir/cudaipc.h" "$includedir/cudaipc.hpp"; do
     [ -e "$file" ] || [ -L "$file" ] || continue
     $sudo rm -f "$file"
@@ -87,13 +88,15 @@ if [ $uninstall = 1 ]; then
 fi
 
 [ -f "$HOME/.cargo/env" ] && source "$HOME/.cargo/env"
-echo "building the release plugin, the channel tool and the C library (cargo build --release --lib --bin $tool)"
+echo "building the release plugin, the channel tool, the bridge and the C library (cargo build --release --lib --bin $tool --bin $bridge)"
 # --lib builds every default member's library: the plugin's and libcudaipc.so.
-cargo build --release --lib --bin $tool --quiet
+cargo build --release --lib --bin $tool --bin $bridge --quiet
 $sudo install -D -m 0644 target/release/$plugin "$dir/$plugin"
 echo "installed $dir/$plugin"
 $sudo install -D -m 0755 target/release/$tool "$bindir/$tool"
 echo "installed $bindir/$tool (list the channels: $tool; remove what your dead processes left: $tool remove-stale --all)"
+$sudo install -D -m 0755 target/release/$bridge "$bindir/$bridge"
+echo "installed $bindir/$bridge (a channel to another host over UCX: docs/scaling.md)"
 $sudo install -D -m 0755 target/release/$clib "$libdir/$clib.$version"
 $sudo ln -sfn "$clib.$version" "$libdir/$soname"
 $sudo ln -sfn "$soname" "$libdir/$clib"
@@ -111,7 +114,7 @@ if [ -n "$prefix" ]; then
   echo "  export GST_PLUGIN_PATH=$dir\${GST_PLUGIN_PATH:+:\$GST_PLUGIN_PATH}"
   case ":$PATH:" in
     *":$bindir:"*) ;;
-    *) echo "and the shell finds $tool with:"
+    *) echo "and the shell finds $tool and $bridge with:"
        echo "  export PATH=$bindir:\$PATH" ;;
   esac
   echo "pkg-config finds libcudaipc with (programs linked to it find it through LD_LIBRARY_PATH or -Wl,-rpath,$libdir):"

@@ -51,6 +51,8 @@ bin_line=$(echo "$installed" | grep -E "^ *export PATH=")
   GST_REGISTRY=$prefix/registry.bin gst-inspect-1.0 rscudaipcsink | grep -E "^ *Filename +$prefix/usr/lib/.*/gstreamer-1.0/libgstcudaipc.so$"
   # The channel tool, as the docs call it.
   [ "$(command -v cudaipc-channels)" = "$prefix/usr/bin/cudaipc-channels" ]
+  [ "$(command -v cudaipc-bridge)" = "$prefix/usr/bin/cudaipc-bridge" ]
+  cudaipc-bridge version | grep -q "on UCX"
   CUDAIPC_SHM_DIR=$prefix cudaipc-channels | grep -q "no channels"
   # The C library, as pkg-config gives it.
   eval "$(echo "$installed" | grep -E "^ *export PKG_CONFIG_PATH=")"
@@ -59,7 +61,7 @@ bin_line=$(echo "$installed" | grep -E "^ *export PATH=")
   [ -f "$(pkg-config --variable=includedir cudaipc)/cudaipc.hpp" ]
 )
 scripts/install.sh --uninstall --prefix "$prefix/usr"
-leftover=$(find "$prefix" -name libgstcudaipc.so -o -name cudaipc-channels -o -name 'libcudaipc.so*' -o -name 'cudaipc.h*' -o -name cudaipc.pc)
+leftover=$(find "$prefix" -name libgstcudaipc.so -o -name cudaipc-channels -o -name cudaipc-bridge -o -name 'libcudaipc.so*' -o -name 'cudaipc.h*' -o -name cudaipc.pc)
 [ -z "$leftover" ] || { echo "uninstall left $leftover" >&2; exit 1; }
 [ ! -e "$prefix/usr/lib" ] && [ ! -e "$prefix/usr/bin" ] && [ ! -e "$prefix/usr/include" ] || { echo "uninstall left the folders it made under $prefix/usr" >&2; exit 1; }
 rm -rf "$prefix"

@@ -49,6 +49,8 @@ pub const ROW_NAMES: &[(&str, &str)] = &[
     ("16b", "live-beside-slow-consumer"),
     ("16r", "python-one-frame-at-a-time"),
     ("16c", "python-batches"),
+    ("17", "bridge-1080p"),
+    ("17k", "bridge-4k"),
 ];
 
 /// The id of a configuration: its first word.

@@ -7,7 +7,9 @@
 use crate::measure::{Mps, Row};
 use crate::options::{Options, gst_cuda_wanted};
 use crate::report::{self, machine_description, print_row, print_table, write_csv};
-use crate::rows::{gstcuda, native, own_pace, python, streams, two_process, viewer, wait_modes};
+use crate::rows::{
+    bridge, gstcuda, native, own_pace, python, streams, two_process, viewer, wait_modes,
+};
 
 pub fn run_benchmark(o: &Options) -> i32 {
     gst::init().unwrap();
@@ -146,6 +148,7 @@ fn host_run(o: &Options) -> Vec<Row> {
         false,
         true,
     );
+    keep(&mut rows, bridge::bridge_rows(o), false, true);
     rows
 }
 

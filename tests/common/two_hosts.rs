@@ -23,6 +23,8 @@ pub const BRIDGE_PORT: u16 = 13337;
 pub struct TwoHosts {
     pub a: String,
     pub b: String,
+    /// Host A's end of the veth pair.
+    veth_a: String,
 }
 
 fn ip(args: &[&str]) -> bool {
@@ -50,12 +52,13 @@ impl TwoHosts {
         }
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = std::process::id() % 100_000 * 100 + NEXT.fetch_add(1, Ordering::SeqCst);
+        // Interface names are at most 15 bytes.
+        let (veth_a, veth_b) = (format!("ci{n}a"), format!("ci{n}b"));
         let hosts = Self {
             a: format!("cudaipc-{n}-a"),
             b: format!("cudaipc-{n}-b"),
+            veth_a: veth_a.clone(),
         };
-        // Interface names are at most 15 bytes.
-        let (veth_a, veth_b) = (format!("ci{n}a"), format!("ci{n}b"));
         let made = ip(&["netns", "add", &hosts.a])
             && ip(&["netns", "add", &hosts.b])
             && ip(&[
@@ -87,6 +90,28 @@ impl TwoHosts {
             return None;
         }
         Some(hosts)
+    }
+
+    /// Shapes host A's side of the link to `mbit` Mbit/s; whether it could.
+    pub fn shape_a(&self, mbit: u32) -> bool {
+        let rate = format!("{mbit}mbit");
+        let tc = [
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            &self.veth_a,
+            "root",
+            "tbf",
+            "rate",
+            &rate,
+        ];
+        ip(&[
+            &["netns", "exec", &self.a][..],
+            &tc,
+            &["burst", "32kbit", "latency", "400ms"],
+        ]
+        .concat())
     }
 
     /// The prefix that runs a command on host `ns`.

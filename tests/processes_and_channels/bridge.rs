@@ -6,6 +6,7 @@
 // are `cam0`, as on two machines.
 
 use crate::common;
+use crate::travelling;
 
 use std::time::{Duration, Instant};
 
@@ -117,6 +118,89 @@ fn every_frame_and_a_caps_change_cross_the_bridge() {
         !said.contains(" lost:"),
         "one connection carried it all:\n{said}"
     );
+}
+
+/// A reference timestamp and a custom meta on every frame, a tag event
+/// before the first and a custom event between two, as the travelling test
+/// sends them through one channel, arrive on host B through the bridge.
+#[test]
+fn metas_tags_and_events_cross_the_bridge_in_order() {
+    let Some(bridge) = Bridge::new("metas_tags_and_events_cross_the_bridge_in_order") else {
+        return;
+    };
+    let _receiver = bridge.receiver(&["--allow", ADDRESS_A, "--wait-for-connection", "1"]);
+    let own = std::env::current_exe().unwrap();
+    let on_b = bridge.on_b();
+    let consumer = travelling::start_with(&on_b, &bridge.dir_b.env(), &own, "consumer", "cam0", "");
+    let _sender = bridge.sender(&["--frames", "every"]);
+    let on_a = bridge.on_a();
+    let producer = travelling::start_with(
+        &on_a,
+        &bridge.dir_a.env(),
+        &own,
+        "producer",
+        "cam0",
+        "transport=host wait-for-connection=1",
+    );
+    travelling::finish(producer, "the producer on host A", LIMIT);
+    let seen = travelling::finish(consumer, "the consumer on host B", LIMIT);
+    assert_eq!(
+        travelling::seen_lines(&seen),
+        travelling::expected_seen(),
+        "what host B's sink got:\n{seen}"
+    );
+}
+
+/// A link too slow for the stream (host A's side of the veth shaped to
+/// 8 Mbit/s, a sixth of what 30 FPS needs): the sender misses frames,
+/// counted in its row of `cudaipc-channels watch` on host A, while a local
+/// consumer beside it misses none (or one a busy machine costs it) and host
+/// B still gets frames.
+#[test]
+fn a_slow_link_costs_the_sender_frames_not_the_producer() {
+    let Some(bridge) = Bridge::new("a_slow_link_costs_the_sender_frames_not_the_producer") else {
+        return;
+    };
+    if !bridge.hosts.shape_a(8) {
+        eprintln!(
+            "SKIPPED: a_slow_link_costs_the_sender_frames_not_the_producer: no tc shaping here"
+        );
+        return;
+    }
+    let _producer = bridge.launch_a(
+        "videotestsrc is-live=true pattern=snow ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1 ! rscudaipcsink channel=cam0 transport=host",
+    );
+    let _receiver = bridge.receiver(&["--allow", ADDRESS_A]);
+    let sender = bridge.sender(&[]);
+    let local = bridge
+        .launch_a("rscudaipcsrc channel=cam0 connect-timeout=30000 num-buffers=90 ! fakesink");
+    let remote =
+        bridge.launch_b("rscudaipcsrc channel=cam0 connect-timeout=30000 num-buffers=5 ! fakesink");
+    let mut sender_row = serde_json::Value::Null;
+    let mut local_row = serde_json::Value::Null;
+    wait_until(LIMIT, "the sender misses frames", || {
+        let channel = watch_cam0(&bridge.dir_a);
+        let row = |pid: u32| {
+            channel["consumers"]
+                .as_array()
+                .and_then(|all| all.iter().find(|c| c["pid"] == pid).cloned())
+                .unwrap_or_default()
+        };
+        sender_row = row(sender.pid());
+        local_row = row(local.pid());
+        sender_row["missed"].as_u64() > Some(10)
+    });
+    // A live consumer may miss a frame when this busy machine stalls it;
+    // the link's slowness costs the sender alone.
+    let local_missed = local_row["missed"].as_u64().unwrap_or(u64::MAX);
+    assert!(local_missed <= 2, "the local consumer: {local_row}");
+    assert_eq!(local_row["holds_producer_back"], false, "{local_row}");
+    local
+        .finish(LIMIT)
+        .assert_success("the local consumer on host A");
+    remote
+        .finish(LIMIT)
+        .assert_success("host B's consumer, over the slow link");
 }
 
 /// A sender killed mid-stream: host B's consumer sees its producer lost
@@ -270,17 +354,19 @@ while time.time() < end:
 print("received %d bytes" % got)
 "#;
 
-/// Consumers of cam0 in `dir`, as `cudaipc-channels watch` lists them.
-fn consumers_of_cam0(dir: &ShmDir) -> usize {
+/// Channel cam0 in `dir`, as `cudaipc-channels watch --json` shows it.
+fn watch_cam0(dir: &ShmDir) -> serde_json::Value {
     let out = std::process::Command::new(crate::channels_binary())
-        .args(["watch", "--once", "--json", "--interval", "0.1", "cam0"])
+        .args(["watch", "--once", "--json", "--interval", "0.2", "cam0"])
         .envs(dir.env())
         .output()
         .unwrap();
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    all["channels"][0]["consumers"]
-        .as_array()
-        .map_or(0, Vec::len)
+    all["channels"][0].clone()
+}
+
+fn consumers_of_cam0(dir: &ShmDir) -> usize {
+    watch_cam0(dir)["consumers"].as_array().map_or(0, Vec::len)
 }
 
 fn secret_file(dir: &ShmDir, name: &str, secret: &str) -> String {

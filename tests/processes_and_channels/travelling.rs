@@ -172,7 +172,28 @@ fn start(
     channel: &str,
     sink_props: &str,
 ) -> std::process::Child {
-    checked(&mut Command::new(binary))
+    start_with(&[], &[], binary, role, channel, sink_props)
+}
+
+/// Like `start`, through `wrapper` (e.g. `ip netns exec NS`), with `env`.
+pub(crate) fn start_with(
+    wrapper: &[&str],
+    env: &[(&str, &str)],
+    binary: &std::path::Path,
+    role: &str,
+    channel: &str,
+    sink_props: &str,
+) -> std::process::Child {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(binary);
+            c
+        }
+        None => Command::new(binary),
+    };
+    checked(&mut command)
+        .envs(env.iter().copied())
         .args([
             "travelling::travelling_child",
             "--exact",
@@ -190,7 +211,7 @@ fn start(
         .unwrap()
 }
 
-fn finish(child: std::process::Child, what: &str, limit: Duration) -> String {
+pub(crate) fn finish(child: std::process::Child, what: &str, limit: Duration) -> String {
     let pid = child.id();
     let watchdog = std::thread::spawn(move || {
         std::thread::sleep(limit);
@@ -227,11 +248,23 @@ fn metas_and_events_cross(transport: Transport, test: &str) {
         let runtime = format!("RUNTIME GStreamer {version}.");
         assert!(seen.contains(&runtime), "no '{runtime}' in:\n{seen}");
     }
-    let lines: Vec<&str> = seen
-        .lines()
+    assert_eq!(
+        seen_lines(&seen),
+        expected_seen(),
+        "what the consumer's sink got:\n{seen}"
+    );
+}
+
+/// What the consumer's sink got, one line each.
+pub(crate) fn seen_lines(seen: &str) -> Vec<&str> {
+    seen.lines()
         // The test harness's own lines may share a line with ours.
         .filter_map(|l| l.split_once("SEEN ").map(|(_, seen)| seen))
-        .collect();
+        .collect()
+}
+
+/// What the producer sent, as `seen_lines` gives it.
+pub(crate) fn expected_seen() -> Vec<String> {
     let mut expected = vec!["TAG title=cam-travelling".to_owned()];
     for n in 0..FRAMES {
         expected.push(format!(
@@ -243,7 +276,7 @@ fn metas_and_events_cross(transport: Transport, test: &str) {
         }
     }
     expected.push("END".into());
-    assert_eq!(lines, expected, "what the consumer's sink got:\n{seen}");
+    expected
 }
 
 #[test]

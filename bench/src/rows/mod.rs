@@ -3,6 +3,7 @@
 //! The benchmark's rows, one module per family. Each family's function
 //! returns its rows in order; `Row::left_out` marks those `--rows` left out.
 
+pub mod bridge;
 pub mod copy;
 pub mod gstcuda;
 pub mod native;

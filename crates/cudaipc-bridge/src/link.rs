@@ -85,7 +85,11 @@ impl Link {
             if left.is_zero() {
                 return Err(LinkError::Silent(what));
             }
-            self.worker.wait(left.min(Duration::from_millis(20)));
+            // Busy while UCX has work (a large send is pushed out by
+            // progress calls); a short sleep on the worker's events when not.
+            if self.worker.progress() == 0 {
+                self.worker.wait(left.min(Duration::from_millis(1)));
+            }
         }
     }
 
@@ -94,19 +98,23 @@ impl Link {
         self.finish(request, self.patience).map(drop)
     }
 
-    /// Sends `length` bytes at `address` (host or device memory).
+    /// Starts sending `length` bytes at `address` (host or device memory);
+    /// [`finish_send`](Self::finish_send) waits for it.
     ///
     /// # Safety
-    /// The memory stays valid and unchanged for the call.
-    pub unsafe fn send_memory(
+    /// The memory stays valid and unchanged until the request is finished
+    /// or dropped.
+    pub unsafe fn start_send(
         &self,
         tag: u64,
         address: *const c_void,
         length: usize,
-    ) -> Result<(), LinkError> {
-        // SAFETY: the caller keeps the memory valid; the request is
-        // finished or dropped (cancelled, waited for) before returning.
-        let request = unsafe { self.endpoint.send_raw(tag, address, length) }?;
+    ) -> Result<Request<'static>, LinkError> {
+        // SAFETY: as the caller promises.
+        Ok(unsafe { self.endpoint.send_raw(tag, address, length) }?)
+    }
+
+    pub fn finish_send(&self, request: Request<'_>) -> Result<(), LinkError> {
         self.finish(request, self.patience).map(drop)
     }
 
@@ -122,19 +130,24 @@ impl Link {
         self.finish(request, within)
     }
 
-    /// Receives `length` bytes tagged `tag` at `address`.
+    /// Starts receiving `length` bytes tagged `tag` at `address`;
+    /// [`finish_receive`](Self::finish_receive) waits for it.
     ///
     /// # Safety
-    /// The memory stays valid, and written by nothing else, for the call.
-    pub unsafe fn receive_memory(
+    /// The memory stays valid, and written by nothing else, until the
+    /// request is finished or dropped.
+    pub unsafe fn start_receive(
         &self,
         tag: u64,
         address: *mut c_void,
         length: usize,
-    ) -> Result<usize, LinkError> {
-        // SAFETY: as the caller promises; the request is finished or
-        // cancelled and waited for before returning.
-        let request = unsafe { self.worker.receive_raw(tag, wire::EXACT, address, length) }?;
+    ) -> Result<Request<'static>, LinkError> {
+        // SAFETY: as the caller promises.
+        Ok(unsafe { self.worker.receive_raw(tag, wire::EXACT, address, length) }?)
+    }
+
+    /// The received length, once the request finished.
+    pub fn finish_receive(&self, request: Request<'_>) -> Result<usize, LinkError> {
         self.finish(request, self.patience)
     }
 }

@@ -16,6 +16,8 @@ mod auth;
 #[cfg(unix)]
 mod cli;
 #[cfg(unix)]
+mod incoming;
+#[cfg(unix)]
 mod link;
 #[cfg(unix)]
 mod receive;

@@ -5,19 +5,21 @@
 //! local producer's. One sender at a time; when it goes, the channel is
 //! closed as when a local producer dies, and the next sender opens it anew.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cudaipc_channel::{FrameMeta, IpcMode, WaitMode, WhenFull};
+use cudaipc_channel::{IpcMode, WaitMode, WhenFull};
 use cudaipc_transport::cuda::Device;
-use cudaipc_transport::{GpuSync, Publisher, PublisherConfig, SlotMemory, TransportKind};
+use cudaipc_transport::{GpuSync, Publisher, PublisherConfig, TransportKind};
 use cudaipc_ucx::{Context, Endpoint, Listener, Worker};
 
 use crate::auth::{self, Admission};
+use crate::incoming::Incoming;
 use crate::link::{Link, LinkError};
-use crate::wire::{self, Control, FrameHeader, Malformed, Reply};
+use crate::wire::{self, Control, Malformed, Reply};
 
 /// How long a sender has to answer the challenge.
 const HANDSHAKE: Duration = Duration::from_secs(5);
@@ -96,6 +98,7 @@ pub fn run(options: &ReceiveOptions, stop: &AtomicBool) -> Result<(), String> {
             frames: 0,
             missed_upstream: 0,
             early_events: Vec::new(),
+            incoming: VecDeque::new(),
         };
         let outcome = receiving.run(stop);
         let (frames, missed) = (receiving.frames, receiving.missed_upstream);
@@ -143,20 +146,22 @@ fn admit(link: &Link, session: u16, admission: &Admission) -> Result<(), String>
         .map_err(|e| e.to_string())
 }
 
-type BridgePublisher = Arc<Publisher<()>>;
+pub(crate) type BridgePublisher = Arc<Publisher<()>>;
 
-struct Receiving<'a> {
-    options: &'a ReceiveOptions,
-    link: &'a Link,
+pub(crate) struct Receiving<'a> {
+    pub(crate) options: &'a ReceiveOptions,
+    pub(crate) link: &'a Link,
     listener: &'a Listener,
-    session: u16,
-    publisher: Option<BridgePublisher>,
+    pub(crate) session: u16,
+    pub(crate) publisher: Option<BridgePublisher>,
     /// The frame size the slots were made for.
-    frame_size: usize,
-    frames: u64,
-    missed_upstream: u64,
+    pub(crate) frame_size: usize,
+    pub(crate) frames: u64,
+    pub(crate) missed_upstream: u64,
     /// Events that came before the first caps.
     early_events: Vec<Vec<u8>>,
+    /// Frames whose bytes are on their way into their slots, oldest first.
+    pub(crate) incoming: VecDeque<Incoming>,
 }
 
 impl Receiving<'_> {
@@ -166,7 +171,12 @@ impl Receiving<'_> {
             let Some(length) = self.next_control(&mut buffer, stop)? else {
                 return Ok(());
             };
-            match Control::decode(&buffer[..length])? {
+            let message = Control::decode(&buffer[..length])?;
+            if !matches!(message, Control::Frame(_) | Control::Heartbeat) {
+                // What is not a frame goes after the frames before it.
+                self.settle()?;
+            }
+            match message {
                 Control::Hello { .. } => return Err(Malformed("a second hello").into()),
                 Control::Caps { caps, live } => self.caps(&caps, live)?,
                 Control::Frame(header) => self.frame(header)?,
@@ -195,11 +205,11 @@ impl Receiving<'_> {
     /// The next control message's length; `None` once stopped. Other
     /// senders asking meanwhile are refused.
     fn next_control(
-        &self,
+        &mut self,
         buffer: &mut [u8],
         stop: &AtomicBool,
     ) -> Result<Option<usize>, LinkError> {
-        let worker = &self.link.worker;
+        let worker = self.link.worker.clone();
         let mut request = worker.receive(wire::control_tag(self.session), wire::EXACT, buffer)?;
         let deadline = Instant::now() + self.options.patience;
         loop {
@@ -229,11 +239,16 @@ impl Receiving<'_> {
                 );
                 self.listener.reject(other).ok();
             }
+            if !self.incoming.is_empty() {
+                // A frame on its way: progress it, publish it once landed.
+                self.poll_incoming()?;
+                continue;
+            }
             worker.wait(Duration::from_millis(20));
         }
     }
 
-    fn publisher(&self, what: &'static str) -> Result<&BridgePublisher, LinkError> {
+    pub(crate) fn publisher(&self, what: &'static str) -> Result<&BridgePublisher, LinkError> {
         self.publisher
             .as_ref()
             .ok_or(LinkError::Malformed(Malformed(what)))
@@ -256,68 +271,10 @@ impl Receiving<'_> {
         Ok(())
     }
 
-    fn frame(&mut self, header: FrameHeader) -> Result<(), LinkError> {
-        let size = usize::try_from(header.size).map_err(|_| Malformed("a frame size"))?;
-        if size == 0 || size > cudaipc_transport::MAX_SLOT_SIZE {
-            return Err(Malformed("a frame size beyond a slot's").into());
-        }
-        let publisher = self.publisher("a frame before caps")?.clone();
-        if size > self.frame_size {
-            publisher
-                .configure(size)
-                .map_err(|e| LinkError::Local(e.to_string()))?;
-            self.frame_size = size;
-        }
-        let never = AtomicBool::new(false);
-        let loan = publisher
-            .loan(size, &never)
-            .map_err(|e| LinkError::Local(format!("cannot lend a slot: {e:?}")))?;
-        let address = match loan.memory() {
-            SlotMemory::Host(region) => {
-                // SAFETY: the loan holds the slot for writing: no consumer
-                // reads it until it is published, and this is its only view.
-                let Some(bytes) = (unsafe { region.as_mut_slice() }) else {
-                    return Err(Malformed("a read-only slot").into());
-                };
-                bytes.as_mut_ptr() as *mut std::ffi::c_void
-            }
-            SlotMemory::Device(region) => {
-                // UCX copies on its own stream: the consumers' reads that
-                // the loan ordered this write after must be done first.
-                region
-                    .device()
-                    .synchronize_context()
-                    .map_err(|e| LinkError::Local(e.to_string()))?;
-                region.ptr() as usize as *mut std::ffi::c_void
-            }
-        };
-        let tag = wire::payload_tag(self.session, header.number);
-        // SAFETY: the loan's slot stays ours, valid and unread, for the
-        // call; `receive_memory` returns only once UCX is done with it.
-        let got = unsafe { self.link.receive_memory(tag, address, size) }?;
-        if got != size {
-            return Err(Malformed("a frame's bytes of another size").into());
-        }
-        self.missed_upstream += header.missed_before;
-        self.frames += 1;
-        let meta = FrameMeta {
-            size: header.size,
-            pts: header.pts,
-            dts: header.dts,
-            duration: header.duration,
-            offset: header.offset,
-            offset_end: header.offset_end,
-            flags: header.flags,
-            planes: header.planes,
-            data: header.data,
-        };
-        loan.publish(&meta)
-            .map_err(|e| LinkError::Local(format!("cannot publish a frame: {e:?}")))?;
-        Ok(())
-    }
-
     /// Closes the local channel: its consumers see their producer lost.
     fn close_channel(&mut self) {
+        // Frames still on their way are cancelled, their slots given back.
+        self.incoming.clear();
         if let Some(publisher) = self.publisher.take() {
             publisher.close(CLOSE_GRACE);
         }

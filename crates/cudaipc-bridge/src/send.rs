@@ -5,6 +5,7 @@
 //! connects, proves the secret if asked, and keeps trying again while the
 //! receiver is unreachable or gone; a refusal ends it.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +15,7 @@ use cudaipc_channel::{ConsumerMode, WaitMode};
 use cudaipc_transport::{
     Event, HeldFrame, SlotMemory, Subscriber, SubscriberConfig, SubscriberError,
 };
-use cudaipc_ucx::{Context, Endpoint, Worker};
+use cudaipc_ucx::{Context, Endpoint, Request, Worker};
 
 use crate::auth::Secret;
 use crate::link::{Link, LinkError};
@@ -28,6 +29,18 @@ const HEARTBEAT: Duration = Duration::from_millis(500);
 const POLL: Duration = Duration::from_millis(250);
 /// The pause before trying an unreachable receiver again.
 const RETRY: Duration = Duration::from_secs(1);
+/// Frames whose bytes are on their way at once: the next one's transfer
+/// starts while the receiver publishes the last (one at a time leaves the
+/// link idle for a round trip per frame).
+const WINDOW: usize = 2;
+
+/// A frame being sent: its slot is held until the send finished. The
+/// request drops (is cancelled and waited for) before the frame does.
+struct InFlight {
+    request: Request<'static>,
+    frame: HeldFrame,
+    taken: Instant,
+}
 
 pub struct SendOptions {
     pub channel: String,
@@ -150,6 +163,57 @@ struct Sending<'a> {
     subscriber: Option<Subscriber>,
     last_sent: Instant,
     said_waiting: bool,
+    sent: Sent,
+    in_flight: VecDeque<InFlight>,
+}
+
+/// What a connection carried, said when it ends: the frames, the ones the
+/// channel's consumer missed (the network's pace), and how long sending one
+/// frame took (from taking it off the channel to the receiver's slot).
+#[derive(Default)]
+struct Sent {
+    frames: u64,
+    missed: u64,
+    first: Option<Instant>,
+    send_us: Vec<u32>,
+}
+
+impl Sent {
+    fn record(&mut self, took: Duration, missed_before: u64) {
+        self.first.get_or_insert_with(Instant::now);
+        self.frames += 1;
+        self.missed += missed_before;
+        if self.send_us.len() < 1_000_000 {
+            self.send_us
+                .push(took.as_micros().min(u32::MAX as u128) as u32);
+        }
+    }
+
+    fn summary(&mut self) -> String {
+        let seconds = self.first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        self.send_us.sort_unstable();
+        let at = |q: f64| {
+            let n = self.send_us.len();
+            if n == 0 {
+                0
+            } else {
+                self.send_us[((n - 1) as f64 * q) as usize]
+            }
+        };
+        format!(
+            "sent {} frames in {seconds:.2} s ({:.1} FPS), {} missed; send time p50 {} us, p99 {} us, max {} us",
+            self.frames,
+            if seconds > 0.0 {
+                self.frames as f64 / seconds
+            } else {
+                0.0
+            },
+            self.missed,
+            at(0.5),
+            at(0.99),
+            at(1.0)
+        )
+    }
 }
 
 impl<'a> Sending<'a> {
@@ -161,18 +225,72 @@ impl<'a> Sending<'a> {
             subscriber: None,
             last_sent: Instant::now(),
             said_waiting: false,
+            sent: Sent::default(),
+            in_flight: VecDeque::new(),
         }
     }
 
+    /// Waits for the oldest frame in flight; its slot goes back.
+    fn finish_oldest(&mut self) -> Result<(), LinkError> {
+        let Some(InFlight {
+            request,
+            frame,
+            taken,
+        }) = self.in_flight.pop_front()
+        else {
+            return Ok(());
+        };
+        let finished = self.link.finish_send(request);
+        let missed_before = frame.missed_before;
+        drop(frame);
+        finished?;
+        self.sent.record(taken.elapsed(), missed_before);
+        Ok(())
+    }
+
+    /// Progresses the frames in flight once; the oldest goes back once sent.
+    fn progress_in_flight(&mut self) -> Result<(), LinkError> {
+        if let Some(status) = self.link.endpoint.failure() {
+            return Err(LinkError::Lost(status));
+        }
+        let Some(oldest) = self.in_flight.front_mut() else {
+            return Ok(());
+        };
+        match oldest.request.poll() {
+            Some(_) => self.finish_oldest(),
+            None if oldest.taken.elapsed() > self.options.patience => {
+                Err(LinkError::Silent(self.options.patience))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every frame in flight (before the channel is let go).
+    fn settle(&mut self) -> Result<(), LinkError> {
+        while !self.in_flight.is_empty() {
+            self.finish_oldest()?;
+        }
+        Ok(())
+    }
+
     fn run(&mut self, stop: &AtomicBool) -> End {
-        loop {
+        let end = loop {
             if stop.load(Ordering::SeqCst) {
-                return End::Stopped;
+                break End::Stopped;
             }
             if let Err(e) = self.step(stop) {
-                return End::Lost(e);
+                break End::Lost(e);
             }
-        }
+        };
+        let end = match (end, self.settle()) {
+            (End::Stopped, Err(e)) => End::Lost(e),
+            (end, _) => end,
+        };
+        // Cancelled, if unfinished, before the subscriber goes.
+        self.in_flight.clear();
+        // What the benchmark and an operator read.
+        println!("cudaipc-bridge: {}", self.sent.summary());
+        end
     }
 
     fn control(&mut self, message: &Control) -> Result<(), LinkError> {
@@ -198,12 +316,21 @@ impl<'a> Sending<'a> {
             self.subscriber = self.attach(stop);
             return self.heartbeat_if_due();
         };
-        let event = match subscriber.next_within(stop, Some(POLL)) {
+        // With a frame in flight, UCX needs progress calls to push it out:
+        // the channel is only looked at, not waited on.
+        let wait = if self.in_flight.is_empty() {
+            POLL
+        } else {
+            Duration::ZERO
+        };
+        let event = match subscriber.next_within(stop, Some(wait)) {
             Ok(Some(event)) => event,
+            Ok(None) if !self.in_flight.is_empty() => return self.progress_in_flight(),
             Ok(None) => return self.heartbeat_if_due(),
             Err(SubscriberError::Interrupted) => return Ok(()),
             Err(e) => {
                 eprintln!("cudaipc-bridge: channel '{}': {e}", self.options.channel);
+                self.settle()?;
                 self.subscriber = None;
                 return self.control(&Control::ProducerGone);
             }
@@ -217,6 +344,7 @@ impl<'a> Sending<'a> {
             Event::StreamEvent(bytes) => self.control(&Control::Event(bytes)),
             Event::Eos => self.control(&Control::Eos),
             Event::ProducerGone(_) => {
+                self.settle()?;
                 self.subscriber = None;
                 self.control(&Control::ProducerGone)
             }
@@ -234,7 +362,8 @@ impl<'a> Sending<'a> {
             on_finish_read_error: Arc::new(|_, _| {}),
             ipc_mode: None,
             producers: Default::default(),
-            hold: None,
+            // The frame in flight, kept while asking for the next.
+            hold: Some(WINDOW as u32 - 1),
             refuse_self_wait: true,
         };
         match Subscriber::attach(config, stop, || {}) {
@@ -264,6 +393,7 @@ impl<'a> Sending<'a> {
     }
 
     fn frame(&mut self, frame: HeldFrame) -> Result<(), LinkError> {
+        let taken = Instant::now();
         let header = FrameHeader {
             number: frame.seq,
             size: frame.size,
@@ -299,11 +429,17 @@ impl<'a> Sending<'a> {
         };
         let tag = wire::payload_tag(self.session, frame.seq);
         // SAFETY: the frame holds its slot (the producer does not write it)
-        // until it is dropped, after the send finished or was cancelled.
-        let sent = unsafe { self.link.send_memory(tag, address, size) };
-        drop(frame);
-        sent?;
+        // until it is dropped, after its request (InFlight's field order).
+        let request = unsafe { self.link.start_send(tag, address, size) }?;
+        self.in_flight.push_back(InFlight {
+            request,
+            frame,
+            taken,
+        });
         self.last_sent = Instant::now();
+        while self.in_flight.len() >= WINDOW {
+            self.finish_oldest()?;
+        }
         Ok(())
     }
 }

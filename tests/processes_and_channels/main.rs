@@ -13,6 +13,7 @@ mod common;
 mod bridge;
 mod cross_process;
 mod descriptor_channels;
+mod metrics;
 mod shared_files;
 mod slow_consumers;
 mod soak;

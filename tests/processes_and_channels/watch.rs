@@ -16,7 +16,12 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// A producer of small RGB frames at 30 FPS on the host transport:
 /// `source_props` on its videotestsrc, `sink_props` on its sink.
-fn producer(dir: &ShmDir, channel: &str, source_props: &str, sink_props: &str) -> Launch {
+pub(crate) fn producer(
+    dir: &ShmDir,
+    channel: &str,
+    source_props: &str,
+    sink_props: &str,
+) -> Launch {
     launch_with(
         &[],
         &dir.env(),

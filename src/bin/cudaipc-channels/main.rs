@@ -2,11 +2,12 @@
 
 //! Lists the cudaipc channels in the shm folder (live or stale, producer
 //! pid and user, transport, consumers, caps) and the consumers waiting for
-//! a producer, watches their producers and consumers live, and removes
-//! what dead processes left.
+//! a producer, watches their producers and consumers live (or serves that
+//! to Prometheus), and removes what dead processes left.
 //!
 //! usage: cudaipc-channels [list]
 //!        cudaipc-channels watch [--once] [--json] [--interval SECONDS] [CHANNEL...]
+//!        cudaipc-channels serve-metrics [--listen ADDRESS:PORT] [--interval SECONDS]
 //!        cudaipc-channels remove-stale CHANNEL...
 //!        cudaipc-channels remove-stale --all
 //!
@@ -14,6 +15,8 @@
 //! remove): `--all` is every stale channel and marker of this user, and
 //! names the other users' it leaves.
 
+mod interrupt;
+mod metrics;
 mod watch;
 
 use gstcudaipc::channels::{self as directory, ChannelState};
@@ -23,6 +26,7 @@ fn main() {
     let code = match args.first().map(String::as_str) {
         None | Some("list") => list(),
         Some("watch") => watch::run(&args[1..]),
+        Some("serve-metrics") => metrics::run(&args[1..]),
         Some("remove-stale") => remove_stale(&args[1..]),
         Some("-h" | "--help") => {
             usage();
@@ -39,9 +43,10 @@ fn main() {
 
 fn usage() {
     eprintln!(
-        "usage: cudaipc-channels [list]\n       {}\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all   (this user's stale channels and markers)\n\
+        "usage: cudaipc-channels [list]\n       {}\n       {}   (serve-metrics --help says more)\n       cudaipc-channels remove-stale CHANNEL...\n       cudaipc-channels remove-stale --all   (this user's stale channels and markers)\n\
          Channels are files in {} (CUDAIPC_SHM_DIR overrides it).",
         watch::USAGE,
+        metrics::USAGE,
         directory::shm_dir().display()
     );
 }

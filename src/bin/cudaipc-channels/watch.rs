@@ -6,11 +6,12 @@
 //! interval) and ends; `--json` prints JSON (one object per line).
 
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gstcudaipc::channels::watch::{self, ChannelView, ConsumerView};
 use gstcudaipc::channels::{self as directory, ChannelState};
+
+use crate::interrupt::{end_on_interrupt, sleep_unless_interrupted};
 
 pub const USAGE: &str =
     "cudaipc-channels watch [--once] [--json] [--interval SECONDS] [CHANNEL...]";
@@ -51,35 +52,6 @@ fn parse(args: &[String]) -> Result<Options, String> {
         }
     }
     Ok(options)
-}
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Ctrl-C (and SIGTERM) end the watch between two refreshes, with status 0.
-fn end_on_interrupt() {
-    let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe; nothing else in this process handles signals.
-        unsafe { libc::signal(signal, handler) };
-    }
-}
-
-/// Sleeps for `interval`; `false` if interrupted meanwhile.
-fn sleep_unless_interrupted(interval: Duration) -> bool {
-    let end = Instant::now() + interval;
-    while !INTERRUPTED.load(Ordering::SeqCst) {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return true;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(50)));
-    }
-    false
 }
 
 pub fn run(args: &[String]) -> i32 {

@@ -153,7 +153,8 @@ fn metas_tags_and_events_cross_the_bridge_in_order() {
 
 /// A link too slow for the stream (host A's side of the veth shaped to
 /// 8 Mbit/s, a sixth of what 30 FPS needs): the sender misses frames,
-/// counted in its row of `cudaipc-channels watch` on host A, while a local
+/// counted in its row of `cudaipc-channels watch` on host A (and as host
+/// B's channel's dropped frames), while a local
 /// consumer beside it misses none (or one a busy machine costs it) and host
 /// B still gets frames.
 #[test]
@@ -201,6 +202,9 @@ fn a_slow_link_costs_the_sender_frames_not_the_producer() {
     remote
         .finish(LIMIT)
         .assert_success("host B's consumer, over the slow link");
+    // Host B's watch shows what the sender missed as its channel's drops.
+    let on_b = watch_cam0(&bridge.dir_b);
+    assert!(on_b["dropped"].as_u64() > Some(0), "host B: {on_b}");
 }
 
 /// A sender killed mid-stream: host B's consumer sees its producer lost

@@ -109,6 +109,12 @@ impl Receiving<'_> {
         }
         loan.publish(&meta)
             .map_err(|e| LinkError::Local(format!("cannot publish a frame: {e:?}")))?;
+        if missed_before > 0 {
+            // Shown as the channel's dropped frames by watch on this host.
+            if let Some(publisher) = &self.publisher {
+                publisher.count_dropped(missed_before);
+            }
+        }
         self.missed_upstream += missed_before;
         self.frames += 1;
         Ok(())

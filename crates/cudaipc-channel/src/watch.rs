@@ -24,6 +24,10 @@ pub struct ChannelSample {
     /// The producer's frames come paced by a live source.
     pub live: bool,
     pub frames_published: u64,
+    /// Frames lost on the way: dropped because every slot was held
+    /// (`when-full=drop`), or, on a bridged channel, missed on the sending
+    /// host's side.
+    pub frames_dropped: u64,
     /// Items (frames and end-of-stream markers) published.
     pub published: u64,
     /// Slots some consumer holds.
@@ -70,6 +74,7 @@ pub fn sample(names: &[String]) -> Sample {
                     entry,
                     live: false,
                     frames_published: 0,
+                    frames_dropped: 0,
                     published: 0,
                     slots_held: 0,
                     consumers: Vec::new(),
@@ -120,6 +125,7 @@ fn sample_of(entry: ChannelEntry, h: &ControlHeader) -> ChannelSample {
     ChannelSample {
         live,
         frames_published: h.frames_published.load(Ordering::Relaxed),
+        frames_dropped: h.frames_dropped.load(Ordering::Relaxed),
         published,
         slots_held: holders.iter().filter(|&&b| b != 0).count() as u32,
         consumers,

@@ -367,6 +367,11 @@ impl<T: Send + 'static> Publisher<T> {
         released
     }
 
+    /// See `Producer::count_dropped`.
+    pub fn count_dropped(&self, frames: u64) {
+        self.producer.count_dropped(frames);
+    }
+
     pub fn stats(&self) -> PublisherStats {
         PublisherStats {
             producer: self.producer.stats(),

@@ -131,13 +131,13 @@ fn table(views: &[ChannelView], interval: Duration, once: bool) -> String {
         return out;
     }
     out += &format!(
-        "{:<24} {:<6} {:>8} {:<9} {:<4} {:>8} {:>10} {:>10}\n",
-        "CHANNEL", "STATE", "PID", "TRANSPORT", "LIVE", "FPS", "FRAMES", "SLOTS-HELD"
+        "{:<24} {:<6} {:>8} {:<9} {:<4} {:>8} {:>10} {:>8} {:>10}\n",
+        "CHANNEL", "STATE", "PID", "TRANSPORT", "LIVE", "FPS", "FRAMES", "DROPPED", "SLOTS-HELD"
     );
     for v in views {
         let c = &v.now;
         out += &format!(
-            "{:<24} {:<6} {:>8} {:<9} {:<4} {:>8} {:>10} {:>10}\n",
+            "{:<24} {:<6} {:>8} {:<9} {:<4} {:>8} {:>10} {:>8} {:>10}\n",
             c.entry.name,
             state(&c.entry.state),
             c.entry.producer_pid,
@@ -145,6 +145,7 @@ fn table(views: &[ChannelView], interval: Duration, once: bool) -> String {
             if c.live { "yes" } else { "no" },
             rate(v.rate),
             c.frames_published,
+            c.frames_dropped,
             format!("{}/{}", c.slots_held, c.entry.slot_count),
         );
         if let ChannelState::Unreadable(why) = &c.entry.state {
@@ -225,7 +226,7 @@ fn json(views: &[ChannelView]) -> String {
                 _ => "null".into(),
             };
             format!(
-                "{{\"channel\":{},\"state\":{},\"unreadable\":{},\"producer_pid\":{},\"transport\":{},\"live\":{},\"fps\":{},\"frames\":{},\"slots\":{},\"slots_held\":{},\"consumers\":[{}]}}",
+                "{{\"channel\":{},\"state\":{},\"unreadable\":{},\"producer_pid\":{},\"transport\":{},\"live\":{},\"fps\":{},\"frames\":{},\"dropped\":{},\"slots\":{},\"slots_held\":{},\"consumers\":[{}]}}",
                 quoted(&c.entry.name),
                 quoted(state(&c.entry.state)),
                 unreadable,
@@ -234,6 +235,7 @@ fn json(views: &[ChannelView]) -> String {
                 c.live,
                 number(v.rate),
                 c.frames_published,
+                c.frames_dropped,
                 c.entry.slot_count,
                 c.slots_held,
                 consumers.join(","),

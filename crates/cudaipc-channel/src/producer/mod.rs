@@ -540,6 +540,14 @@ impl Producer {
         wait::notify(&h.publish_futex, &h.consumer_sleepers);
     }
 
+    /// Counts `frames` lost before they reached this producer (a bridge's
+    /// receiver: frames its sender's side missed), beside its own drops.
+    pub fn count_dropped(&self, frames: u64) {
+        self.header()
+            .frames_dropped
+            .fetch_add(frames, Ordering::Relaxed);
+    }
+
     pub fn stats(&self) -> ProducerStats {
         let h = self.header();
         ProducerStats {

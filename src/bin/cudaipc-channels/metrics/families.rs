@@ -178,6 +178,12 @@ fn channel_families(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
         "Frames the producer published.",
         live().map(|v| (producer_labels(v), v.now.frames_published)),
     )?;
+    counters(
+        e,
+        "cudaipc_channel_frames_dropped",
+        "Frames lost on the way: dropped because every slot was held (when-full=drop), or, on a channel a cudaipc-bridge receiver publishes, missed on the sending host's side.",
+        live().map(|v| (producer_labels(v), v.now.frames_dropped)),
+    )?;
     gauges(
         e,
         "cudaipc_channel_frames_per_second",

@@ -3,7 +3,8 @@
 # .gpu-host, 126: .gpu-host126, 128: .gpu-host128; default 122 126) into
 # .gpu-carry, for a device call's carry (at most 64 MiB): the runtimes
 # recompressed with xz (a quarter smaller than gzip), NVRTC 12 once, the
-# builds compressed together (they differ little). On the GPU host, `source .gpu-carry/unpack.sh` recreates the
+# builds compressed together (they differ little), and the CUDA-enabled UCX
+# of scripts/gpu-host/stage-ucx.sh where it was staged. On the GPU host, `source .gpu-carry/unpack.sh` recreates the
 # folders.
 # usage (repo root, this machine): scripts/gpu-host/pack.sh [122] [126] [128]
 #   e.g. scripts/gpu-host/pack.sh 126 128   (without the 1.22 runtime)
@@ -48,6 +49,12 @@ for dir in "${builds[@]}"; do
 done
 tar cf - "${builds[@]}" | xz -T2 -6 --lzma2=preset=6,dict=192MiB > .gpu-carry/builds.tar.xz
 echo "xz -dc .gpu-carry/builds.tar.xz | tar xf -" >> .gpu-carry/unpack.sh
+# A CUDA-enabled UCX for the bridge (scripts/gpu-host/stage-ucx.sh), where
+# staged: 6.5 MB.
+if [ -d .gpu-host-ucx ]; then
+  tar cf - .gpu-host-ucx | xz -T2 -9 > .gpu-carry/ucx.tar.xz
+  echo "xz -dc .gpu-carry/ucx.tar.xz | tar xf - && source .gpu-host-ucx/env.sh" >> .gpu-carry/unpack.sh
+fi
 # What a device call carries: the tracked files and every untracked file git
 # does not ignore (leave the staged .gpu-host* folders out of the tree then).
 carry=$(du -sb .gpu-carry | cut -f1)

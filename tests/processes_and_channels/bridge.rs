@@ -74,8 +74,9 @@ impl Bridge {
 
 /// Every frame of a stream whose format and size change mid-stream (two
 /// sources one after the other) reaches host B's consumer intact and in
-/// order, with both caps; lossless end to end (`--frames every`, both
-/// ends waiting for their consumer), and the end of stream ends it.
+/// order, with both caps; lossless end to end (every frame taken on both
+/// hosts: `--frames every` and `frames=every`; both ends waiting for their
+/// consumer), and the end of stream ends it.
 #[test]
 fn every_frame_and_a_caps_change_cross_the_bridge() {
     let Some(bridge) = Bridge::new("every_frame_and_a_caps_change_cross_the_bridge") else {
@@ -83,7 +84,7 @@ fn every_frame_and_a_caps_change_cross_the_bridge() {
     };
     let mut receiver = bridge.receiver(&["--allow", ADDRESS_A, "--wait-for-connection", "1"]);
     let consumer = bridge.launch_b(
-        "-v rscudaipcsrc channel=cam0 connect-timeout=60000 timestamp-mode=producer ! checksumsink",
+        "-v rscudaipcsrc channel=cam0 connect-timeout=60000 timestamp-mode=producer frames=every ! checksumsink",
     );
     let _sender = bridge.sender(&["--frames", "every"]);
     let producer = bridge.launch_a(
@@ -101,7 +102,8 @@ fn every_frame_and_a_caps_change_cross_the_bridge() {
     assert_eq!(
         got.checksums(),
         expected,
-        "frames on host B differ from host A's"
+        "frames on host B differ from host A's:\n{}",
+        got.stdout
     );
     for caps in [
         "format=(string)RGB, width=(int)320, height=(int)240",
@@ -132,7 +134,10 @@ fn metas_tags_and_events_cross_the_bridge_in_order() {
     let own = std::env::current_exe().unwrap();
     let on_b = bridge.on_b();
     let consumer = travelling::start_with(&on_b, &bridge.dir_b.env(), &own, "consumer", "cam0", "");
-    let _sender = bridge.sender(&["--frames", "every"]);
+    let mut sender = bridge.sender(&["--frames", "every"]);
+    // Attached before the producer starts: it gets the events published
+    // before the first frame too.
+    sender.wait_for("waiting for a producer", LIMIT);
     let on_a = bridge.on_a();
     let producer = travelling::start_with(
         &on_a,

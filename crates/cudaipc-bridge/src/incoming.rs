@@ -44,9 +44,12 @@ impl Receiving<'_> {
             self.frame_size = size;
         }
         let never = AtomicBool::new(false);
+        // The first loan waits for the local consumers asked for; the
+        // events before the first frame go out once they are there.
         let loan = publisher
             .loan(size, &never)
             .map_err(|e| LinkError::Local(format!("cannot lend a slot: {e:?}")))?;
+        self.publish_early_events()?;
         let address = match loan.memory() {
             SlotMemory::Host(region) => {
                 // SAFETY: the loan holds the slot for writing: no consumer

@@ -23,7 +23,7 @@ use crate::wire::{self, Control, Malformed, Reply};
 
 /// How long a sender has to answer the challenge.
 const HANDSHAKE: Duration = Duration::from_secs(5);
-/// Events kept until the first caps make the channel.
+/// Events kept until the stream's first frame.
 const MAX_EARLY_EVENTS: usize = 16;
 /// How long local consumers may finish their reads when a sender goes.
 const CLOSE_GRACE: Duration = Duration::from_millis(200);
@@ -98,6 +98,7 @@ pub fn run(options: &ReceiveOptions, stop: &AtomicBool) -> Result<(), String> {
             frames: 0,
             missed_upstream: 0,
             early_events: Vec::new(),
+            streaming: false,
             incoming: VecDeque::new(),
         };
         let outcome = receiving.run(stop);
@@ -158,8 +159,10 @@ pub(crate) struct Receiving<'a> {
     pub(crate) frame_size: usize,
     pub(crate) frames: u64,
     pub(crate) missed_upstream: u64,
-    /// Events that came before the first caps.
+    /// Events that came before the stream's first frame.
     early_events: Vec<Vec<u8>>,
+    /// A frame was published on this channel: events go out as they come.
+    streaming: bool,
     /// Frames whose bytes are on their way into their slots, oldest first.
     pub(crate) incoming: VecDeque<Incoming>,
 }
@@ -180,18 +183,21 @@ impl Receiving<'_> {
                 Control::Hello { .. } => return Err(Malformed("a second hello").into()),
                 Control::Caps { caps, live } => self.caps(&caps, live)?,
                 Control::Frame(header) => self.frame(header)?,
-                // A stream's first events (stream-start) come before its
-                // caps, which make the channel: they wait for it.
+                // A stream's first events (stream-start, tags) come before
+                // its caps, which make the channel, and before the first
+                // frame, which waits for the local consumers asked for
+                // (--wait-for-connection): they wait with it.
                 Control::Event(bytes) => match &self.publisher {
-                    Some(publisher) => {
+                    Some(publisher) if self.streaming => {
                         publisher.publish_event(&bytes).map_err(channel_error)?;
                     }
-                    None if self.early_events.len() < MAX_EARLY_EVENTS => {
+                    _ if self.early_events.len() < MAX_EARLY_EVENTS => {
                         self.early_events.push(bytes)
                     }
-                    None => return Err(Malformed("events without caps").into()),
+                    _ => return Err(Malformed("events without frames").into()),
                 },
                 Control::Eos => {
+                    self.publish_early_events()?;
                     if let Some(publisher) = &self.publisher {
                         publisher.eos();
                     }
@@ -262,12 +268,22 @@ impl Receiving<'_> {
             self.publisher = Some(Arc::new(publisher));
             self.frame_size = 0;
         }
-        let early = std::mem::take(&mut self.early_events);
-        let publisher = self.publisher("caps")?;
-        publisher.set_caps(caps).map_err(channel_error)?;
-        for event in early {
+        self.publisher("caps")?
+            .set_caps(caps)
+            .map_err(channel_error)?;
+        Ok(())
+    }
+
+    /// Publishes the events that waited for the stream's first frame (or
+    /// its end); from here on events are published as they come.
+    pub(crate) fn publish_early_events(&mut self) -> Result<(), LinkError> {
+        let Some(publisher) = &self.publisher else {
+            return Ok(());
+        };
+        for event in self.early_events.drain(..) {
             publisher.publish_event(&event).map_err(channel_error)?;
         }
+        self.streaming = true;
         Ok(())
     }
 
@@ -275,6 +291,8 @@ impl Receiving<'_> {
     fn close_channel(&mut self) {
         // Frames still on their way are cancelled, their slots given back.
         self.incoming.clear();
+        self.early_events.clear();
+        self.streaming = false;
         if let Some(publisher) = self.publisher.take() {
             publisher.close(CLOSE_GRACE);
         }

@@ -57,10 +57,18 @@ enum End {
 }
 
 pub fn run(options: &SendOptions, stop: &AtomicBool) -> Result<(), String> {
+    // Attached first (before UCX starts, which takes a while), and kept
+    // from one connection to the next: a consumer that attaches late
+    // misses the events (stream-start, tags) published before it.
+    let mut subscriber = wait_for_producer(options, stop)?;
     let context = Context::new("cudaipc-bridge-send").map_err(|e| e.to_string())?;
     let worker = Worker::new(&context).map_err(|e| e.to_string())?;
     let mut said_unreachable = false;
     while !stop.load(Ordering::SeqCst) {
+        if subscriber.is_none() {
+            subscriber = wait_for_producer(options, stop)?;
+            continue;
+        }
         let link = match Endpoint::connect(&worker, options.to) {
             Ok(endpoint) => Link {
                 worker: worker.clone(),
@@ -96,7 +104,10 @@ pub fn run(options: &SendOptions, stop: &AtomicBool) -> Result<(), String> {
             "cudaipc-bridge: sending channel '{}' to {}",
             options.channel, options.to
         );
-        match Sending::new(options, &link, session).run(stop) {
+        let mut sending = Sending::new(options, &link, session, subscriber.take());
+        let end = sending.run(stop);
+        subscriber = sending.subscriber.take();
+        match end {
             End::Stopped => break,
             End::Lost(e) => {
                 eprintln!(
@@ -107,6 +118,42 @@ pub fn run(options: &SendOptions, stop: &AtomicBool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How the sender reads the local channel.
+fn subscriber_config(options: &SendOptions, connect_timeout: Option<Duration>) -> SubscriberConfig {
+    SubscriberConfig {
+        channel: options.channel.clone(),
+        mode: options.mode,
+        wait_mode: WaitMode::Hybrid,
+        connect_timeout,
+        device_id: None,
+        on_finish_read_error: Arc::new(|_, _| {}),
+        ipc_mode: None,
+        producers: Default::default(),
+        // The frame in flight, kept while asking for the next.
+        hold: Some(WINDOW as u32 - 1),
+        refuse_self_wait: true,
+    }
+}
+
+/// Attaches to the local channel, waiting for its producer as long as it
+/// takes; `None` once stopped. A channel that cannot be read is an error.
+fn wait_for_producer(
+    options: &SendOptions,
+    stop: &AtomicBool,
+) -> Result<Option<Subscriber>, String> {
+    let said = || {
+        eprintln!(
+            "cudaipc-bridge: waiting for a producer on channel '{}'",
+            options.channel
+        )
+    };
+    match Subscriber::attach(subscriber_config(options, None), stop, said) {
+        Ok(subscriber) => Ok(Some(subscriber)),
+        Err(SubscriberError::Interrupted) => Ok(None),
+        Err(e) => Err(format!("channel '{}': {e}", options.channel)),
+    }
 }
 
 enum Handshake {
@@ -217,12 +264,17 @@ impl Sent {
 }
 
 impl<'a> Sending<'a> {
-    fn new(options: &'a SendOptions, link: &'a Link, session: u16) -> Self {
+    fn new(
+        options: &'a SendOptions,
+        link: &'a Link,
+        session: u16,
+        subscriber: Option<Subscriber>,
+    ) -> Self {
         Self {
             options,
             link,
             session,
-            subscriber: None,
+            subscriber,
             last_sent: Instant::now(),
             said_waiting: false,
             sent: Sent::default(),
@@ -274,6 +326,10 @@ impl<'a> Sending<'a> {
     }
 
     fn run(&mut self, stop: &AtomicBool) -> End {
+        // A receiver that comes in mid-stream learns the caps first.
+        if let Err(e) = self.announce_caps() {
+            return End::Lost(e);
+        }
         let end = loop {
             if stop.load(Ordering::SeqCst) {
                 break End::Stopped;
@@ -351,22 +407,21 @@ impl<'a> Sending<'a> {
         }
     }
 
+    /// The caps of the stream so far, if it has begun.
+    fn announce_caps(&mut self) -> Result<(), LinkError> {
+        let Some(subscriber) = self.subscriber.as_mut() else {
+            return Ok(());
+        };
+        let live = subscriber.channel_is_live();
+        match subscriber.current_caps() {
+            Ok(Some(caps)) => self.control(&Control::Caps { caps, live }),
+            _ => Ok(()),
+        }
+    }
+
     /// Attaches to the local channel, waiting a little for its producer.
     fn attach(&mut self, stop: &AtomicBool) -> Option<Subscriber> {
-        let config = SubscriberConfig {
-            channel: self.options.channel.clone(),
-            mode: self.options.mode,
-            wait_mode: WaitMode::Hybrid,
-            connect_timeout: Some(POLL),
-            device_id: None,
-            on_finish_read_error: Arc::new(|_, _| {}),
-            ipc_mode: None,
-            producers: Default::default(),
-            // The frame in flight, kept while asking for the next.
-            hold: Some(WINDOW as u32 - 1),
-            refuse_self_wait: true,
-        };
-        match Subscriber::attach(config, stop, || {}) {
+        match Subscriber::attach(subscriber_config(self.options, Some(POLL)), stop, || {}) {
             Ok(subscriber) => {
                 self.said_waiting = false;
                 Some(subscriber)

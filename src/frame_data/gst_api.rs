@@ -14,7 +14,7 @@ use gst::glib;
 
 /// `GstCustomMeta` (1.20): a meta holding one structure, named like the meta.
 #[repr(C)]
-pub(super) struct GstCustomMeta {
+pub(crate) struct GstCustomMeta {
     pub meta: ffi::GstMeta,
     pub structure: *mut ffi::GstStructure,
 }
@@ -38,20 +38,20 @@ struct GstMetaInfo1_24 {
 pub(super) const SERIALIZE_FLAG_NONE: u32 = 0;
 
 // GStreamer 1.20 API, present in every runtime the plugin supports (the
-// signatures of src/memory/meta.rs, which declares some of them too).
+// custom meta ones serve src/memory/meta.rs's CudaIpcMeta too).
 unsafe extern "C" {
-    pub(super) fn gst_meta_register_custom(
+    pub(crate) fn gst_meta_register_custom(
         name: *const c_char,
         tags: *mut *const c_char,
         transform_func: *const c_void,
         user_data: *mut c_void,
         destroy_data: *const c_void,
     ) -> *const ffi::GstMetaInfo;
-    pub(super) fn gst_buffer_add_custom_meta(
+    pub(crate) fn gst_buffer_add_custom_meta(
         buffer: *mut ffi::GstBuffer,
         name: *const c_char,
     ) -> *mut GstCustomMeta;
-    pub(super) fn gst_buffer_get_custom_meta(
+    pub(crate) fn gst_buffer_get_custom_meta(
         buffer: *mut ffi::GstBuffer,
         name: *const c_char,
     ) -> *mut GstCustomMeta;

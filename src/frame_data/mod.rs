@@ -19,7 +19,7 @@
 
 pub mod app_data;
 pub mod events;
-mod gst_api;
+pub(crate) mod gst_api;
 mod known_metas;
 mod legacy;
 pub mod meta_wire;

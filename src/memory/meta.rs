@@ -10,39 +10,18 @@
 //! makes it wait for its own stream's reads before dropping the buffer
 //! (the `cudaipc` Python package's `from_gst_sample` does both).
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 use std::sync::Once;
 
-use gst::ffi;
 
 pub const META_NAME: &str = "CudaIpcMeta";
 const META_NAME_C: &std::ffi::CStr = c"CudaIpcMeta";
 
-#[repr(C)]
-struct GstCustomMeta {
-    meta: ffi::GstMeta,
-    structure: *mut ffi::GstStructure,
-}
-
 // GstCustomMeta API of GStreamer 1.20+ (not bound by gstreamer-rs without a
-// version feature).
-unsafe extern "C" {
-    fn gst_meta_register_custom(
-        name: *const c_char,
-        tags: *mut *const c_char,
-        transform_func: *const c_void,
-        user_data: *mut c_void,
-        destroy_data: *const c_void,
-    ) -> *const ffi::GstMetaInfo;
-    fn gst_buffer_add_custom_meta(
-        buffer: *mut ffi::GstBuffer,
-        name: *const c_char,
-    ) -> *mut GstCustomMeta;
-    fn gst_buffer_get_custom_meta(
-        buffer: *mut ffi::GstBuffer,
-        name: *const c_char,
-    ) -> *mut GstCustomMeta;
-}
+// version feature), declared once for the plugin.
+use crate::frame_data::gst_api::{
+    gst_buffer_add_custom_meta, gst_buffer_get_custom_meta, gst_meta_register_custom,
+};
 
 static REGISTER: Once = Once::new();
 

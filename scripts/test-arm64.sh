@@ -128,7 +128,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C link-arg=--sysroot=$
 # (panics still name their file and line).
 export CARGO_PROFILE_RELEASE_DEBUG=0
 target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
-packages=(-p gst-plugin-cudaipc -p cudaipc-channel -p cudaipc-transport -p cudaipc)
+packages=(-p gst-plugin-cudaipc -p cudaipc-channel -p cudaipc-transport -p cudaipc -p cudaipc-channels)
 nice -n 10 cargo build --quiet --release --target $T -p gst-plugin-cudaipc --lib
 out=$target_dir/$T/release
 tests=$out/arm64-tests

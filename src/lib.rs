@@ -19,17 +19,6 @@ pub mod pattern;
 // channels that exist (what `cudaipc-channels` and the device provider show).
 pub mod element_names;
 
-/// The channels in the shm folder, and the markers of consumers waiting for
-/// a producer: listing them, watching their producers and consumers, and
-/// removing stale ones.
-pub mod channels {
-    pub use cudaipc_channel::directory::{
-        ChannelEntry, ChannelState, WaiterEntry, list_channels, list_waiters, live_channel_names,
-        live_channels_note, other_live_channels_note, remove_if_stale, remove_stale_waiters,
-    };
-    pub use cudaipc_channel::shm::{shm_dir, validate_channel_name};
-    pub use cudaipc_channel::watch;
-}
 pub mod memory;
 
 mod cudaipcdeviceprovider;

@@ -467,7 +467,7 @@ pub(super) fn mixed_with_upstream(
 pub(super) fn channels_seen() -> String {
     format!(
         "{}{}",
-        crate::channels::live_channels_note(),
+        cudaipc_channel::directory::live_channels_note(),
         upstream_note()
     )
 }
@@ -475,7 +475,7 @@ pub(super) fn channels_seen() -> String {
 /// What a consumer still waiting for a producer on `channel` can see: the
 /// other live channels, and GStreamer's own `cudaipcsink` if it runs.
 pub(super) fn other_channels_seen(channel: &str) -> String {
-    let others = crate::channels::other_live_channels_note(channel);
+    let others = cudaipc_channel::directory::other_live_channels_note(channel);
     format!("{others}{}", upstream_note())
 }
 

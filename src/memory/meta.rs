@@ -13,7 +13,6 @@
 use std::ffi::c_char;
 use std::sync::Once;
 
-
 pub const META_NAME: &str = "CudaIpcMeta";
 const META_NAME_C: &std::ffi::CStr = c"CudaIpcMeta";
 

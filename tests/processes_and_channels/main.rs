@@ -22,15 +22,22 @@ mod travelling;
 mod watch;
 
 /// The `cudaipc-channels` command: beside this test binary where the GPU
-/// host's staging puts both, else where cargo built it.
+/// host's staging puts both, else in the cargo target folder it was built
+/// in (`cargo test --workspace` builds it: crates/cudaipc-channels).
 fn channels_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let staged = exe.parent().unwrap().join("cudaipc-channels");
+    let here = exe.parent().unwrap();
+    let staged = here.join("cudaipc-channels");
     if staged.is_file() {
-        staged
-    } else {
-        env!("CARGO_BIN_EXE_cudaipc-channels").into()
+        return staged;
     }
+    let built = here.parent().unwrap().join("cudaipc-channels");
+    assert!(
+        built.is_file(),
+        "{} is missing: cargo build -p cudaipc-channels",
+        built.display()
+    );
+    built
 }
 
 #[test]

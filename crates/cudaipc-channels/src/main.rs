@@ -16,10 +16,20 @@
 //! names the other users' it leaves.
 
 mod interrupt;
+
+/// What the tool reads of the channel crate: the shm folder's channels and
+/// waiting consumers, and their producers' and consumers' records.
+mod channels {
+    pub use cudaipc_channel::directory::{
+        ChannelState, list_channels, list_waiters, remove_if_stale, remove_stale_waiters,
+    };
+    pub use cudaipc_channel::shm::{shm_dir, validate_channel_name};
+    pub use cudaipc_channel::watch;
+}
 mod metrics;
 mod watch;
 
-use gstcudaipc::channels::{self as directory, ChannelState};
+use crate::channels::{self as directory, ChannelState};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -188,7 +198,7 @@ fn remove_stale(args: &[String]) -> i32 {
 /// the markers of consumers that died waiting. `false`: it failed, or there
 /// is nothing of that name.
 fn remove_stale_channel(name: &str) -> bool {
-    if let Err(e) = gstcudaipc::channels::validate_channel_name(name) {
+    if let Err(e) = crate::channels::validate_channel_name(name) {
         eprintln!("cannot remove channel '{name}': {e}");
         return false;
     }

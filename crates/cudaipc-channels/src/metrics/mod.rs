@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::str::FromStr;
 use std::time::Duration;
 
-use gstcudaipc::channels as directory;
+use crate::channels as directory;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 use tiny_http::{Header, Method, Request, Response, Server};

@@ -13,8 +13,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use gstcudaipc::channels::ChannelState;
-use gstcudaipc::channels::watch::{ChannelView, ConsumerView};
+use crate::channels::ChannelState;
+use crate::channels::watch::{ChannelView, ConsumerView};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric,

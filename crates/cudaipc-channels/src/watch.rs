@@ -8,8 +8,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use gstcudaipc::channels::watch::{self, ChannelView, ConsumerView};
-use gstcudaipc::channels::{self as directory, ChannelState};
+use crate::channels::watch::{self, ChannelView, ConsumerView};
+use crate::channels::{self as directory, ChannelState};
 
 use crate::interrupt::{end_on_interrupt, sleep_unless_interrupted};
 

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use gstcudaipc::channels::watch::{self, ChannelView, Sample};
-use gstcudaipc::channels::{self as directory, ChannelState};
+use crate::channels::watch::{self, ChannelView, Sample};
+use crate::channels::{self as directory, ChannelState};
 
 /// One consumer's attachment: a new producer or a new attachment is a new
 /// consumer, whose counters start again.

@@ -18,6 +18,9 @@ struct Bridge {
     hosts: TwoHosts,
     dir_a: ShmDir,
     dir_b: ShmDir,
+    /// The transports UCX may use: TCP, so that frames cross the veth as
+    /// between hosts (and CUDA copies for device memory).
+    ucx_tls: &'static str,
 }
 
 impl Bridge {
@@ -26,6 +29,7 @@ impl Bridge {
             hosts: TwoHosts::new(test)?,
             dir_a: ShmDir::new("bridge-a"),
             dir_b: ShmDir::new("bridge-b"),
+            ucx_tls: "tcp",
         })
     }
 
@@ -51,7 +55,8 @@ impl Bridge {
         let listen = format!("{ADDRESS_B}:{BRIDGE_PORT}");
         let mut args = vec!["receive", "--listen", &listen, "--channel", "cam0"];
         args.extend_from_slice(options);
-        let mut receiver = BridgeProcess::start(&self.on_b(), &self.dir_b.env(), &args);
+        let env = [self.dir_b.env()[0], ("UCX_TLS", self.ucx_tls)];
+        let mut receiver = BridgeProcess::start(&self.on_b(), &env, &args);
         receiver.wait_for("receiving channel 'cam0'", LIMIT);
         receiver
     }
@@ -61,7 +66,8 @@ impl Bridge {
         let to = format!("{ADDRESS_B}:{BRIDGE_PORT}");
         let mut args = vec!["send", "--to", &to, "--channel", "cam0"];
         args.extend_from_slice(options);
-        BridgeProcess::start(&self.on_a(), &self.dir_a.env(), &args)
+        let env = [self.dir_a.env()[0], ("UCX_TLS", self.ucx_tls)];
+        BridgeProcess::start(&self.on_a(), &env, &args)
     }
 
     /// A live 30 FPS producer of channel cam0 on host A.
@@ -120,6 +126,49 @@ fn every_frame_and_a_caps_change_cross_the_bridge() {
         !said.contains(" lost:"),
         "one connection carried it all:\n{said}"
     );
+}
+
+/// On a GPU host: 4K RGB frames in CUDA memory on both sides (UCX's TCP
+/// and CUDA copies: the CUDA-enabled UCX of scripts/gpu-host/stage-ucx.sh),
+/// every one verified on host B by `cudaprocess verify=true` (the counter
+/// pattern: a corrupt, missing or stale frame fails the consumer).
+#[test]
+fn cuda_frames_cross_the_bridge_verified_on_host_b() {
+    const FRAMES: usize = 60;
+    if !gpu("cuda_frames_cross_the_bridge_verified_on_host_b") {
+        return;
+    }
+    let Some(mut bridge) = Bridge::new("cuda_frames_cross_the_bridge_verified_on_host_b") else {
+        return;
+    };
+    bridge.ucx_tls = "tcp,cuda_copy";
+    let _receiver = bridge.receiver(&[
+        "--allow",
+        ADDRESS_A,
+        "--transport",
+        "cuda",
+        "--wait-for-connection",
+        "1",
+    ]);
+    let consumer = bridge.launch_b(
+        "-v rscudaipcsrc channel=cam0 connect-timeout=120000 frames=every ! cudaprocess verify=true verify-fatal=true ! fakesink name=sink silent=false sync=false",
+    );
+    let mut sender = bridge.sender(&["--frames", "every"]);
+    sender.wait_for("waiting for a producer", CUDA.limit);
+    let producer = bridge.launch_a(&format!(
+        "cudatestsrc num-buffers={FRAMES} pattern=counter ! video/x-raw(memory:CUDAMemory),format=RGB,width=3840,height=2160,framerate=30/1 ! rscudaipcsink channel=cam0 transport=cuda wait-for-connection=1 sync=false"
+    ));
+    producer
+        .finish(CUDA.limit)
+        .assert_success("producer on host A");
+    let got = consumer.finish(CUDA.limit);
+    got.assert_success("verifying consumer on host B");
+    let frames = got
+        .stdout
+        .lines()
+        .filter(|l| l.contains("/GstFakeSink:sink: last-message = chain"))
+        .count();
+    assert_eq!(frames, FRAMES, "{}", got.stdout);
 }
 
 /// A reference timestamp and a custom meta on every frame, a tag event

@@ -7,6 +7,7 @@
 //! `DeviceRegion`, and every layout is checked against the memory it
 //! describes, so a bad layout is an error, never an access out of bounds.
 
+use crate::copy_error::{FrameCopyError, Side};
 use crate::video;
 use cudaipc_transport::cuda::DeviceRegion;
 
@@ -47,7 +48,7 @@ pub fn copy_frame(
     dst: Target<'_>,
     dst_planes: &[(u64, u32)],
     stream_of: StreamOf,
-) -> Result<(), String> {
+) -> Result<(), FrameCopyError> {
     let src_len = match src {
         Source::Host(bytes) => bytes.len(),
         Source::Device(region) => region.len(),
@@ -56,8 +57,12 @@ pub fn copy_frame(
         Target::Host(bytes) => bytes.len(),
         Target::Device(region) => region.len(),
     };
-    video::layout_fits(info, src_planes, src_len as u64).map_err(|e| format!("source: {e}"))?;
-    video::layout_fits(info, dst_planes, dst_len as u64).map_err(|e| format!("target: {e}"))?;
+    let fits = |side, planes, len: usize| {
+        video::layout_fits(info, planes, len as u64)
+            .map_err(|error| FrameCopyError::Layout { side, error })
+    };
+    fits(Side::Source, src_planes, src_len)?;
+    fits(Side::Target, dst_planes, dst_len)?;
     match (src, dst) {
         (Source::Host(src), Target::Host(dst)) => {
             video::copy_planes(src, dst, info, src_planes, dst_planes);
@@ -66,23 +71,21 @@ pub fn copy_frame(
             let end = frame_end(info, dst_planes);
             if src_planes == dst_planes {
                 // `layout_fits` checked both ends against the same layout.
-                dst.upload(&src[..end]).map_err(|e| e.to_string())?;
+                dst.upload(&src[..end])?;
             } else {
                 let mut staging = vec![0u8; end];
                 video::copy_planes(src, &mut staging, info, src_planes, dst_planes);
-                dst.upload(&staging).map_err(|e| e.to_string())?;
+                dst.upload(&staging)?;
             }
         }
         (Source::Device(src), Target::Host(dst)) => {
             let end = frame_end(info, src_planes);
-            let src = src
-                .sub(0, end)
-                .ok_or("the source layout exceeds its memory")?;
+            let src = src.sub(0, end).ok_or(FrameCopyError::SourceBeyondMemory)?;
             if src_planes == dst_planes {
-                src.download(&mut dst[..end]).map_err(|e| e.to_string())?;
+                src.download(&mut dst[..end])?;
             } else {
                 let mut staging = vec![0u8; end];
-                src.download(&mut staging).map_err(|e| e.to_string())?;
+                src.download(&mut staging)?;
                 video::copy_planes(&staging, dst, info, src_planes, dst_planes);
             }
         }
@@ -91,8 +94,7 @@ pub fn copy_frame(
                 StreamOf::Source => src.device(),
                 StreamOf::Target => dst.device(),
             };
-            copy_planes_device(&device.stream(), src, src_planes, dst, dst_planes, info)
-                .map_err(|e| e.to_string())?;
+            copy_planes_device(&device.stream(), src, src_planes, dst, dst_planes, info)?;
         }
     }
     Ok(())
@@ -210,7 +212,8 @@ mod tests {
             &planes,
             StreamOf::Target,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(error.starts_with("target: plane 0 ends at byte"), "{error}");
         let wide = padded(&info, 64);
         let mut big = vec![0u8; 4096];
@@ -222,7 +225,8 @@ mod tests {
             &planes,
             StreamOf::Target,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(error.starts_with("source:"), "{error}");
     }
 

@@ -21,6 +21,7 @@ pub mod element_names;
 
 pub mod memory;
 
+mod copy_error;
 mod cudaipcdeviceprovider;
 mod cudaipcsink;
 mod cudaipcsrc;

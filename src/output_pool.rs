@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 
 use gst::prelude::*;
 
+use crate::copy_error::FrameCopyError;
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, ContextShare};
 use crate::memory::{self, CudaAllocator};
@@ -56,9 +57,9 @@ pub(crate) fn choose_cuda_output(
     caps: &gst::Caps,
     output_memory: OutputMemory,
     cuda_context: &ContextShare,
-) -> Result<CudaOutput, String> {
+) -> Result<CudaOutput, FrameCopyError> {
     let frame_size = gst_video::VideoInfo::from_caps(caps)
-        .map_err(|_| format!("invalid video caps {caps}"))?
+        .map_err(|_| FrameCopyError::InvalidCaps { caps: caps.clone() })?
         .size() as u32;
     // rscudaipcsink's slots take our frames without a copy, even where it
     // proposes a GstCudaBufferPool first.
@@ -111,9 +112,7 @@ pub(crate) fn choose_cuda_output(
                     max: 0,
                 })
                 .filter(|own| own.configure(caps))
-                .ok_or_else(|| {
-                    format!("output-memory=gstcuda: cannot make a GstCudaBufferPool for {caps}")
-                })?;
+                .ok_or_else(|| FrameCopyError::NoGstCudaPool { caps: caps.clone() })?;
             gst::info!(CAT, obj = element, "GstCudaMemory of our own pool");
             return Ok(CudaOutput::GstCuda(own));
         }

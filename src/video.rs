@@ -3,6 +3,7 @@
 use gst::glib;
 use gst_video::VideoFormat;
 
+use crate::copy_error::LayoutError;
 use crate::memory::CAPS_FEATURE_CUDA_MEMORY;
 
 /// Formats every element of the plugin handles: 8-bit packed RGB variants,
@@ -117,34 +118,37 @@ pub fn layout_fits(
     info: &gst_video::VideoInfo,
     planes: &[(u64, u32)],
     size: u64,
-) -> Result<(), String> {
+) -> Result<(), LayoutError> {
     if planes.len() != info.n_planes() as usize {
-        return Err(format!(
-            "{} planes, the caps say {}",
-            planes.len(),
-            info.n_planes()
-        ));
+        return Err(LayoutError::PlaneCount {
+            planes: planes.len(),
+            caps: info.n_planes() as usize,
+        });
     }
     for (p, &(offset, stride)) in planes.iter().enumerate() {
         let row = row_bytes(info, p) as u64;
         let rows = rows(info, p) as u64;
         if (stride as u64) < row {
-            return Err(format!(
-                "plane {p}: stride {stride} is below the row width {row}"
-            ));
+            return Err(LayoutError::StrideBelowRow {
+                plane: p,
+                stride,
+                row,
+            });
         }
         let end = offset
             .checked_add(
                 (rows.saturating_sub(1))
                     .checked_mul(stride as u64)
-                    .ok_or("layout overflows")?,
+                    .ok_or(LayoutError::Overflow)?,
             )
             .and_then(|e| e.checked_add(row))
-            .ok_or("layout overflows")?;
+            .ok_or(LayoutError::Overflow)?;
         if end > size {
-            return Err(format!(
-                "plane {p} ends at byte {end}, beyond the frame of {size} bytes"
-            ));
+            return Err(LayoutError::BeyondMemory {
+                plane: p,
+                end,
+                size,
+            });
         }
     }
     Ok(())

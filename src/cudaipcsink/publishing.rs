@@ -13,6 +13,7 @@ use super::input::Input;
 use super::lending::{self, Lending};
 use super::pool::{self, SlotPool};
 use super::state::{CAT, SinkLender, SinkPublisher, State, flow_error, report_slots};
+use crate::copy_error::{Buffer, FrameCopyError};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda;
 use crate::memory::{self, CudaAllocator};
@@ -186,7 +187,7 @@ fn copy_into_slot(
     input: &Input,
     ordering: Option<&gstcuda::StreamOrdering>,
     memory: &SlotMemory,
-) -> Result<(), String> {
+) -> Result<(), FrameCopyError> {
     let (buffer, info) = (input.buffer, input.info);
     let dst_planes = &input.meta.planes;
     // GstCudaMemory of GStreamer's CUDA elements, mapped on the device when
@@ -202,7 +203,7 @@ fn copy_into_slot(
             // SAFETY: the slot is reserved by us, so no consumer reads it
             // until it is published, and this copy is the only view of it.
             let bytes = unsafe { slot.as_mut_slice() };
-            Target::Host(bytes.ok_or("the slot's mapping is read-only")?)
+            Target::Host(bytes.ok_or(FrameCopyError::SlotReadOnly)?)
         }
     };
     let copy = |src, target| {
@@ -213,20 +214,20 @@ fn copy_into_slot(
         let input = buffer.peek_memory(0);
         // GStreamer 1.24+: upstream's writes may still be queued on its
         // stream; read after them.
-        let access = gstcuda::OrderedAccess::begin(ordering, input, &stream, gstcuda::Access::Read)
-            .map_err(|e| e.to_string())?;
-        let src = mapped.region().map_err(|e| e.to_string())?;
+        let access =
+            gstcuda::OrderedAccess::begin(ordering, input, &stream, gstcuda::Access::Read)?;
+        let src = mapped.region()?;
         copy(Source::Device(&src), target)?;
         // Upstream rewrites its memory once we return the buffer: on its
         // stream, ordered after the copy (1.24+), or after a host wait.
-        return access.finish(input).map_err(|e| e.to_string());
+        return Ok(access.finish(input)?);
     }
     if let Some(src) = memory::buffer_device_region(buffer) {
         return copy(Source::Device(&src), target);
     }
     let map = buffer
         .map_readable()
-        .map_err(|_| "cannot map the input buffer".to_string())?;
+        .map_err(|_| FrameCopyError::CannotMap(Buffer::Input))?;
     copy(Source::Host(&map), target)
 }
 

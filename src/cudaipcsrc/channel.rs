@@ -12,6 +12,7 @@ use gst::prelude::*;
 use gst_base::prelude::*;
 
 use super::gstcuda_out::{self, GstCudaPath, SlotWrapper};
+use crate::copy_error::FrameCopyError;
 use crate::enums::OutputMemory;
 use crate::gstcuda::{self, ContextShare, CudaContext, StreamOrdering};
 use crate::memory::{self, CudaAllocator};
@@ -375,7 +376,7 @@ fn gst_cuda_pool(
     cuda_context: &ContextShare,
     output_memory: OutputMemory,
     caps: &gst::Caps,
-) -> Result<Option<gst::BufferPool>, String> {
+) -> Result<Option<gst::BufferPool>, FrameCopyError> {
     if output_memory == OutputMemory::CudaIpc || !gstcuda::available() {
         return Ok(None);
     }
@@ -392,7 +393,10 @@ fn gst_cuda_pool(
         return Ok(None);
     };
     if chosen.pool.set_active(true).is_err() {
-        return Err(format!("{} refused {caps}", chosen.pool.name()));
+        return Err(FrameCopyError::PoolRefused {
+            pool: chosen.pool.name().to_string(),
+            caps: caps.clone(),
+        });
     }
     Ok(Some(chosen.pool))
 }

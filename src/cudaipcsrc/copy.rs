@@ -4,6 +4,7 @@
 //! into system memory, GstCudaMemory for GStreamer's CUDA elements, and copies
 //! that leave the producer its slot.
 
+use crate::copy_error::{Buffer, FrameCopyError};
 use crate::frame_copy::{self, Source, StreamOf, Target};
 use crate::gstcuda::{Access, MappedCudaMemory, OrderedAccess, StreamOrdering};
 use crate::memory::{self, CudaIpcMeta};
@@ -27,7 +28,7 @@ pub(super) fn copy_frame(
     info: &gst_video::VideoInfo,
     buffer: &mut gst::BufferRef,
     into: CopyInto,
-) -> Result<(), String> {
+) -> Result<(), FrameCopyError> {
     if let CopyInto::GstCuda(ordering) = into {
         copy_to_gst_cuda(frame, info, buffer, ordering)?;
     } else {
@@ -60,13 +61,13 @@ fn copy_to_plugin_or_system(
     frame: &HeldFrame,
     info: &gst_video::VideoInfo,
     buffer: &mut gst::BufferRef,
-) -> Result<(), String> {
+) -> Result<(), FrameCopyError> {
     let planes = video::planes(info);
     let memory = frame.memory();
     let src = match &memory {
         SlotMemory::Device(slot) => Source::Device(slot),
         SlotMemory::Host(_) => {
-            Source::Host(frame.host_bytes().ok_or("the host slot is not mapped")?)
+            Source::Host(frame.host_bytes().ok_or(FrameCopyError::HostSlotUnmapped)?)
         }
     };
     let copy = |target| {
@@ -77,7 +78,7 @@ fn copy_to_plugin_or_system(
     }
     let mut map = buffer
         .map_writable()
-        .map_err(|_| "cannot map the output buffer")?;
+        .map_err(|_| FrameCopyError::CannotMap(Buffer::Output))?;
     copy(Target::Host(&mut map))
 }
 
@@ -90,19 +91,18 @@ fn copy_to_gst_cuda(
     info: &gst_video::VideoInfo,
     buffer: &mut gst::BufferRef,
     ordering: Option<&StreamOrdering>,
-) -> Result<(), String> {
+) -> Result<(), FrameCopyError> {
     let SlotMemory::Device(slot) = frame.memory() else {
-        return Err("GstCudaMemory output needs the cuda transport".into());
+        return Err(FrameCopyError::GstCudaNeedsCuda);
     };
     let stream = slot.device().stream();
     // The pool's memory may still be read by downstream's work queued on
     // its stream: written after it.
-    let access = OrderedAccess::begin(ordering, buffer.peek_memory(0), &stream, Access::Write)
-        .map_err(|e| e.to_string())?;
+    let access = OrderedAccess::begin(ordering, buffer.peek_memory(0), &stream, Access::Write)?;
     {
-        let mapped = MappedCudaMemory::of_buffer(buffer, true)
-            .ok_or("the output buffer holds no GstCudaMemory that maps")?;
-        let dst = mapped.region().map_err(|e| e.to_string())?;
+        let mapped =
+            MappedCudaMemory::of_buffer(buffer, true).ok_or(FrameCopyError::NoGstCudaMemory)?;
+        let dst = mapped.region()?;
         // On the slot's stream, which the ordering is about.
         frame_copy::copy_frame(
             info,
@@ -113,8 +113,6 @@ fn copy_to_gst_cuda(
             StreamOf::Source,
         )?;
     }
-    access
-        .finish(buffer.peek_memory(0))
-        .map_err(|e| e.to_string())?;
+    access.finish(buffer.peek_memory(0))?;
     Ok(())
 }

@@ -306,7 +306,7 @@ impl CudaIpcSrc {
         if let Err(e) = video::layout_fits(&output.info, &frame.planes, frame.size) {
             let what = SubscriberCorruption::FrameLayout {
                 seq: frame.seq,
-                problem: e,
+                problem: e.to_string(),
             };
             return Err(self.failed(SubscriberError::Corrupt(what)));
         }

@@ -84,7 +84,7 @@ fn layout_error(e: String) -> gst::ErrorMessage {
     gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}"))
 }
 
-fn copy_error(e: String) -> gst::ErrorMessage {
+fn copy_error(e: crate::copy_error::FrameCopyError) -> gst::ErrorMessage {
     gst::error_msg!(gst::StreamError::Failed, ("Frame copy failed: {e}"))
 }
 

@@ -112,6 +112,6 @@ pub fn fitting_planes(
                 .map_err(|_| format!("stride {stride} is too large"))
         })
         .collect::<Result<_, _>>()?;
-    video::layout_fits(info, &checked, size as u64)?;
+    video::layout_fits(info, &checked, size as u64).map_err(|e| e.to_string())?;
     Ok(checked)
 }

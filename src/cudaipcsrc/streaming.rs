@@ -23,7 +23,7 @@ use crate::enums::ProducerLost;
 use crate::video;
 use cudaipc_channel::ProducerGone;
 use cudaipc_transport::{
-    Event, HeldFrame, Subscriber, SubscriberCorruption, SubscriberError, TransportKind,
+    Event, HeldFrame, Subscriber, SubscriberCorruption, SubscriberError, TransportKind, WrapOrCopy,
 };
 
 /// How long a consumer waits for a producer before it says so at the
@@ -310,17 +310,8 @@ impl CudaIpcSrc {
             };
             return Err(self.failed(SubscriberError::Corrupt(what)));
         }
-        // Wrapping is zero-copy, but a wrapped slot stays with us until
-        // downstream drops it. Like v4l2src with its pool, copy instead when
-        // we would otherwise leave the producer no slot to write into (a sink
-        // keeping its last buffer, a queue, or slots=1). A consumer of the
-        // latest frame always copies: it promises never to hold the producer
-        // back, and a slow one (a viewer) would keep a slot of the ring for
-        // as long as downstream takes; a copy holds the slot only while the
-        // GPU copies.
-        // A declared `hold` (the property, or downstream's min buffers)
-        // bounds the slots downstream keeps: frames beyond it are copied,
-        // so that the ring fits every consumer's holds.
+        // Wrap the slot or copy out of it: the ring's rule
+        // (`cudaipc_transport::WrapOrCopy`, in its ring_policy.rs).
         let (latest, hold) = {
             let settings = self.settings.lock().unwrap();
             (
@@ -328,14 +319,17 @@ impl CudaIpcSrc {
                 settings.hold,
             )
         };
-        let wrappable = (output.cuda
-            && (output.gst_cuda_pool.is_none() || output.slot_wrapper.is_some()))
-            || kind == Some(TransportKind::Host);
-        // Downstream's allocation query declares a hold too.
-        let hold = hold.max(output.downstream_min_buffers);
-        // Held now: the ones downstream keeps and this one.
-        let within_hold = hold == 0 || frame.frames_held() <= hold as usize + 1;
-        let wrap = wrappable && !latest && within_hold && frame.frames_held() < frame.slot_count();
+        let wrap = WrapOrCopy {
+            wrappable: (output.cuda
+                && (output.gst_cuda_pool.is_none() || output.slot_wrapper.is_some()))
+                || kind == Some(TransportKind::Host),
+            latest,
+            // Downstream's allocation query declares a hold too.
+            hold: hold.max(output.downstream_min_buffers),
+            held: frame.frames_held(),
+            slots: frame.slot_count(),
+        }
+        .wraps();
         let (seq, slot, held) = (frame.seq, frame.slot, frame.frames_held());
         let missed = frame.missed_before;
         // Copied out with the frame while its slot was held; mostly empty.

@@ -15,6 +15,17 @@ pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Most slots a channel can have.
 pub const MAX_SLOTS: usize = 64;
+/// The slots a consumer's declared `hold` needs beside the frames it
+/// keeps: the one it reads and the one the producer writes. Both sides
+/// count with [`slots_for_hold`] (docs/protocol.md, "Holds").
+pub const HOLD_SPARE_SLOTS: usize = 2;
+
+/// The slots a ring needs for a consumer that declared it keeps `hold`
+/// frames while it asks for the next one.
+pub const fn slots_for_hold(hold: u32) -> usize {
+    hold as usize + HOLD_SPARE_SLOTS
+}
+
 /// Most consumers attached at once (one bit each in `SlotRecord::holders`).
 pub const MAX_CONSUMERS: usize = 32;
 /// Room for the caps string, in bytes.

@@ -35,7 +35,7 @@ pub use error::{ChannelError, Endpoint};
 pub use platform::{mapping, socket};
 pub use producer::{
     Blocker, ConsumerSetFingerprint, FrameMeta, Producer, ProducerConfig, ProducerStats,
-    START_LIMIT, WhenFull,
+    START_LIMIT, SlotsNeeded, WhenFull,
 };
 pub use setting::Setting;
 pub use wait::WaitMode;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::tests::unique_channel;
 use super::*;
+use crate::layout::slots_for_hold;
 
 /// A producer of a 4-slot pool, live or not.
 fn producer(channel: &str, live: bool) -> Producer {
@@ -286,6 +287,12 @@ fn a_declared_hold_bounds_the_frames_held_and_must_fit_the_ring() {
     );
 }
 
+/// A sizing policy for the mechanism's tests: the deepest declared hold's
+/// slots (the transport's policy, `slots_consumers_need`, is tested there).
+fn deepest_hold_needs(holds: &mut dyn Iterator<Item = Option<u32>>, _live: bool) -> Option<usize> {
+    holds.flatten().max().map(slots_for_hold)
+}
+
 #[test]
 fn a_ring_that_may_grow_asks_its_producer_to_and_a_ring_that_does_not_grow_in_time_is_named() {
     let channel = unique_channel("grow");
@@ -293,9 +300,9 @@ fn a_ring_that_may_grow_asks_its_producer_to_and_a_ring_that_does_not_grow_in_ti
     let no = AtomicBool::new(false);
     // hold=6 needs 8 slots; the 4-slot ring may grow to 16.
     let mut c = consumer(&channel, ConsumerMode::Auto, Some(6));
-    assert_eq!(p.deepest_declared_hold(), Some(6));
+    assert_eq!(p.declared_holds().flatten().max(), Some(6));
     publish(&p, 4);
-    p.set_ring_grows_to(16);
+    p.set_ring_grows_to(16, deepest_hold_needs);
     // The producer is told to grow before it reserves (nothing reserved).
     assert!(
         matches!(
@@ -331,7 +338,7 @@ fn a_ring_that_may_grow_asks_its_producer_to_and_a_ring_that_does_not_grow_in_ti
     // A ring that may not grow refuses the hold when the pool is read.
     drop(kept);
     drop(c);
-    p.set_ring_grows_to(0);
+    p.stop_ring_growth();
     let mut refused = consumer(&channel, ConsumerMode::Auto, Some(6));
     publish(&p, 1);
     assert!(

@@ -17,7 +17,7 @@
 //! has, when they go back) is [`LentSlots`](crate::LentSlots), in
 //! `lent_slots.rs`. Of the publisher the lending takes its terms once, when
 //! it is made, and then asks it for three things only: the ring depth they
-//! share (`ring_depth.rs`), to lend a pool's buffers, and to publish a frame
+//! share (`ring_policy.rs`), to lend a pool's buffers, and to publish a frame
 //! from a lent slot.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,9 +87,9 @@ impl<T: Send + 'static> Lender<T> {
     }
 
     /// How many buffers a pool whose buffers may be lent as slots should
-    /// have (see `RingDepth::lent`).
+    /// have (see `RingPolicy::lent`).
     pub fn pool_buffers(&self, frame_size: usize) -> usize {
-        self.publisher.ring_depth().lent(frame_size)
+        self.publisher.ring_policy().lent(frame_size)
     }
 
     /// A new pool was proposed upstream, `lendable` or not: forgets the
@@ -100,7 +100,7 @@ impl<T: Send + 'static> Lender<T> {
         self.seen.lock().unwrap().clear();
         let in_place = self.writes_in_place.load(Ordering::Relaxed);
         self.publisher
-            .ring_depth()
+            .ring_policy()
             .set_may_lend(lendable && !in_place);
     }
 
@@ -110,7 +110,7 @@ impl<T: Send + 'static> Lender<T> {
     /// `configure`. Returns whether that changed anything.
     pub fn writes_in_place(&self) -> bool {
         let first = !self.writes_in_place.swap(true, Ordering::Relaxed);
-        self.publisher.ring_depth().set_may_lend(false);
+        self.publisher.ring_policy().set_may_lend(false);
         first
     }
 

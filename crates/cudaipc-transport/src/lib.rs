@@ -21,7 +21,7 @@ mod lending;
 mod lent_slots;
 mod publisher;
 mod reservation;
-mod ring_depth;
+mod ring_policy;
 mod slots;
 mod subscriber;
 #[cfg(test)]
@@ -42,6 +42,7 @@ pub use publisher::{
     Allocated, ConfigureError, PublishError, Publisher, PublisherConfig, PublisherStats,
     PublisherStatus, ReserveError, SlotLoan,
 };
+pub use ring_policy::{WrapOrCopy, slots_consumers_need};
 pub use slots::{
     ConsumerSlots, ProducerSlots, SlotMemory, SlotRequest, WriterStream, create_producer_slots,
     open_consumer_slots,

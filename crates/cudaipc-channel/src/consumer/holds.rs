@@ -43,12 +43,13 @@ impl Consumer {
         Ok(grace_end)
     }
 
-    /// Fails if the declared `hold` does not fit the ring of `slots`.
-    /// A ring that is to grow to fit it (`ring_grows_to`) fits.
+    /// Fails if the declared `hold` does not fit the ring of `slots`
+    /// (`slots_for_hold`). A ring that is to grow to fit it
+    /// (`ring_grows_to`) fits.
     pub(super) fn check_hold_fits(&self, slots: usize) -> Result<(), ChannelError> {
         let grows_to = self.header().ring_grows_to.load(Ordering::SeqCst) as usize;
         match self.config.hold {
-            Some(hold) if slots < hold as usize + 2 && grows_to < hold as usize + 2 => {
+            Some(hold) if slots < slots_for_hold(hold) && grows_to < slots_for_hold(hold) => {
                 Err(ChannelError::HoldExceedsRing {
                     channel: self.config.channel.clone(),
                     hold,

@@ -127,6 +127,7 @@ impl Producer {
             gate_open: AtomicBool::new(false),
             listener: Mutex::new(listener),
             last_blockers: Mutex::new(Vec::new()),
+            slots_needed: Mutex::new(None),
         }
     }
 

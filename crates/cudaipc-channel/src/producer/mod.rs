@@ -132,7 +132,17 @@ pub struct Producer {
     listener: Mutex<Option<socket::Listener>>,
     /// Who kept the producer waiting the last time it waited for a slot.
     last_blockers: Mutex<Vec<Blocker>>,
+    /// How many slots which declared holds need, for a ring that may grow
+    /// (`set_ring_grows_to`).
+    slots_needed: Mutex<Option<SlotsNeeded>>,
 }
+
+/// How many slots the attached consumers need, from the `hold` each
+/// declared (`None`: not declared) on a live channel or not; `None`: none.
+/// The policy of whoever sizes the ring (the transport's
+/// `slots_consumers_need`); the channel only compares it with its slots.
+pub type SlotsNeeded =
+    fn(holds: &mut dyn Iterator<Item = Option<u32>>, live: bool) -> Option<usize>;
 
 /// A consumer that kept the producer from writing a slot: it holds frames,
 /// or it asks for every frame and has not taken them all yet.

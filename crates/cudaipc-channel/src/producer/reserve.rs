@@ -38,14 +38,25 @@ impl Producer {
     }
 
     /// Says how deep the ring may grow for the holds consumers declare
-    /// (`ControlHeader::ring_grows_to`; 0: it does not grow).
-    pub fn set_ring_grows_to(&self, slots: usize) {
+    /// (`ControlHeader::ring_grows_to`), and how many slots which holds
+    /// need (the caller's policy; the transport's `slots_consumers_need`):
+    /// a reservation then fails with `RingTooShallow` while the attached
+    /// consumers need more slots than the ring has, for the caller to grow
+    /// it.
+    pub fn set_ring_grows_to(&self, slots: usize, needed: SlotsNeeded) {
+        *self.slots_needed.lock().unwrap() = Some(needed);
         let slots = slots.min(MAX_SLOTS) as u32;
         self.header().ring_grows_to.store(slots, Ordering::SeqCst);
     }
 
-    /// The `hold` of each attached consumer (`None`: not declared).
-    fn declared_holds(&self) -> impl Iterator<Item = Option<u32>> + '_ {
+    /// The ring does not grow any more (a fixed or lent depth, or a growth
+    /// that failed): `ring_grows_to` 0.
+    pub fn stop_ring_growth(&self) {
+        self.header().ring_grows_to.store(0, Ordering::SeqCst);
+    }
+
+    /// The `hold` each attached consumer declared (`None`: not declared).
+    pub fn declared_holds(&self) -> impl Iterator<Item = Option<u32>> + '_ {
         self.header()
             .consumers
             .iter()
@@ -54,39 +65,19 @@ impl Producer {
             .map(|hold| (hold != u32::MAX).then_some(hold))
     }
 
-    /// The most frames an attached consumer declared it holds (`hold`).
-    pub fn deepest_declared_hold(&self) -> Option<u32> {
-        self.declared_holds().flatten().max()
-    }
-
-    /// The slots the attached consumers need: `hold + 2` for the deepest
-    /// declared hold (the frames kept, the one read, the one written); on a
-    /// live channel, where consumers at their own pace hold frames at once,
-    /// the frames each may hold (the one it reads and its `hold`, or one
-    /// more undeclared: a GStreamer sink keeps the last frame) and the one
-    /// written. `None`: no consumer needs any.
-    pub fn slots_consumers_need(&self) -> Option<usize> {
-        let live = self.is_live();
-        let (mut deepest, mut together) = (None::<usize>, 0usize);
-        for hold in self.declared_holds() {
-            let declared = hold.map(|h| h as usize);
-            deepest = deepest.max(declared.map(|h| h + 2));
-            together += 1 + declared.unwrap_or(1).min(MAX_SLOTS);
-        }
-        let for_live = (live && together > 0).then_some(together + 1);
-        deepest.max(for_live)
-    }
-
     /// `RingTooShallow` when the ring may grow (`set_ring_grows_to`), the
-    /// attached consumers need more slots than it has
-    /// (`slots_consumers_need`), and nothing is reserved (a new pool waits
-    /// for reservations to end).
+    /// attached consumers need more slots than it has (as its
+    /// `SlotsNeeded` counts them), and nothing is reserved (a new pool
+    /// waits for reservations to end).
     fn check_ring_fits_holds(&self) -> Result<(), ChannelError> {
         let grows_to = self.header().ring_grows_to.load(Ordering::SeqCst) as usize;
         if grows_to <= self.slot_count() || self.reserved.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
-        match self.slots_consumers_need() {
+        let Some(needed) = *self.slots_needed.lock().unwrap() else {
+            return Ok(());
+        };
+        match needed(&mut self.declared_holds(), self.is_live()) {
             Some(wanted) if wanted > self.slot_count() => Err(ChannelError::RingTooShallow {
                 wanted: wanted.min(grows_to),
             }),

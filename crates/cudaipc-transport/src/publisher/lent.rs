@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Publisher;
 use crate::cuda::AllocationKey;
-use crate::ring_depth::RingDepth;
+use crate::ring_policy::{self, RingPolicy};
 use crate::{CudaProducerSlots, LendableFrame, Lent, SlotRequest, TransportError, WriterStream};
 use cudaipc_channel::FrameMeta;
 use cudaipc_channel::layout::MAX_SLOTS;
@@ -19,16 +19,14 @@ use cudaipc_channel::layout::MAX_SLOTS;
 impl<T: Send + 'static> Publisher<T> {
     /// How deep the rings are; the lending sizes its pool by it and says
     /// when one may be lent.
-    pub(crate) fn ring_depth(&self) -> &RingDepth {
+    pub(crate) fn ring_policy(&self) -> &RingPolicy {
         &self.depth
     }
 
-    /// Whether a ring of `slots` fits every hold attached consumers
-    /// declared (`hold + 2` slots).
+    /// Whether a lent ring of `slots` fits every hold attached consumers
+    /// declared.
     pub(crate) fn fits_declared_holds(&self, slots: usize) -> bool {
-        self.producer
-            .deepest_declared_hold()
-            .is_none_or(|hold| hold as usize + 2 <= slots)
+        ring_policy::lent_ring_fits_holds(slots, &mut self.producer.declared_holds())
     }
 
     /// Makes the buffers at `ptrs` (of `size` bytes at least, keyed by
@@ -68,7 +66,7 @@ impl<T: Send + 'static> Publisher<T> {
         // SAFETY: the caller's contract.
         let slots = unsafe { CudaProducerSlots::lend(device, placeholders, ptrs, size, &request) }?;
         // Upstream's pool is as deep as it is.
-        self.producer.set_ring_grows_to(0);
+        self.producer.stop_ring_growth();
         self.install(Box::new(slots), Some((placeholders, keys)))?;
         Ok(true)
     }

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use super::{GpuSync, TransportKind};
 use crate::cuda::Device;
-use crate::ring_depth::RingDepth;
+use crate::ring_policy::RingPolicy;
 use cudaipc_channel::socket::Peers;
 use cudaipc_channel::{
     Blocker, ChannelError, IpcMode, Producer, ProducerConfig, ProducerStats, Setting, WaitMode,
@@ -59,7 +59,7 @@ pub struct PublisherConfig {
     pub kind: TransportKind,
     /// The slots' device (the cuda transport).
     pub device: Option<Arc<Device>>,
-    /// Slots per set; 0: chosen by the transport (see `ring_depth.rs`).
+    /// Slots per set; 0: chosen by the transport (see `ring_policy.rs`).
     pub slots: usize,
     /// File mode of the channel's shared files.
     pub permissions: u32,
@@ -124,7 +124,7 @@ pub struct Publisher<T> {
     /// Set while the sink is unlocked (flushing or stopping).
     interrupt: AtomicBool,
     /// How many slots a ring of ours gets; the lending sizes its pool by it.
-    depth: RingDepth,
+    depth: RingPolicy,
     current: Mutex<Option<Arc<SlotSet<T>>>>,
     retired: Mutex<Vec<Retired<T>>>,
     /// Whether `retired` may hold a set: publishing takes no lock per frame
@@ -166,7 +166,7 @@ impl<T: Send + 'static> Publisher<T> {
             peers: config.peers.clone(),
             frame_data_bound: config.frame_data_bound,
         })?;
-        let depth = RingDepth::new(config.kind, config.device.clone(), config.slots);
+        let depth = RingPolicy::new(config.kind, config.device.clone(), config.slots);
         Ok(Self {
             producer,
             ended: AtomicBool::new(false),

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::{ConfigureError, Publisher};
 use crate::cuda::AllocationKey;
+use crate::ring_policy::slots_consumers_need;
 use crate::{LentSlots, ProducerSlots, SlotRequest, TransportError};
 use cudaipc_channel::layout::MAX_SLOTS;
 
@@ -65,7 +66,7 @@ impl<T: Send + 'static> Publisher<T> {
 
     /// Says at what rate paced frames come (frames a second; 0: not known):
     /// with `slots=0` a live ring holds a tenth of a second of them and
-    /// more (see `ring_depth.rs`). Takes effect at the next allocation.
+    /// more (see `ring_policy.rs`). Takes effect at the next allocation.
     pub fn set_frame_rate(&self, fps: f64) {
         self.depth.set_frame_rate(fps);
     }
@@ -74,8 +75,9 @@ impl<T: Send + 'static> Publisher<T> {
     /// deeper where the attached consumers need it (declared holds, their
     /// number on a live channel).
     fn own_depth(&self, frame_size: usize) -> usize {
-        self.depth
-            .own_for_consumers(frame_size, self.producer.slots_consumers_need())
+        let need =
+            slots_consumers_need(&mut self.producer.declared_holds(), self.producer.is_live());
+        self.depth.own_for_consumers(frame_size, need)
     }
 
     /// Allocates and publishes a new set of slots of our own.
@@ -100,11 +102,10 @@ impl<T: Send + 'static> Publisher<T> {
             })?;
         self.install(slots, None).map_err(ConfigureError::Install)?;
         // An automatic ring grows for the holds consumers declare.
-        self.producer
-            .set_ring_grows_to(match self.depth.is_automatic() {
-                true => self.depth.growth_limit(frame_size),
-                false => 0,
-            });
+        match self.depth.grows_to(frame_size) {
+            0 => self.producer.stop_ring_growth(),
+            slots => self.producer.set_ring_grows_to(slots, slots_consumers_need),
+        }
         Ok(Allocated {
             count,
             size: frame_size,
@@ -194,7 +195,7 @@ impl<T: Send + 'static> Publisher<T> {
             _ => false,
         };
         if !grown {
-            self.producer.set_ring_grows_to(0);
+            self.producer.stop_ring_growth();
         }
     }
 

@@ -1,23 +1,74 @@
 // SPDX-License-Identifier: MPL-2.0
 
-//! The ring depth `slots=0` stands for, and what it follows as the stream
-//! goes on (frames paced or not and at what rate, a lendable pool proposed
-//! or not, the holds consumers declare): shared by
-//! the publisher, which sizes its own ring with it, and its lending, which
-//! sizes the upstream pool it lends from. Figures in docs/performance.md.
+//! The ring's rules, in one place: how deep a producer's ring is, when it
+//! grows, whether a lent ring fits, and when a consumer wraps a slot rather
+//! than copying out of it. The channel crate keeps only the mechanism (a
+//! slot count, a ring that may grow to `ring_grows_to`, the holds consumers
+//! declare, and the protocol's `slots_for_hold`); every choice is made here
+//! and tested as a table in `ring_policy/tests.rs`. Figures in
+//! docs/performance.md; the rules in prose in docs/architecture.md ("The
+//! ring").
+//!
+//! | depth | when | slots |
+//! |---|---|---|
+//! | fixed | `slots=N` | N (a lent pool: N, 2 at least) |
+//! | live | frames paced (`slots=0`) | `LIVE_RING_SPAN_S` of frames, 4..16; 8 at least where contexts take turns on the GPU; 8 at an unknown rate |
+//! | MPS | cuda, MPS, as fast as the pipeline runs | 2 |
+//! | deep | cuda without MPS, as fast as the pipeline runs | `DEEP_RING_SHARE` of the device's memory, 8..64; 32 at most where a lent ring must fit beside it |
+//! | host | host memory, as fast as the pipeline runs | 4 |
+//! | lent | an upstream pool whose buffers may become the slots | the automatic depth, `AUTO_LENT_SLOTS_MIN` at least; never grows |
+//! | grown for holds | an automatic ring of our own | what the consumers need (`slots_consumers_need`), up to `growth_limit` |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::TransportKind;
 use crate::cuda::Device;
-use cudaipc_channel::layout::MAX_SLOTS;
+use cudaipc_channel::layout::{MAX_SLOTS, slots_for_hold};
 
-/// How many slots a publisher's rings get: `slots` as set, or with 0 the
-/// automatic depth for what is known of the stream now.
-pub(crate) struct RingDepth {
-    kind: TransportKind,
-    device: Option<Arc<Device>>,
+#[cfg(test)]
+mod tests;
+
+/// Where a ring's memory is, as far as its depth goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum RingMemory {
+    Host,
+    /// Device memory; `None`: a device not known (no context yet).
+    Cuda(Option<Gpu>),
+}
+
+/// What of a device a ring's depth follows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Gpu {
+    /// The processes' contexts go through MPS: kernels run side by side.
+    pub mps: bool,
+    pub total_memory: usize,
+}
+
+impl RingMemory {
+    pub(crate) fn of(kind: TransportKind, device: Option<&Device>) -> Self {
+        match kind {
+            TransportKind::Host => RingMemory::Host,
+            TransportKind::Cuda => RingMemory::Cuda(device.map(|device| Gpu {
+                mps: device.mps_enabled(),
+                total_memory: device.total_memory(),
+            })),
+        }
+    }
+
+    /// The processes' contexts take turns on the GPU: CUDA without MPS (or
+    /// a device not known yet).
+    fn time_sliced(self) -> bool {
+        matches!(self, RingMemory::Cuda(gpu) if gpu.is_none_or(|gpu| !gpu.mps))
+    }
+}
+
+/// How a publisher's rings are sized, one per publisher, shared with its
+/// lending (which sizes the upstream pool it lends from): `slots` as set,
+/// or with 0 the automatic depth for what is known of the stream now
+/// (frames paced or not and at what rate, a lendable pool proposed or not).
+pub(crate) struct RingPolicy {
+    memory: RingMemory,
     /// Slots per set as configured; 0: automatic.
     slots: usize,
     /// Frames come paced (a clock, a live source): no deep ring is needed.
@@ -30,11 +81,14 @@ pub(crate) struct RingDepth {
     frame_rate_milli: AtomicU32,
 }
 
-impl RingDepth {
+impl RingPolicy {
     pub(crate) fn new(kind: TransportKind, device: Option<Arc<Device>>, slots: usize) -> Self {
+        Self::for_memory(RingMemory::of(kind, device.as_deref()), slots)
+    }
+
+    pub(crate) fn for_memory(memory: RingMemory, slots: usize) -> Self {
         Self {
-            kind,
-            device,
+            memory,
             slots,
             paced: AtomicBool::new(false),
             may_lend: AtomicBool::new(false),
@@ -49,8 +103,7 @@ impl RingDepth {
     }
 
     /// The slots of our own ring where the attached consumers need
-    /// `consumers_need` (their declared holds, their number on a live
-    /// channel: `Producer::slots_consumers_need`): the automatic depth, or
+    /// `consumers_need` ([`slots_consumers_need`]): the automatic depth, or
     /// deeper where they need it, up to [`Self::growth_limit`]; `slots` as
     /// set otherwise.
     pub(crate) fn own_for_consumers(
@@ -67,20 +120,28 @@ impl RingDepth {
         }
     }
 
+    /// How deep the ring may grow for declared holds (the channel's
+    /// `ring_grows_to`): up to [`Self::growth_limit`] for an automatic ring
+    /// of our own, 0 (fixed) for one set by `slots`.
+    pub(crate) fn grows_to(&self, frame_size: usize) -> usize {
+        match self.is_automatic() {
+            true => self.growth_limit(frame_size),
+            false => 0,
+        }
+    }
+
     /// The deepest an automatic ring grows to for declared holds: as deep as
     /// a ring that never lends may be on the device (the memory share), and
     /// `HOST_GROWTH_LIMIT` slots of host memory.
     pub(crate) fn growth_limit(&self, frame_size: usize) -> usize {
-        match (self.kind, self.device.as_deref()) {
-            (TransportKind::Cuda, Some(device)) => {
-                deep_ring_slots(device.total_memory(), frame_size, false)
-            }
+        match self.memory {
+            RingMemory::Cuda(Some(gpu)) => deep_ring_slots(gpu.total_memory, frame_size, false),
             _ => HOST_GROWTH_LIMIT,
         }
     }
 
     /// Says at what rate paced frames come (frames a second; 0 or less:
-    /// not known): a live ring holds `LIVE_RING_SPAN` of them.
+    /// not known): a live ring holds `LIVE_RING_SPAN_S` of them.
     pub(crate) fn set_frame_rate(&self, fps: f64) {
         let milli = if fps.is_finite() && fps > 0.0 {
             (fps * 1000.0).min(u32::MAX as f64) as u32
@@ -117,13 +178,7 @@ impl RingDepth {
             let milli = self.frame_rate_milli.load(Ordering::Relaxed);
             (milli > 0).then(|| f64::from(milli) / 1000.0)
         });
-        auto_slots(
-            self.kind,
-            self.device.as_deref(),
-            frame_size,
-            paced,
-            may_lend,
-        )
+        auto_slots(self.memory, frame_size, paced, may_lend)
     }
 
     pub(crate) fn set_paced(&self, paced: bool) {
@@ -157,7 +212,7 @@ const LIVE_RING_SPAN_S: f64 = 0.1333;
 /// for it (row 14 at 100 streams on an H200 had late frames with 4 slots
 /// and none with 8). Consumers that need more (each holds the frame it
 /// reads, some declare holds) grow the ring
-/// (`RingDepth::own_for_consumers`).
+/// ([`RingPolicy::own_for_consumers`]).
 pub(crate) fn live_ring_slots(fps: Option<f64>, time_sliced: bool) -> usize {
     let least = if time_sliced { 8 } else { 4 };
     match fps {
@@ -198,76 +253,86 @@ pub(crate) fn deep_ring_slots(total_memory: usize, frame_size: usize, may_lend: 
 /// kernels run side by side, and a shallow ring keeps the frame in flight
 /// inside the L2 cache (and the latency low).
 pub(crate) fn auto_slots(
-    kind: TransportKind,
-    device: Option<&Device>,
+    memory: RingMemory,
     frame_size: usize,
     paced: Option<Option<f64>>,
     may_lend: bool,
 ) -> usize {
     if let Some(fps) = paced {
-        // The contexts take turns on the GPU: CUDA without MPS.
-        let time_sliced =
-            kind == TransportKind::Cuda && device.is_none_or(|device| !device.mps_enabled());
-        return live_ring_slots(fps, time_sliced);
+        return live_ring_slots(fps, memory.time_sliced());
     }
-    match (kind, device) {
-        (TransportKind::Cuda, Some(device)) if device.mps_enabled() => 2,
-        (TransportKind::Cuda, Some(device)) => {
-            deep_ring_slots(device.total_memory(), frame_size, may_lend)
-        }
-        (TransportKind::Cuda, None) => 8,
-        (TransportKind::Host, _) => 4,
+    match memory {
+        RingMemory::Cuda(Some(gpu)) if gpu.mps => 2,
+        RingMemory::Cuda(Some(gpu)) => deep_ring_slots(gpu.total_memory, frame_size, may_lend),
+        RingMemory::Cuda(None) => 8,
+        RingMemory::Host => 4,
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{deep_ring_slots, live_ring_slots};
-    use cudaipc_channel::layout::MAX_SLOTS;
-
-    const GB: usize = 1_000_000_000;
-    const RGB_4K: usize = 3840 * 2160 * 3;
-
-    #[test]
-    fn a_ring_that_never_lends_takes_every_record_where_5_percent_of_the_device_holds_them() {
-        // An 80 GB card: 64 4K RGB frames, 1.6 GB.
-        assert_eq!(deep_ring_slots(80 * GB, RGB_4K, false), MAX_SLOTS);
-        // A 16 GB card: 5% of it, 32 frames.
-        assert_eq!(deep_ring_slots(16 * GB, RGB_4K, false), 32);
-        assert!(deep_ring_slots(16 * GB, RGB_4K, false) * RGB_4K <= 16 * GB / 20);
-        // A 24 GB card: 48.
-        assert_eq!(deep_ring_slots(24 * GB, RGB_4K, false), 48);
+/// The slots the attached consumers need, from the `hold` each declared
+/// (`None`: not declared), on a `live` channel or not: `slots_for_hold` of
+/// the deepest declared hold (the frames kept, the one read, the one
+/// written); on a live channel, where consumers at their own pace hold
+/// frames at once, the frames each may hold (the one it reads and its
+/// `hold`, or one more undeclared: a GStreamer sink keeps the last frame)
+/// and the one written. `None`: no consumer needs any. The channel's
+/// producer asks this (as its `SlotsNeeded`) before each reservation of a
+/// ring that may grow.
+pub fn slots_consumers_need(
+    holds: &mut dyn Iterator<Item = Option<u32>>,
+    live: bool,
+) -> Option<usize> {
+    let (mut deepest, mut together) = (None::<usize>, 0usize);
+    for hold in holds {
+        deepest = deepest.max(hold.map(slots_for_hold));
+        together += 1 + hold.map_or(1, |h| h as usize).min(MAX_SLOTS);
     }
+    let for_live = (live && together > 0).then_some(together + 1);
+    deepest.max(for_live)
+}
 
-    #[test]
-    fn a_ring_that_may_lend_leaves_room_for_as_many_lent_slots() {
-        assert_eq!(deep_ring_slots(80 * GB, RGB_4K, true), MAX_SLOTS / 2);
-        assert_eq!(
-            deep_ring_slots(80 * GB, 640 * 480 * 3 / 2, true),
-            MAX_SLOTS / 2
-        );
-        assert!(2 * deep_ring_slots(80 * GB, 640 * 480 * 3 / 2, true) <= MAX_SLOTS);
-    }
+/// Whether a lent ring of `slots` (which never grows) fits every declared
+/// hold (`slots_for_hold` of the deepest).
+pub(crate) fn lent_ring_fits_holds(
+    slots: usize,
+    holds: &mut dyn Iterator<Item = Option<u32>>,
+) -> bool {
+    holds
+        .flatten()
+        .max()
+        .is_none_or(|hold| slots_for_hold(hold) <= slots)
+}
 
-    #[test]
-    fn a_deep_ring_has_8_slots_at_least() {
-        // 8K RGBA on a 16 GB card: 6 fit in 5%.
-        assert_eq!(deep_ring_slots(16 * GB, 7680 * 4320 * 4, false), 8);
-        assert_eq!(deep_ring_slots(0, RGB_4K, false), 8);
-    }
+/// What a consumer knows of a frame it took when it decides to wrap its
+/// slot or copy out of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrapOrCopy {
+    /// The output can wrap a slot (CUDA memory its downstream takes as is,
+    /// or host memory).
+    pub wrappable: bool,
+    /// The consumer takes the latest frame (`frames=latest`).
+    pub latest: bool,
+    /// The frames it declared it keeps (the property, or downstream's
+    /// allocation query's minimum buffers, whichever is more; 0: none).
+    pub hold: u32,
+    /// The slots it holds now, this frame's included.
+    pub held: usize,
+    /// The ring's slots.
+    pub slots: usize,
+}
 
-    #[test]
-    fn a_live_ring_holds_a_tenth_of_a_second_and_more_of_frames() {
-        // 4K@30 on host memory or under MPS: 4 slots (100 MB), not 8.
-        assert_eq!(live_ring_slots(Some(30.0), false), 4);
-        assert_eq!(live_ring_slots(Some(25.0), false), 4);
-        assert_eq!(live_ring_slots(Some(60.0), false), 8);
-        assert_eq!(live_ring_slots(Some(120.0), false), 16);
-        assert_eq!(live_ring_slots(Some(1000.0), false), 16);
-        assert_eq!(live_ring_slots(Some(1.0), false), 4);
-        assert_eq!(live_ring_slots(None, false), 8);
-        // Contexts that take turns on the GPU: 8 at least.
-        assert_eq!(live_ring_slots(Some(30.0), true), 8);
-        assert_eq!(live_ring_slots(Some(120.0), true), 16);
+impl WrapOrCopy {
+    /// Wrap the slot (zero copy) rather than copy the frame out. A wrapped
+    /// slot stays with the consumer until downstream drops it; like v4l2src
+    /// with its pool, it copies instead where it would otherwise leave the
+    /// producer no slot to write into (a sink keeping its last buffer, a
+    /// queue, `slots=1`). A consumer of the latest frame always copies: it
+    /// promises never to hold the producer back, and a slow one (a viewer)
+    /// would keep a slot for as long as downstream takes. Frames beyond a
+    /// declared hold are copied, so that the ring fits every consumer's
+    /// holds.
+    pub fn wraps(&self) -> bool {
+        let within_hold = self.hold == 0 || self.held <= self.hold as usize + 1;
+        self.wrappable && !self.latest && within_hold && self.held < self.slots
     }
 }

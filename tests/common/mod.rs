@@ -6,7 +6,7 @@
 // shm folder and another user (users.rs), other namespaces
 // (namespaces.rs), kill cycles (kill_cycles.rs), the transports a
 // scenario runs on (transport.rs), two hosts as network namespaces for
-// the UCX bridge (two_hosts.rs). Here: the
+// the UCX bridge (two_hosts.rs, on netns.rs). Here: the
 // one plugin registration and the one GPU check every test binary uses.
 // Each binary uses a part of them.
 #![allow(dead_code, unused_imports)]
@@ -14,6 +14,7 @@
 mod children;
 mod kill_cycles;
 mod namespaces;
+mod netns;
 mod pipelines;
 mod proc;
 mod protocol;

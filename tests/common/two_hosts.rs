@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::checked;
+use super::netns::NamespacePair;
 
 /// Host A's and host B's addresses on the veth pair.
 pub const ADDRESS_A: &str = "10.213.0.1";
@@ -20,19 +21,14 @@ pub const ADDRESS_B: &str = "10.213.0.2";
 /// The receiver's port on host B.
 pub const BRIDGE_PORT: u16 = 13337;
 
-pub struct TwoHosts {
-    pub a: String,
-    pub b: String,
-    /// Host A's end of the veth pair.
-    veth_a: String,
-}
+/// Host A and host B: namespaces of `netns.rs`, with the bridge's checks.
+pub struct TwoHosts(NamespacePair);
 
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+impl std::ops::Deref for TwoHosts {
+    type Target = NamespacePair;
+    fn deref(&self) -> &NamespacePair {
+        &self.0
+    }
 }
 
 impl TwoHosts {
@@ -52,78 +48,12 @@ impl TwoHosts {
         }
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = std::process::id() % 100_000 * 100 + NEXT.fetch_add(1, Ordering::SeqCst);
-        // Interface names are at most 15 bytes.
-        let (veth_a, veth_b) = (format!("ci{n}a"), format!("ci{n}b"));
-        let hosts = Self {
-            a: format!("cudaipc-{n}-a"),
-            b: format!("cudaipc-{n}-b"),
-            veth_a: veth_a.clone(),
-        };
-        let made = ip(&["netns", "add", &hosts.a])
-            && ip(&["netns", "add", &hosts.b])
-            && ip(&[
-                "link", "add", &veth_a, "type", "veth", "peer", "name", &veth_b,
-            ])
-            && ip(&["link", "set", &veth_a, "netns", &hosts.a])
-            && ip(&["link", "set", &veth_b, "netns", &hosts.b])
-            && [
-                (&hosts.a, &veth_a, ADDRESS_A),
-                (&hosts.b, &veth_b, ADDRESS_B),
-            ]
-            .iter()
-            .all(|(ns, veth, address)| {
-                ip(&[
-                    "-n",
-                    ns,
-                    "addr",
-                    "add",
-                    &format!("{address}/24"),
-                    "dev",
-                    veth,
-                ]) && ip(&["-n", ns, "link", "set", veth, "up"])
-                    && ip(&["-n", ns, "link", "set", "lo", "up"])
-            });
-        if !made {
-            eprintln!(
-                "SKIPPED: {test}: network namespaces cannot be made here (ip netns, as root)"
-            );
-            return None;
-        }
-        Some(hosts)
-    }
-
-    /// Shapes host A's side of the link to `mbit` Mbit/s; whether it could.
-    pub fn shape_a(&self, mbit: u32) -> bool {
-        let rate = format!("{mbit}mbit");
-        let tc = [
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            &self.veth_a,
-            "root",
-            "tbf",
-            "rate",
-            &rate,
-        ];
-        ip(&[
-            &["netns", "exec", &self.a][..],
-            &tc,
-            &["burst", "32kbit", "latency", "400ms"],
-        ]
-        .concat())
-    }
-
-    /// The prefix that runs a command on host `ns`.
-    pub fn on<'a>(&'a self, ns: &'a str) -> [&'a str; 4] {
-        ["ip", "netns", "exec", ns]
-    }
-}
-
-impl Drop for TwoHosts {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            ip(&["netns", "del", ns]);
+        match NamespacePair::new("cudaipc", "ci", n, [ADDRESS_A, ADDRESS_B]) {
+            Ok(pair) => Some(Self(pair)),
+            Err(why) => {
+                eprintln!("SKIPPED: {test}: {why}");
+                None
+            }
         }
     }
 }

@@ -11,6 +11,10 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+#[path = "../../../tests/common/netns.rs"]
+mod netns;
+use netns::NamespacePair;
+
 use crate::measure::{Child, Row, failed_row, result_of, row_from, spawn_as};
 use crate::options::{Options, left_out};
 
@@ -33,7 +37,7 @@ pub fn bridge_rows(o: &Options) -> Vec<Row> {
         if left_out(&config) {
             return Row::left_out(&config);
         }
-        match TwoHosts::new() {
+        match two_hosts() {
             Ok(hosts) => bridge_row(o, &hosts, &config, width, height),
             // A note, not a failure: the rest of the run is measured.
             Err(why) => Row {
@@ -46,7 +50,7 @@ pub fn bridge_rows(o: &Options) -> Vec<Row> {
     .collect()
 }
 
-fn bridge_row(o: &Options, hosts: &TwoHosts, config: &str, width: u32, height: u32) -> Row {
+fn bridge_row(o: &Options, hosts: &NamespacePair, config: &str, width: u32, height: u32) -> Row {
     let bytes = width as u64 * height as u64 * 3;
     let total = o.frames + o.warmup;
     let channel = crate::rows::channel("bridge");
@@ -158,7 +162,7 @@ fn bridge_row(o: &Options, hosts: &TwoHosts, config: &str, width: u32, height: u
 
 /// `ucx_perftest -t tag_bw`'s overall message rate for `bytes`-byte
 /// messages from host A to host B.
-fn perftest_rate(hosts: &TwoHosts, bytes: u64, iterations: u64) -> Result<f64, String> {
+fn perftest_rate(hosts: &NamespacePair, bytes: u64, iterations: u64) -> Result<f64, String> {
     let args = |client: bool| {
         let mut a: Vec<String> = Vec::new();
         if client {
@@ -224,76 +228,18 @@ fn shm_dir(tag: &str) -> String {
     dir
 }
 
-/// Two network namespaces joined by a veth pair, removed when dropped.
-struct TwoHosts {
-    a: String,
-    b: String,
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-impl TwoHosts {
-    fn new() -> Result<Self, String> {
-        let bridge = std::env::current_exe()
-            .unwrap()
-            .with_file_name("cudaipc-bridge");
-        if !bridge.is_file() {
-            return Err(format!(
-                "no {} (cargo build --release -p cudaipc-bridge)",
-                bridge.display()
-            ));
-        }
-        let id = std::process::id() % 100_000;
-        let hosts = Self {
-            a: format!("cudaipc-bench-{id}-a"),
-            b: format!("cudaipc-bench-{id}-b"),
-        };
-        let (veth_a, veth_b) = (format!("cb{id}a"), format!("cb{id}b"));
-        let made = ip(&["netns", "add", &hosts.a])
-            && ip(&["netns", "add", &hosts.b])
-            && ip(&[
-                "link", "add", &veth_a, "type", "veth", "peer", "name", &veth_b,
-            ])
-            && ip(&["link", "set", &veth_a, "netns", &hosts.a])
-            && ip(&["link", "set", &veth_b, "netns", &hosts.b])
-            && [
-                (&hosts.a, &veth_a, ADDRESS_A),
-                (&hosts.b, &veth_b, ADDRESS_B),
-            ]
-            .iter()
-            .all(|(ns, veth, address)| {
-                ip(&[
-                    "-n",
-                    ns,
-                    "addr",
-                    "add",
-                    &format!("{address}/24"),
-                    "dev",
-                    veth,
-                ]) && ip(&["-n", ns, "link", "set", veth, "up"])
-                    && ip(&["-n", ns, "link", "set", "lo", "up"])
-            });
-        if made {
-            Ok(hosts)
-        } else {
-            Err("network namespaces cannot be made here (ip netns, as root)".into())
-        }
+/// The two hosts: the tests' namespace pair (one file for both), once the
+/// bridge binary is found.
+fn two_hosts() -> Result<NamespacePair, String> {
+    let bridge = std::env::current_exe()
+        .unwrap()
+        .with_file_name("cudaipc-bridge");
+    if !bridge.is_file() {
+        return Err(format!(
+            "no {} (cargo build --release -p cudaipc-bridge)",
+            bridge.display()
+        ));
     }
-
-    fn on<'a>(&'a self, ns: &'a str) -> Vec<&'a str> {
-        vec!["ip", "netns", "exec", ns]
-    }
-}
-
-impl Drop for TwoHosts {
-    fn drop(&mut self) {
-        ip(&["netns", "del", &self.a]);
-        ip(&["netns", "del", &self.b]);
-    }
+    let id = std::process::id() % 100_000;
+    NamespacePair::new("cudaipc-bench", "cb", id, [ADDRESS_A, ADDRESS_B])
 }

@@ -7,17 +7,33 @@ use crate::copy_error::LayoutError;
 use crate::memory::CAPS_FEATURE_CUDA_MEMORY;
 
 /// Formats every element of the plugin handles: 8-bit packed RGB variants,
-/// GRAY8, and the two common 8-bit YUV 4:2:0 layouts.
-pub const FORMATS: [VideoFormat; 8] = [
-    VideoFormat::Rgb,
-    VideoFormat::Rgba,
-    VideoFormat::Bgra,
-    VideoFormat::Rgbx,
-    VideoFormat::Bgrx,
-    VideoFormat::Gray8,
-    VideoFormat::Nv12,
-    VideoFormat::I420,
-];
+/// GRAY8, and the two common 8-bit YUV 4:2:0 layouts. The list is the API
+/// crate's ([`cudaipc::VideoFormat::ALL`], GStreamer-free), in its order.
+pub const FORMATS: [VideoFormat; cudaipc::VideoFormat::ALL.len()] = {
+    let mut formats = [VideoFormat::Unknown; cudaipc::VideoFormat::ALL.len()];
+    let mut i = 0;
+    while i < formats.len() {
+        formats[i] = gst_format(cudaipc::VideoFormat::ALL[i]);
+        i += 1;
+    }
+    formats
+};
+
+/// A format of the list as GStreamer's enum names it (caps name the two
+/// alike: tests/api/api.rs holds them to it).
+const fn gst_format(format: cudaipc::VideoFormat) -> VideoFormat {
+    use cudaipc::VideoFormat as Api;
+    match format {
+        Api::Rgb => VideoFormat::Rgb,
+        Api::Rgba => VideoFormat::Rgba,
+        Api::Bgra => VideoFormat::Bgra,
+        Api::Rgbx => VideoFormat::Rgbx,
+        Api::Bgrx => VideoFormat::Bgrx,
+        Api::Gray8 => VideoFormat::Gray8,
+        Api::Nv12 => VideoFormat::Nv12,
+        Api::I420 => VideoFormat::I420,
+    }
+}
 
 /// `video/x-raw` caps of the supported formats, any size and rate; with
 /// the CUDA memory feature when `cuda`.

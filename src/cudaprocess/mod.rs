@@ -24,6 +24,11 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+mod output;
+mod processing;
+mod settings;
+mod state;
+mod verification;
 
 pub(crate) use imp::CAT;
 

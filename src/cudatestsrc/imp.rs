@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MPL-2.0
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 
 use gst::glib;
 use gst::prelude::*;
@@ -8,15 +8,18 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
+use super::generate::{self, GENERATE_MODULE};
+use super::settings::{
+    DEFAULT_CUDA_DEVICE_ID, DEFAULT_FORMAT, DEFAULT_FPS, DEFAULT_HEIGHT, DEFAULT_IS_LIVE,
+    DEFAULT_PATTERN, DEFAULT_WIDTH, Settings,
+};
+use super::state::{Gpu, State};
 use crate::enums::OutputMemory;
-use crate::frame_copy::{self, Source, StreamOf, Target};
-use crate::gstcuda::{self, Access, MappedCudaMemory, OrderedAccess, StreamOrdering};
-use crate::memory::{self, CudaAllocator};
-use crate::output_pool::{self, CudaOutput, SizedPool};
-use crate::pattern::kernels::{self, Geometry, Planes};
-use crate::pattern::{self, Pattern};
+use crate::gstcuda::{self, StreamOrdering};
+use crate::memory;
+use crate::pattern::kernels::{self, Geometry};
 use crate::video;
-use cudaipc_transport::cuda::{Device, DeviceBuffer, DeviceRegion, Module};
+use cudaipc_transport::cuda::Device;
 
 pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -25,105 +28,6 @@ pub(crate) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
         Some("CUDA test source"),
     )
 });
-
-const DEFAULT_PATTERN: Pattern = Pattern::Counter;
-const DEFAULT_IS_LIVE: bool = false;
-const DEFAULT_CUDA_DEVICE_ID: i32 = 0;
-/// What unconstrained caps fixate to.
-const DEFAULT_WIDTH: i32 = 3840;
-const DEFAULT_HEIGHT: i32 = 2160;
-const DEFAULT_FORMAT: &str = "RGB";
-const DEFAULT_FPS: i32 = 30;
-
-const GENERATE_MODULE: &str = "cudaipc-generate";
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    pattern: Pattern,
-    is_live: bool,
-    cuda_device_id: i32,
-    output_memory: OutputMemory,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            pattern: DEFAULT_PATTERN,
-            is_live: DEFAULT_IS_LIVE,
-            cuda_device_id: DEFAULT_CUDA_DEVICE_ID,
-            output_memory: OutputMemory::default(),
-        }
-    }
-}
-
-struct Gpu {
-    device: Arc<Device>,
-    module: Arc<Module>,
-    /// Orders GStreamer's streams against ours (GStreamer 1.24+).
-    ordering: Option<StreamOrdering>,
-}
-
-#[derive(Default)]
-struct State {
-    gpu: Option<Gpu>,
-    info: Option<gst_video::VideoInfo>,
-    geometry: Geometry,
-    cuda_memory: bool,
-    /// Frames produced since start: the next frame's number.
-    frames: u64,
-    /// Timestamps count from here (a frame rate change moves it) ...
-    rate_base: gst::ClockTime,
-    /// ... in frames of the current rate.
-    rate_frames: u64,
-    /// Live: running time of the first frame.
-    live_base: Option<gst::ClockTime>,
-    /// System memory: frames are generated here, then downloaded.
-    scratch: Option<DeviceRegion>,
-}
-
-fn layout_error(e: String) -> gst::ErrorMessage {
-    gst::error_msg!(gst::StreamError::Format, ("Bad frame layout: {e}"))
-}
-
-fn copy_error(e: crate::copy_error::FrameCopyError) -> gst::ErrorMessage {
-    gst::error_msg!(gst::StreamError::Failed, ("Frame copy failed: {e}"))
-}
-
-fn gpu_error(e: cudaipc_transport::cuda::CudaError) -> gst::ErrorMessage {
-    gst::error_msg!(gst::StreamError::Failed, ("GPU work failed: {e}"))
-}
-
-/// Generates frame `frame` into `scratch` (grown to `size` bytes when
-/// smaller), laid out as `layout`: for outputs the kernels cannot write.
-#[allow(clippy::too_many_arguments)]
-fn generate_in_scratch<'a>(
-    scratch: &'a mut Option<DeviceRegion>,
-    gpu: &Gpu,
-    info: &gst_video::VideoInfo,
-    geometry: &Geometry,
-    layout: &[(usize, usize)],
-    size: usize,
-    pattern: Pattern,
-    frame: u32,
-) -> Result<&'a DeviceRegion, gst::ErrorMessage> {
-    if scratch.as_ref().is_none_or(|s| s.len() < size) {
-        let region = DeviceBuffer::new(&gpu.device, size)
-            .map_err(gpu_error)?
-            .into_region();
-        // The kernels write every pixel but not the padding at the end of
-        // rows, which the download carries too: zeroed once, it is defined
-        // (compute-sanitizer's initcheck reported it) and the same in every
-        // frame.
-        region.memset(0).map_err(gpu_error)?;
-        *scratch = Some(region);
-    }
-    let scratch = scratch.as_ref().unwrap();
-    // SAFETY: the scratch region holds at least `size` bytes and stays
-    // allocated until the stream has run the kernel (cuMemFree waits).
-    let planes = unsafe { Planes::at(info, scratch.ptr(), size, layout) }.map_err(layout_error)?;
-    kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
-        .map_err(gpu_error)?;
-    Ok(scratch)
-}
 
 /// Time of `frames` frames at `fps` (> 0).
 fn frames_to_time(frames: u64, fps: gst::Fraction) -> gst::ClockTime {
@@ -138,10 +42,10 @@ fn frames_to_time(frames: u64, fps: gst::Fraction) -> gst::ClockTime {
 
 #[derive(Default)]
 pub struct CudaTestSrc {
-    settings: Mutex<Settings>,
-    state: Mutex<State>,
+    pub(super) settings: Mutex<Settings>,
+    pub(super) state: Mutex<State>,
     /// Shared with GStreamer's CUDA elements (`gst.cuda.context`).
-    cuda_context: gstcuda::ContextShare,
+    pub(super) cuda_context: gstcuda::ContextShare,
 }
 
 impl CudaTestSrc {
@@ -181,145 +85,6 @@ impl CudaTestSrc {
         let end = base + frames_to_time(state.rate_frames + 1, fps);
         state.rate_frames += 1;
         (Some(start), Some(end - start))
-    }
-
-    /// Writes the next frame into `buffer`.
-    fn generate_into(
-        &self,
-        state: &mut State,
-        buffer: &mut gst::BufferRef,
-        pattern: Pattern,
-    ) -> Result<(), gst::ErrorMessage> {
-        let State {
-            gpu,
-            info,
-            geometry,
-            cuda_memory,
-            frames,
-            scratch,
-            ..
-        } = state;
-        let (Some(gpu), Some(info)) = (gpu.as_ref(), info.as_ref()) else {
-            return Err(gst::error_msg!(
-                gst::CoreError::Negotiation,
-                ("cudatestsrc produced a frame before it was started and negotiated")
-            ));
-        };
-        // The pattern's frame number wraps at 2^32 (verify expects that).
-        let frame = *frames as u32;
-        if buffer.n_memory() == 1 && gstcuda::is_cuda_memory(buffer.peek_memory(0)) {
-            // GstCudaMemory of GStreamer's CUDA library.
-            let stream = gpu.device.stream();
-            // Downstream's reads of the memory's last frame may still be
-            // queued on its stream: written after them.
-            let access = OrderedAccess::begin(
-                gpu.ordering.as_ref(),
-                buffer.peek_memory(0),
-                &stream,
-                Access::Write,
-            )
-            .map_err(gpu_error)?;
-            let mapped = MappedCudaMemory::of_buffer(buffer, true).ok_or_else(|| {
-                gst::error_msg!(
-                    gst::StreamError::Failed,
-                    ("Cannot map the output GstCudaMemory for the GPU")
-                )
-            })?;
-            let layout: Vec<(usize, usize)> = mapped
-                .planes
-                .iter()
-                .map(|&(offset, stride)| (offset as usize, stride as usize))
-                .collect();
-            if mapped.context.is_primary_of(&gpu.device) {
-                // SAFETY: the mapped GstCudaMemory holds `mapped.size` bytes
-                // and GStreamer frees it only after a stream sync.
-                let planes = unsafe { Planes::at(info, mapped.ptr, mapped.size, &layout) }
-                    .map_err(layout_error)?;
-                kernels::generate(&gpu.module, &gpu.device, geometry, &planes, pattern, frame)
-                    .map_err(gpu_error)?;
-            } else {
-                // Memory of another CUDA context: our kernels cannot touch
-                // it, a copy can.
-                let generated = generate_in_scratch(
-                    scratch,
-                    gpu,
-                    info,
-                    geometry,
-                    &pattern::default_planes(info),
-                    info.size(),
-                    pattern,
-                    frame,
-                )?;
-                let dst = mapped.region().map_err(gpu_error)?;
-                // On our stream, which the ordering is about.
-                frame_copy::copy_frame(
-                    info,
-                    Source::Device(generated),
-                    &video::planes(info),
-                    Target::Device(&dst),
-                    &mapped.planes,
-                    StreamOf::Source,
-                )
-                .map_err(copy_error)?;
-            }
-            drop(mapped);
-            // Memory with a stream (1.24+) is pushed with the writes still
-            // queued, its readers ordered after them; GStreamer 1.22's CUDA
-            // elements take pushed memory as ready.
-            access.finish(buffer.peek_memory(0)).map_err(gpu_error)?;
-            return Ok(());
-        }
-        let layout = pattern::buffer_planes(info, buffer).map_err(layout_error)?;
-        if *cuda_memory {
-            let Some(mem) = memory::buffer_device_memory(buffer) else {
-                return Err(gst::error_msg!(
-                    gst::StreamError::Format,
-                    ("The output buffer is not CUDA memory of this plugin (CudaIpcMemory)"),
-                    ["buffer {buffer:?}"]
-                ));
-            };
-            // SAFETY: the buffer's CudaIpcMemory holds `mem.size` bytes and
-            // is freed with cuMemFree, which waits for the kernel.
-            let planes =
-                unsafe { Planes::at(info, mem.ptr, mem.size, &layout) }.map_err(layout_error)?;
-            // Downstream's pool may live on another device than ours.
-            let module = if mem.device.ordinal() == gpu.device.ordinal() {
-                gpu.module.clone()
-            } else {
-                kernels::load(&mem.device, GENERATE_MODULE).map_err(gpu_error)?
-            };
-            kernels::generate(&module, &mem.device, geometry, &planes, pattern, frame)
-                .map_err(gpu_error)?;
-        } else {
-            let generated = generate_in_scratch(
-                scratch,
-                gpu,
-                info,
-                geometry,
-                &layout,
-                buffer.size(),
-                pattern,
-                frame,
-            )?;
-            let mut map = buffer.map_writable().map_err(|_| {
-                gst::error_msg!(gst::ResourceError::Write, ("Cannot map the output buffer"))
-            })?;
-            let planes: Vec<(u64, u32)> = layout
-                .iter()
-                .map(|&(offset, stride)| (offset as u64, stride as u32))
-                .collect();
-            // Synchronises the stream: the price of system memory.
-            frame_copy::copy_frame(
-                info,
-                Source::Device(generated),
-                &planes,
-                Target::Host(map.as_mut_slice()),
-                &planes,
-                StreamOf::Source,
-            )
-            .map_err(copy_error)?;
-        }
-        Ok(())
     }
 }
 
@@ -609,84 +374,7 @@ impl BaseSrcImpl for CudaTestSrc {
         &self,
         query: &mut gst::query::Allocation,
     ) -> Result<(), gst::LoggableError> {
-        let (Some(caps), _) = query.get_owned() else {
-            return Err(gst::loggable_error!(CAT, "Allocation query without caps"));
-        };
-        let info = gst_video::VideoInfo::from_caps(&caps)
-            .map_err(|_| gst::loggable_error!(CAT, "Invalid video caps {caps}"))?;
-        let frame_size = info.size() as u32;
-        if !memory::caps_are_cuda(&caps) {
-            // System memory: a pool of whole frames (filled by a download).
-            let pool = gst_video::VideoBufferPool::new();
-            let mut config = pool.config();
-            config.set_params(Some(&caps), frame_size, 0, 0);
-            config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
-            pool.set_config(config)
-                .map_err(|e| gst::loggable_error!(CAT, "Cannot configure a buffer pool: {e}"))?;
-            if query.allocation_pools().next().is_some() {
-                query.set_nth_allocation_pool(0, Some(&pool), frame_size, 0, 0);
-            } else {
-                query.add_allocation_pool(Some(&pool), frame_size, 0, 0);
-            }
-            return Ok(());
-        }
-        let output_memory = self.settings.lock().unwrap().output_memory;
-        let chosen = output_pool::choose_cuda_output(
-            self.obj().upcast_ref(),
-            query,
-            &caps,
-            output_memory,
-            &self.cuda_context,
-        )
-        .map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
-        let had_pool = query.allocation_pools().next().is_some();
-        let downstream = match chosen {
-            CudaOutput::GstCuda(chosen) => Some(chosen),
-            CudaOutput::Plugin(Some(proposed)) if proposed.configure(&caps) => Some(proposed),
-            CudaOutput::Plugin(Some(refused)) => {
-                gst::warning!(
-                    CAT,
-                    imp = self,
-                    "{} refused {caps}; using our own CUDA pool",
-                    refused.pool.name()
-                );
-                None
-            }
-            CudaOutput::Plugin(None) => None,
-        };
-        if let Some(chosen) = downstream {
-            gst::info!(CAT, imp = self, "writing into {}", chosen.pool.name());
-            let SizedPool {
-                pool,
-                size,
-                min,
-                max,
-            } = chosen;
-            if had_pool {
-                query.set_nth_allocation_pool(0, Some(&pool), size, min, max);
-            } else {
-                query.add_allocation_pool(Some(&pool), size, min, max);
-            }
-            return Ok(());
-        }
-        let device = match &self.state.lock().unwrap().gpu {
-            Some(gpu) => gpu.device.clone(),
-            None => return Err(gst::loggable_error!(CAT, "Not started")),
-        };
-        let pool = gst_video::VideoBufferPool::new();
-        let mut config = pool.config();
-        config.set_params(Some(&caps), frame_size, 0, 0);
-        config.set_allocator(Some(&CudaAllocator::for_device(&device)), None);
-        config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
-        pool.set_config(config)
-            .map_err(|e| gst::loggable_error!(CAT, "Cannot configure a CUDA buffer pool: {e}"))?;
-        gst::debug!(CAT, imp = self, "using our own CUDA buffer pool");
-        if query.allocation_pools().next().is_some() {
-            query.set_nth_allocation_pool(0, Some(&pool), frame_size, 0, 0);
-        } else {
-            query.add_allocation_pool(Some(&pool), frame_size, 0, 0);
-        }
-        Ok(())
+        self.choose_pool(query)
     }
 }
 
@@ -716,7 +404,7 @@ impl PushSrcImpl for CudaTestSrc {
             pattern, is_live, ..
         } = *self.settings.lock().unwrap();
         let mut state = self.state.lock().unwrap();
-        if let Err(message) = self.generate_into(&mut state, buffer, pattern) {
+        if let Err(message) = generate::generate_into(&mut state, buffer, pattern) {
             drop(state);
             self.post_error_message(message);
             return Err(gst::FlowError::Error);

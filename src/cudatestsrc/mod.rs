@@ -24,7 +24,11 @@
 use gst::glib;
 use gst::prelude::*;
 
+mod allocation;
+mod generate;
 mod imp;
+mod settings;
+mod state;
 
 pub(crate) use imp::CAT;
 

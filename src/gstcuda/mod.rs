@@ -23,13 +23,13 @@
 //!
 //! `CUDAIPC_GSTCUDA=0` in the environment disables the interoperation.
 
+mod ordering;
 mod stream;
+mod wrap;
 
-pub use stream::needs_sync;
-pub use stream::{
-    Access, CudaStream, Ordered, OrderedAccess, StreamOrdering, wrap_device_memory,
-    wrappable_layout,
-};
+pub use ordering::{Access, Ordered, OrderedAccess, StreamOrdering};
+pub use stream::{CudaStream, needs_sync};
+pub use wrap::{wrap_device_memory, wrappable_layout};
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, LazyLock, Mutex};

@@ -8,24 +8,14 @@
 use std::sync::atomic::AtomicBool;
 
 use cudaipc_channel::FrameMeta;
-use cudaipc_transport::{SlotLoan, SlotMemory};
-use cudaipc_ucx::Request;
+use cudaipc_transport::SlotMemory;
 
 use crate::link::LinkError;
-use crate::receive::Receiving;
+use crate::receive::{Incoming, Receiving};
 use crate::wire::{self, FrameHeader, Malformed};
 
 /// Frames whose bytes may be on their way at once.
 const WINDOW: usize = 2;
-
-/// A frame landing in its slot. The request drops (is cancelled and waited
-/// for) before the loan gives the slot back.
-pub struct Incoming {
-    request: Request<'static>,
-    loan: SlotLoan<()>,
-    meta: FrameMeta,
-    missed_before: u64,
-}
 
 impl Receiving<'_> {
     /// Lends a slot for the frame and starts its bytes' transfer into it.

@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cudaipc_channel::{IpcMode, WaitMode, WhenFull};
+use cudaipc_channel::{FrameMeta, IpcMode, WaitMode, WhenFull};
 use cudaipc_transport::cuda::Device;
-use cudaipc_transport::{GpuSync, Publisher, PublisherConfig, TransportKind};
-use cudaipc_ucx::{Context, Endpoint, Listener, Worker};
+use cudaipc_transport::{GpuSync, Publisher, PublisherConfig, SlotLoan, TransportKind};
+use cudaipc_ucx::{Context, Endpoint, Listener, Request, Worker};
 
 use crate::auth::{self, Admission};
-use crate::incoming::Incoming;
 use crate::link::{Link, LinkError};
 use crate::wire::{self, Control, Malformed, Reply};
 
@@ -165,6 +164,16 @@ pub(crate) struct Receiving<'a> {
     streaming: bool,
     /// Frames whose bytes are on their way into their slots, oldest first.
     pub(crate) incoming: VecDeque<Incoming>,
+}
+
+/// A frame landing in its slot (`incoming.rs` starts and lands them). The
+/// request drops (is cancelled and waited for) before the loan gives the
+/// slot back.
+pub(crate) struct Incoming {
+    pub(crate) request: Request<'static>,
+    pub(crate) loan: SlotLoan<()>,
+    pub(crate) meta: FrameMeta,
+    pub(crate) missed_before: u64,
 }
 
 impl Receiving<'_> {

@@ -21,15 +21,6 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match crate::sys::api() {
-            Ok(api) => write!(f, "{} ({})", api.status_string(self.0), self.0),
-            Err(_) => write!(f, "UCX status {}", self.0),
-        }
-    }
-}
-
 #[derive(Debug)]
 pub enum Error {
     /// libucp could not be loaded, or lacks a function.

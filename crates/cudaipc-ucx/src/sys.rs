@@ -9,9 +9,10 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::fmt;
 use std::sync::OnceLock;
 
-use crate::error::Error;
+use crate::error::{Error, Status};
 
 pub type ucs_status_t = i8;
 pub type ucs_status_ptr_t = *mut c_void;
@@ -313,6 +314,17 @@ pub fn api() -> Result<&'static Api, Error> {
     API.get_or_init(|| Api::load().map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|why| Error::Library(why.clone()))
+}
+
+/// A status as the loaded library words it (`ucs_status_string`), or its
+/// number alone where the library cannot be loaded.
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match api() {
+            Ok(api) => write!(f, "{} ({})", api.status_string(self.0), self.0),
+            Err(_) => write!(f, "UCX status {}", self.0),
+        }
+    }
 }
 
 /// What a `ucs_status_ptr_t` holds.

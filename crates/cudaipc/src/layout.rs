@@ -32,7 +32,8 @@ pub enum VideoFormat {
 }
 
 impl VideoFormat {
-    /// Every supported format.
+    /// Every supported format: the plugin's elements take this list, in
+    /// this order (`src/video.rs`).
     pub const ALL: [VideoFormat; 8] = [
         VideoFormat::Rgb,
         VideoFormat::Rgba,

@@ -318,8 +318,8 @@ fn api_read_refuses_another_users_channel_unless_that_user_is_allowed() {
     producer.finish(LIMIT).assert_success("nobody's producer");
 }
 
-/// The API crate cannot link GStreamer, so it lists the formats itself: the
-/// same ones the elements take, in the same order.
+/// The elements take the API crate's list of formats (`VideoFormat::ALL`,
+/// GStreamer-free): the caps they announce name the same ones, in order.
 #[test]
 fn the_api_speaks_every_format_of_the_elements() {
     let api: Vec<&str> = VideoFormat::ALL.iter().map(|f| f.name()).collect();

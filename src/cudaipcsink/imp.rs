@@ -342,15 +342,13 @@ impl ElementImpl for CudaIpcSink {
             let settings = self.settings.lock().unwrap();
             (settings.context_device(), settings.device_id)
         };
-        self.cuda_context.before_change_state(
+        self.cuda_context.change_state(
             self.obj().upcast_ref(),
             transition,
             device_id,
             device.as_ref(),
-        );
-        let success = self.parent_change_state(transition)?;
-        self.cuda_context.after_change_state(transition);
-        Ok(success)
+            || self.parent_change_state(transition),
+        )
     }
 }
 

@@ -214,10 +214,9 @@ impl ElementImpl for CudaTestSrc {
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         let device_id = self.settings.lock().unwrap().cuda_device_id;
         self.cuda_context
-            .before_change_state(self.obj().upcast_ref(), transition, device_id, None);
-        let success = self.parent_change_state(transition)?;
-        self.cuda_context.after_change_state(transition);
-        Ok(success)
+            .change_state(self.obj().upcast_ref(), transition, device_id, None, || {
+                self.parent_change_state(transition)
+            })
     }
 }
 

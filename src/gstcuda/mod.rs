@@ -406,10 +406,27 @@ impl ContextShare {
         self.get()
     }
 
+    /// An element's `change_state`: [`before_change_state`](Self::before_change_state),
+    /// then its parent's (`chain_up`), then
+    /// [`after_change_state`](Self::after_change_state).
+    pub fn change_state(
+        &self,
+        element: &gst::Element,
+        transition: gst::StateChange,
+        device_id: i32,
+        share: Option<&Arc<Device>>,
+        chain_up: impl FnOnce() -> Result<gst::StateChangeSuccess, gst::StateChangeError>,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        self.before_change_state(element, transition, device_id, share);
+        let success = chain_up()?;
+        self.after_change_state(transition);
+        Ok(success)
+    }
+
     /// For `change_state`, before chaining up. Going to READY: adopts a
     /// context already shared (downstream elements go to READY before their
     /// upstream), or, with `share`, shares one of that device if none is.
-    pub fn before_change_state(
+    fn before_change_state(
         &self,
         element: &gst::Element,
         transition: gst::StateChange,
@@ -431,7 +448,7 @@ impl ContextShare {
 
     /// For `change_state`, after chaining up: back in NULL, the context is
     /// forgotten.
-    pub fn after_change_state(&self, transition: gst::StateChange) {
+    fn after_change_state(&self, transition: gst::StateChange) {
         if transition == gst::StateChange::ReadyToNull {
             self.clear();
         }

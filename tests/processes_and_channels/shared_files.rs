@@ -275,6 +275,17 @@ fn channels_command(dir: &ShmDir, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The STATE column (`live`, `stale`, `?`) of `channel` in the tool's
+/// listing.
+fn listed_state<'a>(listing: &'a str, channel: &str) -> Option<&'a str> {
+    listing.lines().find_map(|line| {
+        let mut columns = line.split_whitespace();
+        (columns.next() == Some(channel))
+            .then(|| columns.next())
+            .flatten()
+    })
+}
+
 /// Whether the producer of `channel` has made a data file
 /// (`cudaipc-CHANNEL.*`). Counting names would not do: the control block is
 /// also linked under a hidden temporary name for a moment while it is made,
@@ -376,6 +387,22 @@ fn remove_stale_all_removes_this_users_stale_channels_and_names_the_others() {
     };
     killed(&mine, &[]);
     killed(&theirs, &OTHER_USER);
+    // Another user's producer is judged by its lock alone (its pid cannot
+    // be checked as ours can). On the GPU host (2026-12-07) remove-stale
+    // right after the kill still found it live and left it out, so wait
+    // until the listing says stale, and show the listing if it never does.
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let listing = channels_command(&dir, &[]);
+        if listed_state(&listing, &theirs) == Some("stale") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other user's killed producer is still not listed stale after {LIMIT:?}:\n{listing}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let nobody = {
         let out = Command::new("id").args(["-u", "nobody"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()

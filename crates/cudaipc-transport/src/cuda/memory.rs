@@ -54,10 +54,17 @@ impl DeviceBuffer {
 
     /// The whole buffer as a region that keeps it allocated.
     pub fn into_region(self) -> DeviceRegion {
-        let (device, ptr, size) = (self.device.clone(), self.ptr, self.size);
-        // SAFETY: the region owns the buffer, so the `size` bytes at `ptr`
-        // stay allocated as long as it lives.
-        unsafe { DeviceRegion::from_raw_parts(&device, ptr, size, Arc::new(self)) }
+        let size = self.size;
+        self.into_leading_region(size)
+    }
+
+    /// The first `len` bytes (at most the buffer's size) as a region that
+    /// keeps the whole buffer allocated.
+    pub fn into_leading_region(self, len: usize) -> DeviceRegion {
+        let (device, ptr, len) = (self.device.clone(), self.ptr, len.min(self.size));
+        // SAFETY: the region owns the buffer, so the `len` bytes (at most
+        // its size) at `ptr` stay allocated as long as it lives.
+        unsafe { DeviceRegion::from_raw_parts(&device, ptr, len, Arc::new(self)) }
     }
 }
 

@@ -34,7 +34,7 @@ pub use module::{KernelArgs, Module, load_module};
 pub use region::DeviceRegion;
 pub use shared_import::open_region as open_shared_region;
 pub use stream::Stream;
-pub use vmm::{HostRegistration, SharedDeviceMemory};
+pub use vmm::{HostRegistration, SharedDeviceMemory, shareable_size};
 
 /// Size of a CUDA IPC handle (memory or event).
 pub const IPC_HANDLE_BYTES: usize = 64;

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use super::super::timeline::Timeline;
 use super::super::{SharedObject, TransportError};
-use crate::cuda::{Device, DeviceBuffer, DeviceRegion, IPC_HANDLE_BYTES, SharedDeviceMemory};
+use crate::cuda::{
+    Device, DeviceBuffer, DeviceRegion, IPC_HANDLE_BYTES, SharedDeviceMemory, shareable_size,
+};
 use cudaipc_channel::layout::SLOT_DESCRIPTOR_BYTES;
 use cudaipc_channel::{ChannelInfo, IpcMode, PoolInfo};
 
@@ -80,11 +82,22 @@ impl ProducerMemory {
         size: usize,
     ) -> Result<Self, TransportError> {
         Ok(match ipc_mode {
-            IpcMode::Legacy => ProducerMemory::Own(
-                (0..count)
-                    .map(|_| DeviceBuffer::new(device, size).map(DeviceBuffer::into_region))
-                    .collect::<Result<_, _>>()?,
-            ),
+            IpcMode::Legacy => {
+                // Whole granules (2 MiB), as a descriptor channel's are: a
+                // consumer read a 64-slot ring of 4K slots of a frame's
+                // bytes 22% slower than one of whole granules, which it
+                // reads as fast as the producer does
+                // (scripts/gpu-host/memory-kinds.cu, H100, 2026-12-07).
+                let allocated = shareable_size(device, size).unwrap_or(size);
+                ProducerMemory::Own(
+                    (0..count)
+                        .map(|_| {
+                            DeviceBuffer::new(device, allocated)
+                                .map(|buffer| buffer.into_leading_region(size))
+                        })
+                        .collect::<Result<_, _>>()?,
+                )
+            }
             IpcMode::Fd => {
                 let allocations = (0..count)
                     .map(|_| SharedDeviceMemory::new(device, size).map(Arc::new))

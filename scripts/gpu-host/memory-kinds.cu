@@ -7,6 +7,7 @@
 // inverts a slot into a buffer of the reader's own, 16 bytes a thread, as
 // `cudaprocess operation=invert` does; slots rotate so that the L2 cache
 // holds none of them.
+// Findings: docs/perf/2026-12-07-h100-legacy-granules.md.
 // usage (GPU host): nvcc -O2 -o /tmp/memory-kinds scripts/gpu-host/memory-kinds.cu -lcuda
 //   /tmp/memory-kinds [slots] [laps]   (run it with MPS off and on)
 #include <cuda.h>
@@ -143,6 +144,22 @@ static void run_child(char *self, const char *kind, int slots, int laps, size_t 
   if (!WIFEXITED(status) || WEXITSTATUS(status)) fprintf(stderr, "%s reader failed\n", kind);
 }
 
+// `slots` cuMemAlloc allocations of `size` bytes, and (in `hex`) each one's
+// IPC handle in hex for the reader's command line.
+static CUdeviceptr *legacy_ring(int slots, size_t size, char ***hex) {
+  CUdeviceptr *ptrs = (CUdeviceptr *)calloc(slots, sizeof *ptrs);
+  *hex = (char **)calloc(slots, sizeof **hex);
+  for (int i = 0; i < slots; i++) {
+    CHECK(cuMemAlloc(&ptrs[i], size));
+    CUipcMemHandle h;
+    CHECK(cuIpcGetMemHandle(&h, ptrs[i]));
+    (*hex)[i] = (char *)malloc(2 * sizeof h.reserved + 1);
+    for (int b = 0; b < (int)sizeof h.reserved; b++)
+      sprintf((*hex)[i] + 2 * b, "%02x", (unsigned char)h.reserved[b]);
+  }
+  return ptrs;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "child")) return child(argc, argv);
   int slots = argc > 1 ? atoi(argv[1]) : 64;
@@ -150,15 +167,8 @@ int main(int argc, char **argv) {
   cudaFree(0);
   printf("| memory, reader | slots | us a frame | GB/s read + written |\n|---|---|---|---|\n");
   // Legacy: cuMemAlloc, each exported as an IPC handle.
-  CUdeviceptr *legacy = (CUdeviceptr *)calloc(slots, sizeof *legacy);
-  char **hex = (char **)calloc(slots, sizeof *hex);
-  for (int i = 0; i < slots; i++) {
-    CHECK(cuMemAlloc(&legacy[i], FRAME));
-    CUipcMemHandle h;
-    CHECK(cuIpcGetMemHandle(&h, legacy[i]));
-    hex[i] = (char *)malloc(2 * sizeof h.reserved + 1);
-    for (int b = 0; b < (int)sizeof h.reserved; b++) sprintf(hex[i] + 2 * b, "%02x", (unsigned char)h.reserved[b]);
-  }
+  char **hex;
+  CUdeviceptr *legacy = legacy_ring(slots, FRAME, &hex);
   time_reads(legacy, slots, laps, "cuMemAlloc, its producer");
   // Descriptor: cuMemCreate rounded to the minimum granularity, exported as fds.
   CUmemAllocationProp prop = vmm_prop();
@@ -181,16 +191,8 @@ int main(int argc, char **argv) {
   printf("(granularity %zu bytes, slot %zu of a frame's %zu)\n", granularity, size, FRAME);
   // Legacy again, each allocation rounded up to the granularity as the
   // descriptor channel's are: whether the size alone makes the difference.
-  CUdeviceptr *rounded = (CUdeviceptr *)calloc(slots, sizeof *rounded);
-  char **hex_rounded = (char **)calloc(slots, sizeof *hex_rounded);
-  for (int i = 0; i < slots; i++) {
-    CHECK(cuMemAlloc(&rounded[i], size));
-    CUipcMemHandle h;
-    CHECK(cuIpcGetMemHandle(&h, rounded[i]));
-    hex_rounded[i] = (char *)malloc(2 * sizeof h.reserved + 1);
-    for (int b = 0; b < (int)sizeof h.reserved; b++)
-      sprintf(hex_rounded[i] + 2 * b, "%02x", (unsigned char)h.reserved[b]);
-  }
+  char **hex_rounded;
+  legacy_ring(slots, size, &hex_rounded);
   for (int round = 0; round < 2; round++) {
     run_child(argv[0], "legacy-rounded", slots, laps, size, hex_rounded, 0);
     run_child(argv[0], "legacy", slots, laps, FRAME, hex, 0);

@@ -6,7 +6,8 @@
 // shm folder and another user (users.rs), other namespaces
 // (namespaces.rs), kill cycles (kill_cycles.rs), the transports a
 // scenario runs on (transport.rs), two hosts as network namespaces for
-// the UCX bridge (two_hosts.rs, on netns.rs). Here: the
+// the UCX bridge (two_hosts.rs, on netns.rs), the workspace's commands
+// (workspace_binaries.rs). Here: the
 // one plugin registration and the one GPU check every test binary uses.
 // Each binary uses a part of them.
 #![allow(dead_code, unused_imports)]
@@ -21,6 +22,7 @@ mod protocol;
 mod transport;
 mod two_hosts;
 mod users;
+mod workspace_binaries;
 
 use std::sync::{Arc, Once};
 
@@ -35,6 +37,7 @@ pub use protocol::*;
 pub use transport::*;
 pub use two_hosts::*;
 pub use users::*;
+pub use workspace_binaries::*;
 
 /// Initialises GStreamer and registers the plugin statically, once per
 /// test binary.

@@ -58,16 +58,10 @@ impl TwoHosts {
     }
 }
 
-/// `cudaipc-bridge`: beside this test binary where staging puts both, else
-/// in the cargo target folder (`cargo test --workspace` builds it).
+/// `cudaipc-bridge`, where this test binary runs (a host where it is not
+/// built skips the bridge's tests).
 pub fn bridge_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap();
-    let staged = here.join("cudaipc-bridge");
-    if staged.is_file() {
-        return staged;
-    }
-    here.parent().unwrap().join("cudaipc-bridge")
+    super::workspace_binary_path("cudaipc-bridge")
 }
 
 /// A `cudaipc-bridge` process on one host, its output collected as it

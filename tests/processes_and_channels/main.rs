@@ -21,23 +21,9 @@ mod streams;
 mod travelling;
 mod watch;
 
-/// The `cudaipc-channels` command: beside this test binary where the GPU
-/// host's staging puts both, else in the cargo target folder it was built
-/// in (`cargo test --workspace` builds it: crates/cudaipc-channels).
+/// The `cudaipc-channels` command, where this test binary runs.
 fn channels_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap();
-    let staged = here.join("cudaipc-channels");
-    if staged.is_file() {
-        return staged;
-    }
-    let built = here.parent().unwrap().join("cudaipc-channels");
-    assert!(
-        built.is_file(),
-        "{} is missing: cargo build -p cudaipc-channels",
-        built.display()
-    );
-    built
+    common::workspace_binary("cudaipc-channels")
 }
 
 #[test]

@@ -5,31 +5,15 @@
 //! a clear line and an exit code, never a panic. The bridge between hosts
 //! is tested with real namespaces in the plugin's processes_and_channels.
 
-use std::path::PathBuf;
+#[path = "../../../tests/common/workspace_binaries.rs"]
+mod workspace_binaries;
+use workspace_binaries::workspace_binary;
+
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// The bridge beside this test's binary (staged, as on the GPU host) or in
-/// the target folder above it (as cargo builds it): found where the binary
-/// runs, not where it was built.
-fn bridge_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap();
-    let staged = here.join("cudaipc-bridge");
-    if staged.is_file() {
-        return staged;
-    }
-    let built = here.parent().unwrap().join("cudaipc-bridge");
-    assert!(
-        built.is_file(),
-        "{} is missing: cargo build -p cudaipc-bridge",
-        built.display()
-    );
-    built
-}
-
 fn bridge(args: &[&str]) -> Output {
-    Command::new(bridge_binary())
+    Command::new(workspace_binary("cudaipc-bridge"))
         .args(args)
         .env("UCX_TLS", "tcp")
         .output()

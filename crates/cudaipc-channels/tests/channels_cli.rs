@@ -5,30 +5,15 @@
 //! Against real producers and consumers it is tested in the plugin's
 //! processes_and_channels (watch, serve-metrics, remove-stale).
 
-use std::path::{Path, PathBuf};
+#[path = "../../../tests/common/workspace_binaries.rs"]
+mod workspace_binaries;
+use workspace_binaries::workspace_binary;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
-/// The tool beside this test's binary (staged, as on the GPU host) or in
-/// the target folder above it (as cargo builds it): found where the binary
-/// runs, not where it was built.
-fn tool() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap();
-    let staged = here.join("cudaipc-channels");
-    if staged.is_file() {
-        return staged;
-    }
-    let built = here.parent().unwrap().join("cudaipc-channels");
-    assert!(
-        built.is_file(),
-        "{} is missing: cargo build -p cudaipc-channels",
-        built.display()
-    );
-    built
-}
-
 fn channels(args: &[&str], shm_dir: &Path) -> Output {
-    Command::new(tool())
+    Command::new(workspace_binary("cudaipc-channels"))
         .args(args)
         .env("CUDAIPC_SHM_DIR", shm_dir)
         .output()
